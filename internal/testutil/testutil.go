@@ -1,0 +1,72 @@
+// Package testutil holds helpers shared by xrnic's tests: privilege checks that
+// follow the project rule (skip only when not root and CI is unset; under CI=true a
+// missing capability is a failure) and the location of the shared/ folder.
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// InCI reports whether the tests run under CI (CI=true), where nothing may skip.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// RequireRoot skips t when the process is not root and CI is unset; under CI=true it
+// fails t instead, since CI runs as root and a skip there would hide a broken setup.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if InCI() {
+		t.Fatalf("test needs root, and CI=true forbids skipping")
+	}
+	t.Skip("test needs root (netns, veth, XDP, AF_XDP); skipped because CI is unset")
+}
+
+// RequireCommand returns the path of an external command (tshark, tcpdump, ...). It
+// skips when the command is missing and CI is unset, and fails under CI=true.
+func RequireCommand(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if InCI() {
+		t.Fatalf("%s not found and CI=true forbids skipping: .ci/run must install it", name)
+	}
+	t.Skipf("%s not found; skipped because CI is unset", name)
+	return ""
+}
+
+// RepoRoot returns the module root (the folder holding go.mod).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("getwd: %v", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("go.mod not found above the test's folder")
+		}
+		dir = parent
+	}
+}
+
+// SharedDir returns ../shared beside the repository (golden pcaps, reference texts,
+// tools). It fails the test when the folder is missing: golden vectors are required.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	d := filepath.Join(RepoRoot(t), "..", "shared")
+	if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+		t.Fatalf("shared/ not found at %s: the golden captures live there", d)
+	}
+	return d
+}

@@ -1,0 +1,113 @@
+// Package link is the NIC engine's wire: it moves whole Ethernet frames carrying
+// RoCEv2 between the engine and the network, in batches (DESIGN.md, "Link interface").
+//
+// Three implementations share one interface: AF_XDP (the fast path: an XDP program
+// steers UDP port 4791 into AF_XDP sockets), a UDP socket on port 4791 (no privileges
+// needed: the fallback) and an in-memory pair for tests. The engine always builds and
+// parses whole frames, so its ICRC covers exactly the headers that travel.
+package link
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// Kind names a Link implementation.
+type Kind int
+
+// Link kinds.
+const (
+	KindAuto   Kind = iota // AF_XDP when the program attaches, else UDP (Open only)
+	KindAFXDP              // XDP steering program + AF_XDP sockets
+	KindUDP                // a kernel UDP socket bound to port 4791
+	KindMemory             // an in-memory pair (tests)
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindAuto:
+		return "auto"
+	case KindAFXDP:
+		return "af_xdp"
+	case KindUDP:
+		return "udp"
+	case KindMemory:
+		return "memory"
+	}
+	return "kind(?)"
+}
+
+// ParseKind reads a kind as the daemon's and bench's flags spell it.
+func ParseKind(s string) (Kind, error) {
+	for k := KindAuto; k <= KindMemory; k++ {
+		if k.String() == s {
+			return k, nil
+		}
+	}
+	if s == "xdp" || s == "afxdp" {
+		return KindAFXDP, nil
+	}
+	return 0, errors.Join(ErrBadOption, errors.New("unknown link kind "+s+" (want auto, af_xdp, udp or memory)"))
+}
+
+// RoCEv2Port is the IANA UDP destination port of RoCEv2 (IBTA Annex A17.2.3).
+const RoCEv2Port = 4791
+
+// Sentinel errors; every error a Link returns wraps one of them.
+var (
+	ErrClosed     = errors.New("link closed")
+	ErrBadOption  = errors.New("bad link option")
+	ErrBadFrame   = errors.New("frame cannot be sent on this link")
+	ErrUnavailable = errors.New("link unavailable")
+)
+
+// Link moves frames in batches. ReadBatch and WriteBatch belong to one goroutine (the
+// engine's loop that owns the link); Wait belongs to that goroutine too. Wake, Info,
+// Stats and Close may be called from any goroutine. After Close, every method returns
+// ErrClosed (Close itself is idempotent).
+type Link interface {
+	// ReadBatch copies up to len(bufs) received frames into bufs and stores their
+	// lengths in sizes. It never blocks: with nothing pending it returns 0, nil. A
+	// frame longer than its buffer is dropped and counted (RxDropped).
+	ReadBatch(bufs [][]byte, sizes []int) (int, error)
+	// WriteBatch queues frames for transmission and returns how many it took, in
+	// order; fewer than len(frames) means the ring is full for now. It never blocks
+	// and keeps no reference to the frames after it returns.
+	WriteBatch(frames [][]byte) (int, error)
+	// Wait blocks until frames may be readable, Wake is called, or timeout passes (a
+	// negative timeout waits without limit). Spurious returns are allowed.
+	Wait(timeout time.Duration) error
+	// Wake makes a current or the next Wait return. Safe from any goroutine.
+	Wake()
+	Info() Info
+	Stats() Stats
+	Close() error
+}
+
+// Info describes a link to the engine.
+type Info struct {
+	Kind  Kind
+	Name  string // interface name ("" for memory links)
+	Index int    // interface index
+	MTU   int    // IP MTU of the interface: the largest IP packet a frame may carry
+	MAC   net.HardwareAddr
+	// FixedSourcePort, when non-zero, is the UDP source port every frame leaves with,
+	// whatever the engine wrote (a kernel socket bound to 4791 sends from 4791). The
+	// engine must build frames with it so that the ICRC the peer checks matches.
+	FixedSourcePort uint16
+	// FixedIPv4ID: the link sends IPv4 with identification 0 and DF set, whatever the
+	// frame said (the kernel does so for an unconnected DF socket); the ICRC covers the
+	// IPv4 identification (IBTA 17.3.4 masks only TOS, TTL and checksum).
+	FixedIPv4ID bool
+}
+
+// Stats counts a link's traffic. Frames dropped for being malformed or too long are
+// counted here, never returned as errors.
+type Stats struct {
+	RxFrames, RxBytes uint64
+	TxFrames, TxBytes uint64
+	RxDropped         uint64 // received but dropped (buffer too small, malformed for this link)
+	TxDropped         uint64 // taken by WriteBatch but not sent (unroutable, too long)
+	TxErrors          uint64 // the kernel refused to send
+}

@@ -1,0 +1,519 @@
+package link
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// UDPOptions configures NewUDP.
+type UDPOptions struct {
+	Interface string       // interface whose addresses the sockets bind (required)
+	Addrs     []netip.Addr // local addresses to bind; default: every address of the interface but link-local ones
+	Port      int          // UDP port, default 4791 (RoCEv2)
+	Batch     int          // most datagrams per recvmmsg/sendmmsg, default 64
+}
+
+// UDP is a Link over kernel UDP sockets bound to port 4791: it needs no privilege, and
+// it is the fallback when the XDP program cannot attach. It follows the Link contract.
+//
+// The kernel owns the IP and UDP headers here, so on receive the link rebuilds them in
+// front of each datagram as the kernel sent them: IPv4 with identification 0 and DF
+// set (an unconnected socket with IP_PMTUDISC_DO sends exactly that), so that the ICRC
+// check above it covers the real header fields (IBTA 17.3.4 masks TOS, TTL and the
+// checksum, but not the identification). Info reports FixedSourcePort and FixedIPv4ID
+// so the engine builds frames whose ICRC matches what the kernel puts on the wire.
+type UDP struct {
+	info  Info
+	socks []*udpSock
+	wake  int // eventfd that Wake writes and Wait polls
+	pfds  []unix.PollFd
+	next  int // socket ReadBatch starts with, for fairness
+
+	closeMu sync.RWMutex // Close takes it exclusively so no syscall uses a closed fd
+	closed  atomic.Bool
+	stats   struct{ rxFrames, rxBytes, txFrames, txBytes, rxDropped, txDropped, txErrors atomic.Uint64 }
+}
+
+var _ Link = (*UDP)(nil)
+
+type udpSock struct {
+	fd    int
+	local netip.Addr
+	hdr   int // bytes of Ethernet + IP + UDP header rebuilt in front of a datagram
+	msgs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6 // large enough for either family
+}
+
+// NewUDP opens one UDP socket per local address. The sockets live in the network
+// namespace of the calling thread.
+func NewUDP(opts UDPOptions) (*UDP, error) {
+	if opts.Port == 0 {
+		opts.Port = RoCEv2Port
+	}
+	if opts.Batch == 0 {
+		opts.Batch = 64
+	}
+	if opts.Port < 1 || opts.Port > 65535 || opts.Batch < 1 || opts.Batch > 1024 {
+		return nil, fmt.Errorf("%w: UDP port %d, batch %d", ErrBadOption, opts.Port, opts.Batch)
+	}
+	ifc, err := net.InterfaceByName(opts.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("%w: interface %q: %v", ErrUnavailable, opts.Interface, err)
+	}
+	if len(opts.Addrs) == 0 {
+		opts.Addrs, err = interfaceAddrs(ifc)
+		if err != nil {
+			return nil, err
+		}
+		if len(opts.Addrs) == 0 {
+			return nil, fmt.Errorf("%w: interface %s has no IPv4 or global IPv6 address to bind", ErrUnavailable, ifc.Name)
+		}
+	}
+	l := &UDP{info: Info{Kind: KindUDP, Name: ifc.Name, Index: ifc.Index, MTU: ifc.MTU, MAC: ifc.HardwareAddr,
+		FixedSourcePort: uint16(opts.Port), FixedIPv4ID: true}, wake: -1}
+	ok := false
+	defer func() {
+		if !ok {
+			l.closeFDs()
+		}
+	}()
+	l.wake, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("%w: eventfd: %v", ErrUnavailable, err)
+	}
+	for _, a := range opts.Addrs {
+		s, err := openUDPSock(a.Unmap(), opts.Port, opts.Batch)
+		if err != nil {
+			return nil, fmt.Errorf("%w: UDP socket on [%s]:%d: %v", ErrUnavailable, a, opts.Port, err)
+		}
+		l.socks = append(l.socks, s)
+		l.pfds = append(l.pfds, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
+	}
+	l.pfds = append(l.pfds, unix.PollFd{Fd: int32(l.wake), Events: unix.POLLIN})
+	ok = true
+	return l, nil
+}
+
+func interfaceAddrs(ifc *net.Interface) ([]netip.Addr, error) {
+	as, err := ifc.Addrs()
+	if err != nil {
+		return nil, fmt.Errorf("%w: addresses of %s: %v", ErrUnavailable, ifc.Name, err)
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		p, err := netip.ParsePrefix(a.String())
+		if err != nil {
+			continue
+		}
+		if ad := p.Addr(); !ad.IsLinkLocalUnicast() {
+			out = append(out, ad)
+		}
+	}
+	return out, nil
+}
+
+func openUDPSock(a netip.Addr, port, batch int) (*udpSock, error) {
+	s := &udpSock{local: a, fd: -1}
+	var sa unix.Sockaddr
+	if a.Is4() {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			return nil, err
+		}
+		s.fd, s.hdr = fd, 14+20+8
+		// DF on every datagram: RoCEv2 is never fragmented, and DF makes the kernel
+		// send identification 0, which the ICRC covers.
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		sa = &unix.SockaddrInet4{Port: port, Addr: a.As4()}
+	} else {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			return nil, err
+		}
+		s.fd, s.hdr = fd, 14+40+8
+		for _, o := range [][2]int{{unix.IPV6_V6ONLY, 1}, {unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO}} {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, o[0], o[1]); err != nil {
+				unix.Close(fd)
+				return nil, err
+			}
+		}
+		sa = &unix.SockaddrInet6{Port: port, Addr: a.As16()}
+	}
+	// Deep socket buffers absorb bursts while the engine is busy; FORCE works as root,
+	// the plain option caps at net.core.*mem_max otherwise.
+	for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+		if unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, o[0], 8<<20) != nil {
+			_ = unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, o[1], 8<<20)
+		}
+	}
+	if err := unix.Bind(s.fd, sa); err != nil {
+		unix.Close(s.fd)
+		return nil, err
+	}
+	s.msgs = make([]unix.Mmsghdr, batch)
+	s.iovs = make([]unix.Iovec, batch)
+	s.names = make([]unix.RawSockaddrInet6, batch)
+	return s, nil
+}
+
+// ReadBatch implements Link. Each datagram lands after room for the headers, which are
+// then rebuilt in front of it.
+func (l *UDP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return 0, ErrClosed
+	}
+	n := 0
+	for k := 0; k < len(l.socks) && n < len(bufs) && n < len(sizes); k++ {
+		s := l.socks[(l.next+k)%len(l.socks)]
+		got, err := s.recv(bufs[n:], sizes[n:], &l.stats.rxDropped)
+		if err != nil {
+			return n, err
+		}
+		for i := n; i < n+got; i++ {
+			l.stats.rxBytes.Add(uint64(sizes[i]))
+		}
+		n += got
+	}
+	l.next++
+	l.stats.rxFrames.Add(uint64(n))
+	return n, nil
+}
+
+func (s *udpSock) recv(bufs [][]byte, sizes []int, dropped *atomic.Uint64) (int, error) {
+	m := min(len(bufs), len(sizes), len(s.msgs))
+	k := 0 // buffers with room for a header; a smaller one ends the batch
+	for ; k < m; k++ {
+		b := bufs[k]
+		if len(b) <= s.hdr {
+			break
+		}
+		s.iovs[k] = unix.Iovec{Base: &b[s.hdr]}
+		s.iovs[k].SetLen(len(b) - s.hdr)
+		s.msgs[k] = unix.Mmsghdr{}
+		s.msgs[k].Hdr.Iov = &s.iovs[k]
+		s.msgs[k].Hdr.SetIovlen(1)
+		s.msgs[k].Hdr.Name = (*byte)(unsafe.Pointer(&s.names[k]))
+		s.msgs[k].Hdr.Namelen = uint32(unsafe.Sizeof(s.names[k]))
+	}
+	if k == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.msgs[0])), uintptr(k), unix.MSG_DONTWAIT, 0, 0)
+	if e == unix.EAGAIN || e == unix.EINTR {
+		return 0, nil
+	}
+	if e != 0 {
+		return 0, fmt.Errorf("recvmmsg: %w", e)
+	}
+	n := 0
+	for i := 0; i < int(r); i++ {
+		if s.msgs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
+			dropped.Add(1) // larger than the buffer: drop and count, as the Link contract says
+			continue
+		}
+		plen := int(s.msgs[i].Len)
+		if n != i { // close the gap a dropped datagram left
+			copy(bufs[n][s.hdr:], bufs[i][s.hdr:s.hdr+plen])
+		}
+		sizes[n] = s.hdr + s.rebuildHeader(bufs[n], &s.names[i], plen)
+		n++
+	}
+	return n, nil
+}
+
+// rebuildHeader writes Ethernet + IP + UDP in front of a plen-byte datagram from the
+// peer in name, as the kernel sent it (see UDP), and returns plen.
+func (s *udpSock) rebuildHeader(b []byte, name *unix.RawSockaddrInet6, plen int) int {
+	clear(b[:12]) // MACs are not known through a socket and not covered by the ICRC
+	var sport uint16
+	if s.local.Is4() {
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		sport = ntohs(sa.Port)
+		binary.BigEndian.PutUint16(b[12:], 0x0800)
+		ip := b[14:34]
+		ip[0], ip[1] = 0x45, 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+8+plen))
+		binary.BigEndian.PutUint32(ip[4:], 0x00004000) // identification 0, DF
+		ip[8], ip[9] = 64, unix.IPPROTO_UDP
+		copy(ip[12:16], sa.Addr[:])
+		a4 := s.local.As4()
+		copy(ip[16:20], a4[:])
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		binary.BigEndian.PutUint16(ip[10:], ^ipv4Sum(ip))
+	} else {
+		sport = ntohs(name.Port)
+		binary.BigEndian.PutUint16(b[12:], 0x86DD)
+		ip := b[14:54]
+		binary.BigEndian.PutUint32(ip[0:], 6<<28)
+		binary.BigEndian.PutUint16(ip[4:], uint16(8+plen))
+		ip[6], ip[7] = unix.IPPROTO_UDP, 64
+		copy(ip[8:24], name.Addr[:])
+		a16 := s.local.As16()
+		copy(ip[24:40], a16[:])
+	}
+	u := b[s.hdr-8 : s.hdr]
+	binary.BigEndian.PutUint16(u[0:], sport)
+	binary.BigEndian.PutUint16(u[2:], RoCEv2Port)
+	binary.BigEndian.PutUint16(u[4:], uint16(8+plen))
+	binary.BigEndian.PutUint16(u[6:], 0) // checksum: covered by neither side's check (the ICRC masks it)
+	return plen
+}
+
+func ntohs(p uint16) uint16 { return p>>8 | p<<8 }
+
+func ipv4Sum(h []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		s += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return uint16(s)
+}
+
+// WriteBatch implements Link: each frame's IP destination and UDP payload become one
+// datagram. Frames of a family no socket serves, or that are not IP/UDP, are taken,
+// dropped and counted.
+func (l *UDP) WriteBatch(frames [][]byte) (int, error) {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return 0, ErrClosed
+	}
+	done := 0
+	for done < len(frames) {
+		// Gather the longest run of frames for one socket, then send it in one call.
+		s := l.sockFor(frames[done])
+		if s == nil {
+			l.stats.txDropped.Add(1)
+			done++
+			continue
+		}
+		k := 0
+		for done+k < len(frames) && k < len(s.msgs) {
+			f := frames[done+k]
+			if l.sockFor(f) != s {
+				break
+			}
+			dst, payload, ok := splitFrame(f)
+			if !ok {
+				break
+			}
+			s.names[k] = unix.RawSockaddrInet6{}
+			if s.local.Is4() {
+				sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.names[k]))
+				sa.Family = unix.AF_INET
+				sa.Port = ntohs(RoCEv2Port)
+				sa.Addr = dst.As4()
+				s.msgs[k].Hdr.Namelen = unix.SizeofSockaddrInet4
+			} else {
+				sa := &s.names[k]
+				sa.Family = unix.AF_INET6
+				sa.Port = ntohs(RoCEv2Port)
+				sa.Addr = dst.As16()
+				s.msgs[k].Hdr.Namelen = unix.SizeofSockaddrInet6
+			}
+			s.msgs[k].Hdr.Name = (*byte)(unsafe.Pointer(&s.names[k]))
+			if len(payload) == 0 {
+				s.iovs[k] = unix.Iovec{}
+			} else {
+				s.iovs[k] = unix.Iovec{Base: &payload[0]}
+				s.iovs[k].SetLen(len(payload))
+			}
+			s.msgs[k].Hdr.Iov = &s.iovs[k]
+			s.msgs[k].Hdr.SetIovlen(1)
+			s.msgs[k].Hdr.Control, s.msgs[k].Hdr.Controllen, s.msgs[k].Hdr.Flags = nil, 0, 0
+			s.msgs[k].Len = 0
+			k++
+		}
+		if k == 0 { // not IP/UDP: drop
+			l.stats.txDropped.Add(1)
+			done++
+			continue
+		}
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&s.msgs[0])), uintptr(k), unix.MSG_DONTWAIT, 0, 0)
+		switch {
+		case e == unix.EAGAIN || e == unix.ENOBUFS || e == unix.EINTR:
+			return done, nil // full for now: the engine retries the rest
+		case e != 0:
+			// The first datagram was refused (EMSGSIZE, unreachable): count it, go on.
+			l.stats.txErrors.Add(1)
+			done++
+			continue
+		}
+		for i := 0; i < int(r); i++ {
+			l.stats.txBytes.Add(uint64(len(frames[done+i])))
+		}
+		l.stats.txFrames.Add(uint64(r))
+		done += int(r)
+		if int(r) < k {
+			return done, nil
+		}
+	}
+	return done, nil
+}
+
+// sockFor returns the socket of the frame's IP family and source address (or of its
+// family when no socket has that source), nil when none fits.
+func (l *UDP) sockFor(f []byte) *udpSock {
+	v4, src, ok := frameSource(f)
+	if !ok {
+		return nil
+	}
+	var fam *udpSock
+	for _, s := range l.socks {
+		if s.local.Is4() != v4 {
+			continue
+		}
+		if s.local == src {
+			return s
+		}
+		if fam == nil {
+			fam = s
+		}
+	}
+	return fam
+}
+
+// l3 returns the offset of the IP header, skipping one 802.1Q tag.
+func l3(f []byte) (off int, etype uint16, ok bool) {
+	if len(f) < 14 {
+		return 0, 0, false
+	}
+	off, etype = 14, binary.BigEndian.Uint16(f[12:])
+	if etype == 0x8100 || etype == 0x88A8 {
+		if len(f) < 18 {
+			return 0, 0, false
+		}
+		off, etype = 18, binary.BigEndian.Uint16(f[16:])
+	}
+	return off, etype, true
+}
+
+func frameSource(f []byte) (v4 bool, src netip.Addr, ok bool) {
+	off, et, ok := l3(f)
+	switch {
+	case !ok:
+		return false, src, false
+	case et == 0x0800 && len(f) >= off+20:
+		return true, netip.AddrFrom4([4]byte(f[off+12 : off+16])), true
+	case et == 0x86DD && len(f) >= off+40:
+		return false, netip.AddrFrom16([16]byte(f[off+8 : off+24])), true
+	}
+	return false, src, false
+}
+
+// splitFrame returns a frame's IP destination and UDP payload.
+func splitFrame(f []byte) (dst netip.Addr, payload []byte, ok bool) {
+	off, et, ok := l3(f)
+	if !ok {
+		return dst, nil, false
+	}
+	var udp int
+	switch {
+	case et == 0x0800 && len(f) >= off+20 && f[off+9] == unix.IPPROTO_UDP:
+		dst = netip.AddrFrom4([4]byte(f[off+16 : off+20]))
+		udp = off + int(f[off]&0x0f)*4
+	case et == 0x86DD && len(f) >= off+40 && f[off+6] == unix.IPPROTO_UDP:
+		dst = netip.AddrFrom16([16]byte(f[off+24 : off+40]))
+		udp = off + 40
+	default:
+		return dst, nil, false
+	}
+	if len(f) < udp+8 {
+		return dst, nil, false
+	}
+	ulen := int(binary.BigEndian.Uint16(f[udp+4:]))
+	if ulen < 8 || udp+ulen > len(f) {
+		return dst, nil, false
+	}
+	return dst, f[udp+8 : udp+ulen], true
+}
+
+// Wait implements Link with poll(2) over the sockets and the wake eventfd.
+func (l *UDP) Wait(timeout time.Duration) error {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	for i := range l.pfds {
+		l.pfds[i].Revents = 0
+	}
+	_, err := unix.Poll(l.pfds, ms)
+	if err != nil && err != unix.EINTR {
+		return fmt.Errorf("poll: %w", err)
+	}
+	if l.pfds[len(l.pfds)-1].Revents&unix.POLLIN != 0 {
+		var b [8]byte
+		_, _ = unix.Read(l.wake, b[:]) // consume the wake-up
+	}
+	return nil
+}
+
+// Wake implements Link.
+func (l *UDP) Wake() {
+	one := [8]byte{1}
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if !l.closed.Load() {
+		_, _ = unix.Write(l.wake, one[:])
+	}
+}
+
+// Info implements Link.
+func (l *UDP) Info() Info { return l.info }
+
+// Stats implements Link.
+func (l *UDP) Stats() Stats {
+	return Stats{
+		RxFrames: l.stats.rxFrames.Load(), RxBytes: l.stats.rxBytes.Load(),
+		TxFrames: l.stats.txFrames.Load(), TxBytes: l.stats.txBytes.Load(),
+		RxDropped: l.stats.rxDropped.Load(), TxDropped: l.stats.txDropped.Load(),
+		TxErrors: l.stats.txErrors.Load(),
+	}
+}
+
+// Close implements Link. It wakes a Wait in progress, then waits for it to return
+// before it closes the file descriptors, so no syscall can use a reused fd.
+func (l *UDP) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	one := [8]byte{1}
+	_, _ = unix.Write(l.wake, one[:])
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	l.closeFDs()
+	return nil
+}
+
+func (l *UDP) closeFDs() {
+	for _, s := range l.socks {
+		unix.Close(s.fd)
+	}
+	l.socks = nil
+	if l.wake >= 0 {
+		unix.Close(l.wake)
+		l.wake = -1
+	}
+}
