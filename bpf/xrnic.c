@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0-only)
+
+//go:build ignore
+
+// xrnic's XDP program: steers RoCEv2 frames (UDP destination port 4791 over IPv4
+// or IPv6, optionally behind one 802.1Q or 802.1ad tag) to the AF_XDP socket bound
+// to the receive queue, and passes everything else to the kernel (ARP, ND, ICMP,
+// TCP, other UDP), so the kernel keeps resolving neighbours for us (DESIGN.md,
+// "Addresses"). Built with bpf2go (gen.go); the object is committed.
+//
+// Steered frames have a fixed layout the engine can rely on: Ethernet, at most one
+// tag, a 20-byte IPv4 header or a 40-byte IPv6 header, then UDP.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// IANA port of RoCEv2 (IBTA Annex A17.2.1).
+#define ROCE_V2_UDP_PORT 4791
+
+// Entries of the XSKMAP: receive queues we can steer. Go reads it from the map.
+#define MAX_QUEUES 64
+
+// Fragment bits of iphdr.frag_off (RFC 791), not exported by the UAPI headers.
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+
+// One 802.1Q / 802.1ad tag after the MAC addresses.
+struct vlan_tag {
+	__be16 tci;
+	__be16 proto;
+};
+
+// Counters of one CPU, kept in one PERCPU_ARRAY slot so a frame costs one map
+// lookup. Invariant: seen == redirected + passed; malformed frames are also passed.
+// A later fault-injection issue adds its counters here.
+struct counters {
+	__u64 seen;
+	__u64 redirected;
+	__u64 passed;
+	__u64 malformed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct counters);
+} counters SEC(".maps");
+
+enum frame_kind {
+	KIND_OTHER,	 // not RoCEv2: the kernel's
+	KIND_ROCE,	 // UDP to 4791, steer
+	KIND_MALFORMED, // looks like IP/UDP but the kernel would drop it: count, pass
+};
+
+// classify_udp checks the UDP header at udp; l4len is the IP payload length.
+static __always_inline enum frame_kind classify_udp(struct udphdr *udp, void *data_end, __u32 l4len)
+{
+	__u32 ulen;
+
+	if ((void *)(udp + 1) > data_end)
+		return KIND_MALFORMED;
+	// The kernel's UDP drops the same (__udp4_lib_rcv: "short packet").
+	ulen = bpf_ntohs(udp->len);
+	if (ulen < sizeof(*udp) || ulen > l4len)
+		return KIND_MALFORMED;
+	// Only the destination port: a reply *from* 4791 to an ephemeral port is the
+	// kernel's (RoCEv2 requests and responses both go to 4791).
+	if (udp->dest != bpf_htons(ROCE_V2_UDP_PORT))
+		return KIND_OTHER;
+	return KIND_ROCE;
+}
+
+// classify_ipv4 checks the IPv4 header at ip; l3len is the frame's length from ip
+// on, fragments included.
+static __always_inline enum frame_kind classify_ipv4(struct iphdr *ip, void *data_end, __u64 l3len)
+{
+	__u32 hlen, tot;
+
+	if ((void *)(ip + 1) > data_end)
+		return KIND_MALFORMED;
+	// Same checks as ip_rcv_core, which would drop these.
+	if (ip->version != 4 || ip->ihl < 5)
+		return KIND_MALFORMED;
+	hlen = ip->ihl * 4;
+	tot = bpf_ntohs(ip->tot_len);
+	if (tot < hlen || tot > l3len)
+		return KIND_MALFORMED;
+	if (ip->protocol != IPPROTO_UDP)
+		return KIND_OTHER;
+	// Only the first fragment has the UDP header, and the engine cannot reassemble:
+	// leave all fragments to the kernel (PLATFORM pitfall 5; RoCEv2 sets DF).
+	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return KIND_OTHER;
+	// IP options: RoCEv2 senders never emit them, and steering only 20-byte headers
+	// keeps the engine's parser at one fixed offset. The kernel gets the odd one out,
+	// as with IPv6 extension headers below.
+	if (hlen != sizeof(*ip))
+		return KIND_OTHER;
+	return classify_udp((void *)(ip + 1), data_end, tot - hlen);
+}
+
+// classify_ipv6 checks the IPv6 header at ip6; l3len as for IPv4.
+static __always_inline enum frame_kind classify_ipv6(struct ipv6hdr *ip6, void *data_end, __u64 l3len)
+{
+	__u32 plen;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return KIND_MALFORMED;
+	if (ip6->version != 6)
+		return KIND_MALFORMED;
+	plen = bpf_ntohs(ip6->payload_len);
+	if (sizeof(*ip6) + plen > l3len)
+		return KIND_MALFORMED;
+	// UDP right after the fixed header only: extension headers (fragment header
+	// included) go to the kernel, see the IPv4 options above.
+	if (ip6->nexthdr != IPPROTO_UDP)
+		return KIND_OTHER;
+	return classify_udp((void *)(ip6 + 1), data_end, plen);
+}
+
+// classify parses the headers in the linear part of the frame with direct packet
+// access. Drivers put at least the headers there (veth: 3840 bytes), so a header
+// cut at data_end is treated as truncated.
+static __always_inline enum frame_kind classify(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = bpf_xdp_get_buff_len(ctx); // linear part and fragments
+	struct ethhdr *eth = data;
+	__u32 l2len = sizeof(*eth);
+	__be16 proto;
+	void *l3;
+
+	// A runt without a full Ethernet header is not ours; the kernel drops it.
+	if ((void *)(eth + 1) > data_end)
+		return KIND_OTHER;
+	proto = eth->h_proto;
+	l3 = eth + 1;
+	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+		struct vlan_tag *tag = l3;
+
+		if ((void *)(tag + 1) > data_end)
+			return KIND_MALFORMED;
+		// One tag only: a second one (QinQ) leaves proto a tag type and the frame
+		// goes to the kernel.
+		proto = tag->proto;
+		l3 = tag + 1;
+		l2len += sizeof(*tag);
+	}
+	if (proto == bpf_htons(ETH_P_IP))
+		return classify_ipv4(l3, data_end, len - l2len);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return classify_ipv6(l3, data_end, len - l2len);
+	return KIND_OTHER;
+}
+
+static __always_inline int xrnic(struct xdp_md *ctx)
+{
+	enum frame_kind kind = classify(ctx);
+	__u32 zero = 0;
+	struct counters *c;
+	int verdict = XDP_PASS;
+
+	if (kind == KIND_ROCE) {
+		// Hook for fault injection (a later issue): a config map read here may drop,
+		// duplicate or corrupt the frame at a seeded rate before it is steered.
+		//
+		// The low bits of the flags are the verdict when no socket is at this queue.
+		verdict = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	}
+
+	// Per-CPU slot: plain increments, no atomics.
+	c = bpf_map_lookup_elem(&counters, &zero);
+	if (c) {
+		c->seen++;
+		if (verdict == XDP_REDIRECT)
+			c->redirected++;
+		else
+			c->passed++;
+		if (kind == KIND_MALFORMED)
+			c->malformed++;
+	}
+	return verdict;
+}
+
+// The multi-buffer entry point, the default: RoCE MTU 4096 needs frames of about
+// 4150 bytes, which veth only accepts with a frags program (PLATFORM, "What works").
+SEC("xdp.frags")
+int xrnic_xdp(struct xdp_md *ctx)
+{
+	return xrnic(ctx);
+}
+
+// The single-buffer entry point, for drivers or sockets without multi-buffer
+// support; in native mode on veth it caps the peer MTU at 3506.
+SEC("xdp")
+int xrnic_xdp_single(struct xdp_md *ctx)
+{
+	return xrnic(ctx);
+}
+
+char __license[] SEC("license") = "Dual MIT/GPL";
