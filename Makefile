@@ -27,6 +27,7 @@ test-unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./nic/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME) ./nic/wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseGID$$' -fuzztime $(FUZZTIME) ./nic/netdev/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
