@@ -56,9 +56,9 @@ const RoCEv2Port = 4791
 
 // Sentinel errors; every error a Link returns wraps one of them.
 var (
-	ErrClosed     = errors.New("link closed")
-	ErrBadOption  = errors.New("bad link option")
-	ErrBadFrame   = errors.New("frame cannot be sent on this link")
+	ErrClosed      = errors.New("link closed")
+	ErrBadOption   = errors.New("bad link option")
+	ErrBadFrame    = errors.New("frame cannot be sent on this link")
 	ErrUnavailable = errors.New("link unavailable")
 )
 

@@ -143,8 +143,14 @@ func openUDPSock(a netip.Addr, port, batch int) (*udpSock, error) {
 			return nil, err
 		}
 		s.fd, s.hdr = fd, 14+40+8
-		for _, o := range [][2]int{{unix.IPV6_V6ONLY, 1}, {unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO}} {
-			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, o[0], o[1]); err != nil {
+		for _, o := range [][3]int{
+			{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1},
+			{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO},
+			// RoCEv2 senders (rxe, RNICs) leave the UDP checksum 0 and rely on the
+			// ICRC; accept that over IPv6 as rxe's own tunnel socket does (RFC 6936).
+			{unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1},
+		} {
+			if err := unix.SetsockoptInt(fd, o[0], o[1], o[2]); err != nil {
 				unix.Close(fd)
 				return nil, err
 			}

@@ -45,7 +45,7 @@ func testFrame(src, dst netip.Addr, payload []byte) []byte {
 }
 
 // readN reads until n frames arrived or a deadline passes.
-func readN(t *testing.T, l Link, n int) [][]byte {
+func readN(t testing.TB, l Link, n int) [][]byte {
 	t.Helper()
 	rb, sizes := bufs(64, 9100)
 	var got [][]byte

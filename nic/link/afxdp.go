@@ -1,0 +1,230 @@
+package link
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/nic/xsk"
+)
+
+// AFXDPOptions configures NewAFXDP.
+type AFXDPOptions struct {
+	Interface string
+	Queue     int            // receive queue whose frames this link takes (default 0)
+	Mode      bpf.AttachMode // generic by default: on veth it costs kernel traffic far less (PLATFORM 10)
+	// Socket tunes the AF_XDP socket; zero fields take xsk's defaults. MultiBuffer
+	// is always on: RoCE MTU 4096 needs frames larger than one UMEM chunk.
+	Socket xsk.Options
+	// Attachment, when set, is an XDP attachment the caller owns and shares among the
+	// links of several queues; otherwise the link attaches the program and detaches
+	// it on Close.
+	Attachment *bpf.Attachment
+}
+
+// AFXDP is a Link over an AF_XDP socket fed by the XDP steering program. It follows
+// the Link contract.
+type AFXDP struct {
+	info   Info
+	att    *bpf.Attachment
+	ownAtt bool
+	queue  int
+	sock   *xsk.Socket
+	pkts   []xsk.Packet
+
+	// The data path holds closeMu shared; Close wakes it and takes it exclusively,
+	// so the socket's memory is never unmapped under the owner (xsk's contract).
+	closeMu sync.RWMutex
+	closed  atomic.Bool
+	dropped atomic.Uint64 // frames longer than the reader's buffer
+}
+
+var _ Link = (*AFXDP)(nil)
+
+// NewAFXDP attaches the steering program (unless opts.Attachment is given), opens an
+// AF_XDP socket on the queue and registers it in the program's XSKMAP. It works in
+// the calling thread's network namespace. On any failure nothing stays attached.
+func NewAFXDP(opts AFXDPOptions) (_ *AFXDP, err error) {
+	ifc, err := netdev.Lookup(opts.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := ifc.CheckUp(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	l := &AFXDP{queue: opts.Queue, att: opts.Attachment, pkts: make([]xsk.Packet, 64),
+		info: Info{Kind: KindAFXDP, Name: ifc.Name, Index: ifc.Index, MTU: ifc.MTU, MAC: ifc.MAC}}
+	defer func() {
+		if err != nil {
+			l.release()
+		}
+	}()
+	if l.att == nil {
+		l.att, err = bpf.Attach(ifc.Name, bpf.AttachOptions{Mode: opts.Mode})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		l.ownAtt = true
+	}
+	so := opts.Socket
+	if so == (xsk.Options{}) {
+		so = xsk.DefaultOptions()
+	}
+	so.MultiBuffer = true
+	l.sock, err = xsk.New(ifc.Index, opts.Queue, so)
+	if err != nil {
+		return nil, fmt.Errorf("%w: AF_XDP socket on %s queue %d: %w", ErrUnavailable, ifc.Name, opts.Queue, err)
+	}
+	if err := l.att.RegisterSocket(opts.Queue, l.sock.FD()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return l, nil
+}
+
+// release undoes NewAFXDP: unregister, close the socket, detach what we attached.
+func (l *AFXDP) release() {
+	if l.sock != nil {
+		if l.att != nil {
+			_ = l.att.UnregisterSocket(l.queue)
+		}
+		_ = l.sock.Close()
+		l.sock = nil
+	}
+	if l.ownAtt && l.att != nil {
+		_ = l.att.Close()
+	}
+	l.att = nil
+}
+
+// ReadBatch implements Link: frames are copied out of the UMEM and their chunks go
+// straight back to the fill ring.
+func (l *AFXDP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return 0, ErrClosed
+	}
+	want := min(len(bufs), len(sizes), len(l.pkts))
+	got, err := l.sock.Receive(l.pkts[:want])
+	n := 0
+	for i := 0; i < got; i++ {
+		p := &l.pkts[i]
+		if p.Len() > len(bufs[n]) {
+			l.dropped.Add(1)
+			continue
+		}
+		sizes[n] = p.CopyTo(bufs[n])
+		n++
+	}
+	l.sock.Release(l.pkts[:got])
+	if err != nil {
+		return n, mapXSKErr(err)
+	}
+	return n, nil
+}
+
+// WriteBatch implements Link.
+func (l *AFXDP) WriteBatch(frames [][]byte) (int, error) {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return 0, ErrClosed
+	}
+	n, err := l.sock.Transmit(frames)
+	return n, mapXSKErr(err)
+}
+
+func mapXSKErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, xsk.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
+
+// Wait implements Link.
+func (l *AFXDP) Wait(timeout time.Duration) error {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	_, err := l.sock.Poll(timeout)
+	return mapXSKErr(err)
+}
+
+// Wake implements Link.
+func (l *AFXDP) Wake() {
+	if s := l.socket(); s != nil {
+		_ = s.Wake()
+	}
+}
+
+func (l *AFXDP) socket() *xsk.Socket {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return nil
+	}
+	return l.sock
+}
+
+// Info implements Link.
+func (l *AFXDP) Info() Info { return l.info }
+
+// Stats implements Link. The socket's counters belong to the owner goroutine, so
+// Stats reads the kernel's XDP_STATISTICS and the program's counters, which are
+// safe from anywhere, and this link's own atomics.
+func (l *AFXDP) Stats() Stats {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	st := Stats{RxDropped: l.dropped.Load()}
+	if l.closed.Load() {
+		return st
+	}
+	if ks, err := l.sock.Stats(); err == nil {
+		st.RxDropped += ks.RxDropped + ks.RxRingFull + ks.RxInvalidDescs
+		st.TxErrors += ks.TxInvalidDescs
+	}
+	return st
+}
+
+// ProgramCounters returns the XDP program's per-CPU counters summed (seen,
+// redirected, passed, malformed) for the whole interface.
+func (l *AFXDP) ProgramCounters() (bpf.Counters, error) {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return bpf.Counters{}, ErrClosed
+	}
+	return l.att.Counters()
+}
+
+// SocketStats returns the kernel's XDP_STATISTICS for the link's socket.
+func (l *AFXDP) SocketStats() (xsk.Stats, error) {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return xsk.Stats{}, ErrClosed
+	}
+	return l.sock.Stats()
+}
+
+// Close implements Link: it wakes the owner out of Wait, waits for the data path to
+// leave, unregisters and closes the socket, and detaches the program it attached.
+func (l *AFXDP) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	_ = l.sock.Wake()
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	l.release()
+	return nil
+}

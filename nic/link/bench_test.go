@@ -1,0 +1,48 @@
+package link
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/testenv"
+)
+
+// benchMode is the XDP attach mode of the links openOn makes; XRNIC_XDP_MODE=native
+// switches the benchmark to native mode.
+var benchMode bpf.AttachMode
+
+// BenchmarkVethReceive measures frames/s and Gbit/s received through the AF_XDP link
+// and through the UDP link on the same veth pair in the same run, for 64-byte, 1 KiB
+// and 4 KiB RoCEv2 payloads. The sender is an AF_XDP link in the peer namespace (the
+// fastest sender we have, so the receiver is what is measured); it runs on its own
+// goroutine, and veth's receive work runs on the sender's CPU (PLATFORM 11).
+//
+//	go test -run '^$' -bench VethReceive -benchtime 300000x ./nic/link/
+func BenchmarkVethReceive(b *testing.B) {
+	if os.Getenv("XRNIC_XDP_MODE") == "native" {
+		benchMode = bpf.AttachNative
+		defer func() { benchMode = bpf.AttachGeneric }()
+	}
+	p := testenv.NewTestPair(b, testenv.PairOptions{MTU: 4200})
+	for _, size := range []int{64, 1024, 4096} {
+		for _, rx := range []Kind{KindAFXDP, KindUDP} {
+			b.Run(fmt.Sprintf("%s/%d", rx, size), func(b *testing.B) {
+				lb := openOn(b, &p.B, KindAFXDP)
+				la := openOn(b, &p.A, rx)
+				frame := roceFrame(b, &p.B, &p.A, false, 0, bytes.Repeat([]byte{0xab}, size))
+				b.ResetTimer()
+				r, err := MeasureReceive(lb, la, frame, b.N, time.Hour)
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(r.FramesPerSecond(), "frames/s")
+				b.ReportMetric(r.Gbps(), "Gbit/s")
+			})
+		}
+	}
+}

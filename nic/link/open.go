@@ -1,0 +1,50 @@
+package link
+
+import (
+	"fmt"
+	"log"
+	"net/netip"
+
+	"github.com/xrnic/xrnic/bpf"
+)
+
+// Options configures Open.
+type Options struct {
+	Kind      Kind   // KindAuto (default): AF_XDP when it can attach, else UDP
+	Interface string // required
+	Queue     int
+	Mode      bpf.AttachMode
+	UDPAddrs  []netip.Addr // addresses the UDP link binds; default: the interface's
+	// Logf reports the choice Open made and why (default log.Printf); the fallback
+	// to UDP is never silent.
+	Logf func(format string, args ...any)
+}
+
+// Open returns the link opts ask for. With KindAuto it tries AF_XDP first and, when
+// that fails (no privilege, another XDP program, a kernel without AF_XDP), logs one
+// line saying why and falls back to a UDP socket on port 4791.
+func Open(opts Options) (Link, error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = log.Printf
+	}
+	switch opts.Kind {
+	case KindAFXDP:
+		return NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode})
+	case KindUDP:
+		return NewUDP(UDPOptions{Interface: opts.Interface, Addrs: opts.UDPAddrs})
+	case KindAuto:
+		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode})
+		if err == nil {
+			logf("xrnic: %s: AF_XDP link on queue %d (XDP program attached, %s mode)", opts.Interface, opts.Queue, x.att.Mode())
+			return x, nil
+		}
+		u, uerr := NewUDP(UDPOptions{Interface: opts.Interface, Addrs: opts.UDPAddrs})
+		if uerr != nil {
+			return nil, fmt.Errorf("%w: AF_XDP: %v; UDP fallback: %w", ErrUnavailable, err, uerr)
+		}
+		logf("xrnic: %s: AF_XDP unavailable (%v); falling back to the UDP link on port %d", opts.Interface, err, RoCEv2Port)
+		return u, nil
+	}
+	return nil, fmt.Errorf("%w: link kind %s cannot be opened on an interface", ErrBadOption, opts.Kind)
+}

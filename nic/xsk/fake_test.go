@@ -1,0 +1,393 @@
+package xsk
+
+// A fake kernel that plays the other side of the four rings in plain memory, so
+// that ring arithmetic, multi-buffer chains and frame accounting can be checked
+// against a model with random operations, without root or a NIC.
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// kring is the kernel's view of one ring.
+type kring struct {
+	prod, cons, flags *uint32
+	mask              uint32
+	addrs             []uint64
+	descs             []unix.XDPDesc
+}
+
+var fakeOff = unix.XDPRingOffset{Producer: 0, Consumer: 64, Flags: 128, Desc: 192}
+
+func newRingMem(size int, desc bool) ([]byte, kring) {
+	es := 8
+	if desc {
+		es = 16
+	}
+	// []uint64 backing keeps the words 8-byte aligned.
+	words := make([]uint64, (int(fakeOff.Desc)+size*es)/8)
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
+	k := kring{
+		prod:  (*uint32)(unsafe.Pointer(&mem[fakeOff.Producer])),
+		cons:  (*uint32)(unsafe.Pointer(&mem[fakeOff.Consumer])),
+		flags: (*uint32)(unsafe.Pointer(&mem[fakeOff.Flags])),
+		mask:  uint32(size - 1),
+	}
+	if desc {
+		k.descs = unsafe.Slice((*unix.XDPDesc)(unsafe.Pointer(&mem[fakeOff.Desc])), size)
+	} else {
+		k.addrs = unsafe.Slice((*uint64)(unsafe.Pointer(&mem[fakeOff.Desc])), size)
+	}
+	return mem, k
+}
+
+type fakeKernel struct {
+	t                  testing.TB
+	s                  *Socket
+	umem               []byte
+	fs                 int
+	fill, comp, rx, tx kring
+	budget             int
+	sg                 bool
+	sent               [][]byte // packets assembled from TX descriptors
+	partial            []byte
+	pendingComp        []uint64 // consumed TX addresses not yet completed
+	rxDropped          int
+	delayCompletions   bool
+}
+
+func newFakeSocket(t testing.TB, opts Options) (*Socket, *fakeKernel) {
+	t.Helper()
+	cfg, err := opts.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	umem := make([]byte, cfg.NumFrames*cfg.FrameSize)
+	k := &fakeKernel{t: t, umem: umem, fs: cfg.FrameSize, budget: kernelTxBudget, sg: cfg.MultiBuffer}
+	var mems [4][]byte
+	mems[0], k.fill = newRingMem(cfg.FillRingSize, false)
+	mems[1], k.comp = newRingMem(cfg.CompRingSize, false)
+	mems[2], k.rx = newRingMem(cfg.RxRingSize, true)
+	mems[3], k.tx = newRingMem(cfg.TxRingSize, true)
+	off := unix.XDPMmapOffsets{Rx: fakeOff, Tx: fakeOff, Fr: fakeOff, Cr: fakeOff}
+	s := &Socket{fd: -1, efd: -1, sendto: k.sendto, recvfrom: func() unix.Errno { return 0 }}
+	s.setup(cfg, umem, off, mems)
+	s.refill()
+	k.s = s
+	return s, k
+}
+
+// deliver is the kernel receiving one frame: it takes chunks from the fill
+// ring and produces RX descriptors, whole packets only, like __xsk_rcv.
+func (k *fakeKernel) deliver(frame []byte) bool {
+	per := k.fs - RxHeadroom
+	n := (len(frame) + per - 1) / per
+	fillCons := atomic.LoadUint32(k.fill.cons)
+	avail := atomic.LoadUint32(k.fill.prod) - fillCons
+	rxProd := atomic.LoadUint32(k.rx.prod)
+	rxFree := uint32(len(k.rx.descs)) - (rxProd - atomic.LoadUint32(k.rx.cons))
+	if (n > 1 && !k.sg) || avail < uint32(n) || rxFree < uint32(n) {
+		k.rxDropped++
+		return false
+	}
+	for i := range n {
+		addr := k.fill.addrs[fillCons&k.fill.mask]
+		fillCons++
+		if addr%uint64(k.fs) != 0 || addr >= uint64(len(k.umem)) {
+			k.t.Fatalf("fill ring gave address %#x", addr)
+		}
+		seg := frame[i*per : min(len(frame), (i+1)*per)]
+		copy(k.umem[addr+RxHeadroom:], seg)
+		var opt uint32
+		if i < n-1 {
+			opt = unix.XDP_PKT_CONTD
+		}
+		k.rx.descs[rxProd&k.rx.mask] = unix.XDPDesc{Addr: addr + RxHeadroom, Len: uint32(len(seg)), Options: opt}
+		rxProd++
+	}
+	atomic.StoreUint32(k.fill.cons, fillCons)
+	atomic.StoreUint32(k.rx.prod, rxProd)
+	return true
+}
+
+// sendto is copy-mode TX: at most budget descriptors, each needing a
+// completion slot; EAGAIN when descriptors remain.
+func (k *fakeKernel) sendto() unix.Errno {
+	cons := atomic.LoadUint32(k.tx.cons)
+	prod := atomic.LoadUint32(k.tx.prod)
+	for done := 0; cons != prod; done++ {
+		if done == k.budget {
+			atomic.StoreUint32(k.tx.cons, cons)
+			return unix.EAGAIN
+		}
+		if uint32(len(k.pendingComp))+atomic.LoadUint32(k.comp.prod)-atomic.LoadUint32(k.comp.cons) >= uint32(len(k.comp.addrs)) {
+			atomic.StoreUint32(k.tx.cons, cons)
+			return unix.EAGAIN
+		}
+		d := k.tx.descs[cons&k.tx.mask]
+		cons++
+		off := d.Addr % uint64(k.fs)
+		if d.Len == 0 || off+uint64(d.Len) > uint64(k.fs) || d.Addr >= uint64(len(k.umem)) {
+			k.t.Fatalf("invalid TX descriptor %+v", d)
+		}
+		k.partial = append(k.partial, k.umem[d.Addr:d.Addr+uint64(d.Len)]...)
+		if d.Options&unix.XDP_PKT_CONTD == 0 {
+			k.sent = append(k.sent, k.partial)
+			k.partial = nil
+		}
+		k.pendingComp = append(k.pendingComp, d.Addr)
+	}
+	atomic.StoreUint32(k.tx.cons, cons)
+	if !k.delayCompletions {
+		k.complete(len(k.pendingComp))
+	}
+	return 0
+}
+
+// complete posts the first n pending completions.
+func (k *fakeKernel) complete(n int) {
+	n = min(n, len(k.pendingComp))
+	prod := atomic.LoadUint32(k.comp.prod)
+	for _, a := range k.pendingComp[:n] {
+		k.comp.addrs[prod&k.comp.mask] = a
+		prod++
+	}
+	atomic.StoreUint32(k.comp.prod, prod)
+	k.pendingComp = k.pendingComp[n:]
+}
+
+// TestFakeKernelRandom runs random receive, release, transmit and completion
+// steps against the fake kernel and checks bytes and accounting throughout.
+func TestFakeKernelRandom(t *testing.T) {
+	for seed := range uint64(20) {
+		for _, mb := range []bool{false, true} {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			opts := DefaultOptions()
+			opts.FrameSize = []int{2048, 4096}[seed%2]
+			opts.NumFrames = 32 + rng.IntN(64)
+			opts.MultiBuffer = mb
+			if seed%3 == 0 { // small rings: wrap-around often, fill ring smaller than the pool
+				opts.FillRingSize, opts.RxRingSize, opts.TxRingSize, opts.CompRingSize = 8, 16, 8, 16
+			}
+			s, k := newFakeSocket(t, opts)
+			k.delayCompletions = seed%4 == 1
+			runRandom(t, rng, s, k)
+		}
+	}
+}
+
+func runRandom(t *testing.T, rng *rand.Rand, s *Socket, k *fakeKernel) {
+	var delivered, received [][]byte // RX model
+	var queued [][]byte              // TX model
+	var held []Packet
+	pkts := make([]Packet, 8)
+	maxLen := s.cfg.FrameSize - RxHeadroom
+	if s.cfg.MultiBuffer {
+		maxLen = 3 * s.cfg.FrameSize
+	}
+	seq := 0
+	frame := func(limit int) []byte {
+		seq++
+		return pattern(1+rng.IntN(limit), seq)
+	}
+	for step := range 3000 {
+		switch op := rng.IntN(10); op {
+		case 0, 1: // the kernel receives
+			f := frame(maxLen)
+			if k.deliver(f) {
+				delivered = append(delivered, f)
+			}
+		case 2, 3: // the owner receives
+			n, err := s.Receive(pkts[:1+rng.IntN(len(pkts))])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pkts[:n] {
+				b := make([]byte, p.Len())
+				p.CopyTo(b)
+				received = append(received, b)
+				held = append(held, p)
+			}
+		case 4: // release some held packets, in random order
+			rng.Shuffle(len(held), func(i, j int) { held[i], held[j] = held[j], held[i] })
+			n := rng.IntN(len(held) + 1)
+			s.Release(held[:n])
+			held = held[n:]
+		case 5, 6: // transmit by copy
+			batch := make([][]byte, 1+rng.IntN(6))
+			for i := range batch {
+				batch[i] = frame(s.MaxTxLen())
+			}
+			n, err := s.Transmit(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			queued = append(queued, batch[:n]...)
+		case 7: // transmit in place, maybe cancelling some
+			tf := make([]TxFrame, 1+rng.IntN(4))
+			n := s.NextTxFrames(tf)
+			if rng.IntN(4) == 0 {
+				s.CancelTx(tf[:n])
+				break
+			}
+			var want [][]byte
+			for i := range n {
+				f := frame(s.cfg.FrameSize - 64)
+				off := rng.IntN(64)
+				tf[i].Buf = tf[i].Buf[off : off+copy(tf[i].Buf[off:], f)]
+				want = append(want, f)
+			}
+			got, err := s.SubmitTx(tf[:n])
+			if err != nil || got != n {
+				t.Fatalf("SubmitTx: got (%d, %v), want %d", got, err, n)
+			}
+			queued = append(queued, want...)
+		case 8: // late completions
+			k.complete(rng.IntN(8))
+		case 9: // a double release is refused
+			if len(held) > 0 {
+				dup := []Packet{held[0]}
+				s.Release(held[:1])
+				held = held[1:]
+				bad := s.ctr.RxBadReleases
+				s.Release(dup)
+				if s.ctr.RxBadReleases != bad+1 {
+					t.Fatalf("double release not counted")
+				}
+				s.ctr.RxBadReleases--
+			}
+		}
+		checkAccounting(t, s)
+		if t.Failed() {
+			t.Fatalf("step %d", step)
+		}
+	}
+	// Drain everything and compare with the model.
+	s.Release(held)
+	for {
+		n, _ := s.Receive(pkts)
+		if n == 0 {
+			break
+		}
+		for _, p := range pkts[:n] {
+			b := make([]byte, p.Len())
+			p.CopyTo(b)
+			received = append(received, b)
+		}
+		s.Release(pkts[:n])
+	}
+	k.delayCompletions = false
+	k.complete(len(k.pendingComp))
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	k.complete(len(k.pendingComp))
+	s.reap()
+	if len(received) != len(delivered) {
+		t.Fatalf("received %d packets, kernel delivered %d", len(received), len(delivered))
+	}
+	for i := range received {
+		if !bytes.Equal(received[i], delivered[i]) {
+			t.Fatalf("RX packet %d differs", i)
+		}
+	}
+	if len(k.sent) != len(queued) {
+		t.Fatalf("kernel sent %d packets, queued %d", len(k.sent), len(queued))
+	}
+	for i := range queued {
+		if !bytes.Equal(k.sent[i], queued[i]) {
+			t.Fatalf("TX packet %d differs: %d vs %d bytes", i, len(k.sent[i]), len(queued[i]))
+		}
+	}
+	c := s.Counters()
+	if c.FramesTxFree != s.cfg.TxFrames || c.FramesRxHeld != 0 || c.FramesFill+c.FramesRxFree != s.cfg.rxFrames {
+		t.Fatalf("frames not home after drain: %+v", c)
+	}
+	if c.RxPackets != uint64(len(received)) || c.TxPackets != uint64(len(queued)) {
+		t.Fatalf("packet counters: %+v, model rx %d tx %d", c, len(received), len(queued))
+	}
+}
+
+// TestFakeChainAcrossWrap delivers multi-buffer chains that straddle the end
+// of the RX ring and checks the chain is read whole.
+func TestFakeChainAcrossWrap(t *testing.T) {
+	opts := DefaultOptions()
+	opts.NumFrames, opts.TxFrames = 16, 8
+	opts.RxRingSize, opts.FillRingSize = 8, 8
+	opts.MultiBuffer = true
+	s, k := newFakeSocket(t, opts)
+	pkts := make([]Packet, 4)
+	for i := range 20 {
+		f := pattern(2*(s.cfg.FrameSize-RxHeadroom)+100, i) // three segments
+		if !k.deliver(f) {
+			t.Fatalf("deliver %d refused", i)
+		}
+		n, _ := s.Receive(pkts)
+		if n != 1 || pkts[0].NumSegments() != 3 {
+			t.Fatalf("round %d: got %d packets, %d segments", i, n, pkts[0].NumSegments())
+		}
+		b := make([]byte, pkts[0].Len())
+		pkts[0].CopyTo(b)
+		if !bytes.Equal(b, f) {
+			t.Fatalf("round %d: bytes differ", i)
+		}
+		s.Release(pkts[:1])
+	}
+	checkAccounting(t, s)
+}
+
+// TestFakeKickLoop checks that one Transmit call drains a batch far larger than
+// the per-sendto budget, and stops kicking when the kernel makes no progress.
+func TestFakeKickLoop(t *testing.T) {
+	s, k := newFakeSocket(t, DefaultOptions())
+	batch := make([][]byte, 1000)
+	for i := range batch {
+		batch[i] = pattern(60, i)
+	}
+	n, err := s.Transmit(batch)
+	if n != len(batch) || err != nil {
+		t.Fatalf("Transmit: got (%d, %v)", n, err)
+	}
+	if len(k.sent) != len(batch) {
+		t.Fatalf("kernel sent %d of %d", len(k.sent), len(batch))
+	}
+	if c := s.Counters(); c.TxKicks != uint64((len(batch)+kernelTxBudget-1)/kernelTxBudget) {
+		t.Errorf("TxKicks: got %d, want %d", c.TxKicks, (len(batch)+kernelTxBudget-1)/kernelTxBudget)
+	}
+	// A kernel that never consumes: Transmit gives up after maxKickStalls.
+	k.budget = 0
+	kicks := s.Counters().TxKicks
+	if n, err := s.Transmit(batch[:5]); n != 5 || err != nil {
+		t.Fatalf("Transmit: got (%d, %v)", n, err)
+	}
+	if got := s.Counters().TxKicks - kicks; got != maxKickStalls {
+		t.Errorf("kicks without progress: got %d, want %d", got, maxKickStalls)
+	}
+	k.budget = kernelTxBudget
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.sent) != len(batch)+5 {
+		t.Errorf("after Flush: kernel sent %d, want %d", len(k.sent), len(batch)+5)
+	}
+	// A fatal errno is reported wrapped.
+	s.sendto = func() unix.Errno { return unix.ENETDOWN }
+	if _, err := s.Transmit(batch[:1]); err == nil || !isErr(err, ErrLinkDown, unix.ENETDOWN) {
+		t.Errorf("Transmit on a down link: got %v, want ErrLinkDown wrapping ENETDOWN", err)
+	}
+}
+
+func isErr(err error, targets ...error) bool {
+	for _, t := range targets {
+		if !errors.Is(err, t) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,116 @@
+package xsk
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// Options configure New. Zero numeric fields take the defaults below; start from
+// DefaultOptions, since the zero value of NeedWakeup is false.
+type Options struct {
+	// FrameSize is the UMEM chunk size: 2048 or 4096 (default 4096).
+	FrameSize int
+	// NumFrames is the UMEM size in chunks (default DefaultNumFrames). The UMEM
+	// is pinned memory: see New about RLIMIT_MEMLOCK.
+	NumFrames int
+	// TxFrames is how many of NumFrames serve transmit (default NumFrames/2);
+	// the others feed the fill ring. The two pools never lend frames to each
+	// other, so a burst on one side cannot starve the other.
+	TxFrames int
+
+	// Ring sizes, powers of two. Defaults: FillRingSize and RxRingSize are the
+	// next power of two >= the RX frame count, CompRingSize and TxRingSize the
+	// next power of two >= TxFrames. A fill ring that holds every RX frame lets
+	// Release return frames to the kernel at once (PLATFORM 9: large fill and RX
+	// rings avoid drops under load).
+	FillRingSize, CompRingSize, RxRingSize, TxRingSize int
+
+	// MultiBuffer binds with XDP_USE_SG: frames larger than one chunk arrive as
+	// a chain of descriptors and Transmit may send them as one. The XDP program
+	// must be loaded with BPF_F_XDP_HAS_FRAGS ("xdp.frags"). Without it such
+	// frames are dropped silently (counted in Stats.RxDropped).
+	MultiBuffer bool
+
+	// NeedWakeup binds with XDP_USE_NEED_WAKEUP (DefaultOptions: true): the
+	// kernel says through the ring flags when it needs a syscall. Copy-mode TX
+	// needs a sendto() in any case.
+	NeedWakeup bool
+
+	// ZeroCopy binds with XDP_ZEROCOPY instead of XDP_COPY. veth refuses it
+	// (EOPNOTSUPP, reported as ErrNotSupported); copy mode is the default.
+	ZeroCopy bool
+
+	// TxBudget sets XDP_MAX_TX_SKB_BUDGET: descriptors one sendto() sends in copy
+	// mode. 0 keeps the kernel's 32; otherwise 32..TxRingSize.
+	TxBudget int
+}
+
+// DefaultOptions returns the defaults: 4096-byte frames, 4096 frames split evenly
+// between RX and TX, rings sized to their pools, need-wakeup on, copy mode.
+func DefaultOptions() Options {
+	return Options{NeedWakeup: true}
+}
+
+// config is Options after defaults and checks.
+type config struct {
+	Options
+	rxFrames int
+	shift    uint // log2(FrameSize)
+}
+
+func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+func nextPow2(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+func (o Options) config() (config, error) {
+	c := config{Options: o}
+	bad := func(format string, args ...any) (config, error) {
+		return config{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
+	}
+	if c.FrameSize == 0 {
+		c.FrameSize = DefaultFrameSize
+	}
+	if c.FrameSize != 2048 && c.FrameSize != 4096 {
+		return bad("FrameSize %d: must be 2048 or 4096 (af_xdp.rst: chunks are 2K or 4K)", o.FrameSize)
+	}
+	c.shift = uint(bits.TrailingZeros(uint(c.FrameSize)))
+	if c.NumFrames == 0 {
+		c.NumFrames = DefaultNumFrames
+	}
+	if c.NumFrames < 2 || c.NumFrames > MaxNumFrames {
+		return bad("NumFrames %d: must be 2..%d", o.NumFrames, MaxNumFrames)
+	}
+	if c.TxFrames == 0 {
+		c.TxFrames = c.NumFrames / 2
+	}
+	if c.TxFrames < 1 || c.TxFrames >= c.NumFrames {
+		return bad("TxFrames %d: must be 1..NumFrames-1 (%d)", o.TxFrames, c.NumFrames-1)
+	}
+	c.rxFrames = c.NumFrames - c.TxFrames
+	for _, r := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"FillRingSize", &c.FillRingSize, nextPow2(c.rxFrames)},
+		{"RxRingSize", &c.RxRingSize, nextPow2(c.rxFrames)},
+		{"CompRingSize", &c.CompRingSize, nextPow2(c.TxFrames)},
+		{"TxRingSize", &c.TxRingSize, nextPow2(c.TxFrames)},
+	} {
+		if *r.v == 0 {
+			*r.v = min(r.def, MaxRingSize)
+		}
+		if !isPow2(*r.v) || *r.v > MaxRingSize {
+			return bad("%s %d: must be a power of two in 1..%d", r.name, *r.v, MaxRingSize)
+		}
+	}
+	if c.TxBudget != 0 && (c.TxBudget < kernelTxBudget || c.TxBudget > c.TxRingSize) {
+		return bad("TxBudget %d: must be 0 or %d..TxRingSize (%d)", o.TxBudget, kernelTxBudget, c.TxRingSize)
+	}
+	return c, nil
+}

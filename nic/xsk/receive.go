@@ -1,0 +1,195 @@
+package xsk
+
+// The receive path: RX ring to Packets, Packets back to the fill ring.
+
+import "golang.org/x/sys/unix"
+
+// Packet is one received frame: one UMEM segment, or with MultiBuffer a chain of
+// them (descriptors flagged XDP_PKT_CONTD continue in the next one, af_xdp.rst
+// "Multi-Buffer Support"). Its bytes live in the UMEM and stay valid, and
+// writable, until the Packet is passed to Release. Its methods may run on any
+// goroutine the owner hands the Packet to; Release is the owner's. The zero
+// Packet is empty.
+type Packet struct {
+	s    *Socket
+	head uint32 // frame of the first segment
+	segs uint32
+	n    int
+}
+
+// Len returns the frame's length in bytes, over all segments.
+func (p *Packet) Len() int { return p.n }
+
+// NumSegments returns how many UMEM segments hold the frame (1 unless the frame
+// was larger than FrameSize-RxHeadroom and MultiBuffer is on).
+func (p *Packet) NumSegments() int { return int(p.segs) }
+
+// Segment returns segment i, in order. The slice aliases the UMEM.
+func (p *Packet) Segment(i int) []byte {
+	if i < 0 || i >= int(p.segs) {
+		panic("xsk: Packet.Segment index out of range")
+	}
+	s := p.s
+	f := p.head
+	for ; i > 0; i-- {
+		f = s.meta[f].next
+	}
+	m := s.meta[f]
+	lo := uint64(f)<<s.cfg.shift + uint64(m.off)
+	hi := lo + uint64(m.len)
+	return s.umem[lo:hi:hi]
+}
+
+// CopyTo copies the frame into dst and returns the bytes copied: Len(), or
+// len(dst) when dst is shorter.
+func (p *Packet) CopyTo(dst []byte) int {
+	n := 0
+	for i := 0; i < int(p.segs) && n < len(dst); i++ {
+		n += copy(dst[n:], p.Segment(i))
+	}
+	return n
+}
+
+// Bytes returns the frame as one slice: the UMEM segment itself when there is
+// one segment (no copy), else a copy in scratch. A scratch shorter than Len()
+// gives a truncated frame: check len(result) == Len().
+func (p *Packet) Bytes(scratch []byte) []byte {
+	if p.segs == 1 {
+		return p.Segment(0)
+	}
+	return scratch[:p.CopyTo(scratch)]
+}
+
+// Receive takes up to len(pkts) complete packets from the RX ring without
+// blocking and stores them in pkts[:n], overwriting what was there: release
+// packets before reusing their slots, or their frames stay held. Each Packet
+// holds its UMEM frames until Release; held frames are not on the fill ring, so
+// hold few and briefly (an empty fill ring drops packets, PLATFORM 9). RX-ring
+// slots go back to the kernel at once. The error is ErrClosed or nil. Owner
+// only; no allocation.
+func (s *Socket) Receive(pkts []Packet) (int, error) {
+	if s.closed {
+		return 0, ErrClosed
+	}
+	r := &s.rx
+	if r.avail() == 0 {
+		return 0, nil
+	}
+	n := 0
+	descs, bytes := 0, 0
+	cons := r.cachedCons
+	for n < len(pkts) && cons != r.cachedProd {
+		// Find the packet's last descriptor. The kernel publishes whole
+		// packets (af_xdp.rst: "only a complete packet ... is sent to the
+		// application"), so a chain cut at the producer is not expected;
+		// leave it for the next call if it happens.
+		end := cons
+		for r.descs[end&r.mask].Options&unix.XDP_PKT_CONTD != 0 {
+			end++
+			if end == r.cachedProd {
+				goto done
+			}
+		}
+		end++
+		head, prev := noFrame, noFrame
+		segs, plen := uint32(0), 0
+		for i := cons; i != end; i++ {
+			d := r.descs[i&r.mask]
+			f := uint32(d.Addr >> s.cfg.shift)
+			if uint64(f) >= uint64(s.cfg.rxFrames) || s.state[f] != stFill {
+				s.ctr.RxBadDescs++
+				continue
+			}
+			s.state[f] = stRxHeld
+			s.meta[f] = segMeta{off: uint16(d.Addr & uint64(s.cfg.FrameSize-1)), len: uint16(d.Len), next: noFrame}
+			if prev == noFrame {
+				head = f
+			} else {
+				s.meta[prev].next = f
+			}
+			prev = f
+			segs++
+			plen += int(d.Len)
+		}
+		descs += int(end - cons)
+		cons = end
+		if segs == 0 {
+			continue
+		}
+		s.fillN -= int(segs)
+		s.rxHeld += int(segs)
+		pkts[n] = Packet{s: s, head: head, segs: segs, n: plen}
+		bytes += plen
+		n++
+	}
+done:
+	if cons != r.cachedCons {
+		r.cachedCons = cons
+		r.release()
+	}
+	s.ctr.RxPackets += uint64(n)
+	s.ctr.RxDescs += uint64(descs)
+	s.ctr.RxBytes += uint64(bytes)
+	return n, nil
+}
+
+// Release gives the packets' frames back to the kernel through the fill ring,
+// in one batch, and clears the Packets. A Packet already released, or from
+// another Socket, is counted in RxBadReleases and skipped. Owner only; no
+// allocation.
+func (s *Socket) Release(pkts []Packet) {
+	if s.closed {
+		return
+	}
+	for i := range pkts {
+		p := &pkts[i]
+		if p.segs == 0 {
+			continue
+		}
+		if p.s != s {
+			s.ctr.RxBadReleases++
+			continue
+		}
+		f := p.head
+		for k := uint32(0); k < p.segs; k++ {
+			if uint64(f) >= uint64(len(s.meta)) || s.state[f] != stRxHeld {
+				s.ctr.RxBadReleases++
+				break
+			}
+			next := s.meta[f].next
+			s.state[f] = stRxFree
+			s.rxFree[s.rxFreeN] = f
+			s.rxFreeN++
+			s.rxHeld--
+			f = next
+		}
+		*p = Packet{}
+	}
+	s.refill()
+}
+
+// refill moves free RX frames onto the fill ring and wakes the kernel if it
+// asked for it (af_xdp.rst "XDP_USE_NEED_WAKEUP": the flag on the fill ring
+// means poll() or recvfrom() must follow).
+func (s *Socket) refill() {
+	if s.rxFreeN == 0 {
+		return
+	}
+	r := &s.fill
+	k := min(int(r.free(uint32(s.rxFreeN))), s.rxFreeN)
+	for range k {
+		s.rxFreeN--
+		f := s.rxFree[s.rxFreeN]
+		s.state[f] = stFill
+		r.addrs[r.cachedProd&r.mask] = uint64(f) << s.cfg.shift
+		r.cachedProd++
+	}
+	if k > 0 {
+		r.submit()
+		s.fillN += k
+	}
+	if s.cfg.NeedWakeup && r.needWakeup() {
+		s.ctr.RxWakeups++
+		s.recvfrom()
+	}
+}

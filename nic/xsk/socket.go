@@ -1,0 +1,500 @@
+package xsk
+
+// Socket setup and teardown: UMEM registration, ring creation and mapping, bind,
+// and the calls that are safe from any goroutine (FD, Stats, Wake, Close).
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// frameState is where a UMEM frame is. Each frame is in exactly one state, so a
+// frame is never lost or used twice; the checks cost one byte per descriptor.
+type frameState uint8
+
+const (
+	stRxFree     frameState = iota // RX pool, in rxFree, waiting for fill-ring room
+	stFill                         // RX pool, owned by the kernel (fill ring, RX ring)
+	stRxHeld                       // RX pool, returned by Receive, not yet Released
+	stTxFree                       // TX pool, in txFree
+	stTxReserved                   // TX pool, handed out by NextTxFrames
+	stTxChecking                   // TX pool, inside SubmitTx's validation pass
+	stTx                           // TX pool, in the TX ring or in flight until completed
+)
+
+// segMeta is one received segment: its offset and length inside its frame, and
+// the frame of the next segment of the same packet.
+type segMeta struct {
+	off  uint16
+	len  uint16
+	next uint32
+}
+
+const noFrame = ^uint32(0)
+
+// Socket is one AF_XDP socket bound to one queue of one interface, with its own
+// UMEM. See the package documentation for the concurrency contract: one owner
+// goroutine runs the data path; FD, Stats and Wake are safe from anywhere; Close
+// needs the owner to have stopped.
+type Socket struct {
+	// Owner state: no locks (the owner is the only goroutine touching it).
+	cfg   config
+	umem  []byte
+	fill  addrRing
+	comp  addrRing
+	rx    descRing
+	tx    descRing
+	state []frameState // per frame
+	meta  []segMeta    // per RX frame
+	// Free stacks of frame indices: rxFree[:rxFreeN], txFree[:txFreeN].
+	rxFree  []uint32
+	txFree  []uint32
+	rxFreeN int
+	txFreeN int
+	// Frame accounting beyond the free stacks (Counters reports all of it).
+	fillN      int // frames the kernel owns for RX
+	rxHeld     int // frames held by the owner after Receive
+	txReserved int // frames handed out by NextTxFrames (each holds a TX slot)
+	txInFlight int // frames in the TX ring or awaiting completion
+	maxSegs    int // longest TX chain accepted
+	ctr        Counters
+	pfd        [2]unix.PollFd
+	efdBuf     [8]byte
+	// sendto and recvfrom are replaced by tests that play the kernel.
+	sendto   func() unix.Errno
+	recvfrom func() unix.Errno
+
+	// closed is written by Close under mu; the owner reads it without mu, which
+	// is sound because Close never runs concurrently with the owner.
+	closed bool
+
+	// mu guards fd, efd and maps against Close for FD, Stats and Wake.
+	mu   sync.RWMutex
+	fd   int
+	efd  int
+	maps [][]byte // every mapping, unmapped by Close
+	one  [8]byte  // the eventfd increment, written once by New
+}
+
+// Stats are the kernel's drop counters for the socket (XDP_STATISTICS).
+type Stats struct {
+	RxDropped            uint64 // dropped for reasons other than invalid descriptors, e.g. fill ring empty or multi-buffer without XDP_USE_SG
+	RxInvalidDescs       uint64 // invalid descriptors on the fill ring
+	TxInvalidDescs       uint64 // invalid TX descriptors, or frames the device dropped
+	RxRingFull           uint64 // dropped because the RX ring was full
+	RxFillRingEmptyDescs uint64 // times the kernel found the fill ring empty (PLATFORM 9)
+	TxRingEmptyDescs     uint64 // times the kernel found the TX ring empty
+}
+
+// Counters are the socket's user-space counters, named like rxe's hw counters,
+// and a snapshot of where every UMEM frame is. Frame fields always sum to
+// NumFrames.
+type Counters struct {
+	RxPackets     uint64 // packets returned by Receive
+	RxDescs       uint64 // descriptors consumed from the RX ring
+	RxBytes       uint64
+	RxBadDescs    uint64 // RX descriptors naming a frame the kernel did not own: skipped
+	RxBadReleases uint64 // Release of a frame not held (double release, foreign Packet)
+	RxWakeups     uint64 // recvfrom() calls because the fill ring needed a wakeup
+
+	TxPackets        uint64 // packets queued on the TX ring
+	TxDescs          uint64 // descriptors queued on the TX ring
+	TxBytes          uint64
+	TxDropped        uint64 // packets refused without sending: empty, too large, broken chain
+	TxRingFull       uint64 // Transmit or NextTxFrames calls cut short for lack of frames or slots
+	TxKicks          uint64 // sendto() calls
+	TxKickAgain      uint64 // sendto() calls that returned EAGAIN, EBUSY or ENOBUFS
+	TxCompletions    uint64 // completion-ring entries reaped
+	TxBadCompletions uint64 // completions naming a frame not in flight: ignored
+
+	FramesRxFree     int // RX pool, waiting for room on the fill ring
+	FramesFill       int // RX pool, owned by the kernel
+	FramesRxHeld     int // RX pool, held by the owner (Receive without Release)
+	FramesTxFree     int // TX pool, free
+	FramesTxReserved int // TX pool, reserved by NextTxFrames
+	FramesTxInFlight int // TX pool, queued or sent but not yet reaped from the completion ring
+}
+
+// New creates an AF_XDP socket with its own UMEM, bound to queue queueID of the
+// interface ifindex in the calling thread's network namespace (callers that
+// switch namespaces must hold runtime.LockOSThread). RX frames are posted to the
+// fill ring before New returns. An XDP program must redirect into an XSKMAP entry
+// holding FD() for anything to arrive.
+//
+// The UMEM is pinned memory. Without CAP_IPC_LOCK it counts against
+// RLIMIT_MEMLOCK (PLATFORM 1), so New raises the process's soft limit (to
+// infinity when allowed, else to the hard limit) when it is below the UMEM size;
+// this is process-wide, like cilium/ebpf's rlimit.RemoveMemlock.
+//
+// A re-bind right after a Close of the same queue may find the queue still busy
+// (the kernel releases it asynchronously); New retries for up to 2 s.
+func New(ifindex, queueID int, opts Options) (*Socket, error) {
+	cfg, err := opts.config()
+	if err != nil {
+		return nil, err
+	}
+	if ifindex <= 0 {
+		return nil, fmt.Errorf("%w: ifindex %d", ErrNoInterface, ifindex)
+	}
+	if queueID < 0 {
+		return nil, fmt.Errorf("%w: queue %d", ErrNoQueue, queueID)
+	}
+	s := &Socket{fd: -1, efd: -1}
+	ok := false
+	defer func() {
+		if !ok {
+			s.release()
+		}
+	}()
+
+	umemLen := cfg.NumFrames * cfg.FrameSize
+	raiseMemlock(uint64(umemLen))
+
+	if s.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+		return nil, errSys(nil, "socket(AF_XDP)", err, "")
+	}
+	// Page-aligned anonymous memory: chunks never straddle pages (af_xdp.rst UMEM).
+	umem, err := unix.Mmap(-1, 0, umemLen, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, errSys(nil, "mmap UMEM", err, fmt.Sprintf("%d bytes", umemLen))
+	}
+	s.maps = append(s.maps, umem)
+	reg := unix.XDPUmemReg{
+		Addr: uint64(uintptr(unsafe.Pointer(&umem[0]))),
+		Len:  uint64(umemLen),
+		Size: uint32(cfg.FrameSize),
+	}
+	if err := setsockoptPtr(s.fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+		var sentinel error
+		if errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) {
+			sentinel = ErrMemlock
+		}
+		return nil, errSys(sentinel, "setsockopt(XDP_UMEM_REG)", err,
+			fmt.Sprintf("%d frames of %d bytes", cfg.NumFrames, cfg.FrameSize))
+	}
+	for _, r := range []struct {
+		opt  int
+		size int
+		name string
+	}{
+		{unix.XDP_UMEM_FILL_RING, cfg.FillRingSize, "XDP_UMEM_FILL_RING"},
+		{unix.XDP_UMEM_COMPLETION_RING, cfg.CompRingSize, "XDP_UMEM_COMPLETION_RING"},
+		{unix.XDP_RX_RING, cfg.RxRingSize, "XDP_RX_RING"},
+		{unix.XDP_TX_RING, cfg.TxRingSize, "XDP_TX_RING"},
+	} {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, r.opt, r.size); err != nil {
+			return nil, errSys(nil, "setsockopt("+r.name+")", err, fmt.Sprintf("%d entries", r.size))
+		}
+	}
+	// The v2 offsets carry the flags word need-wakeup lives in; a kernel that
+	// answers with the shorter v1 struct (before 5.4) cannot do need-wakeup.
+	var off unix.XDPMmapOffsets
+	offLen := uint32(unsafe.Sizeof(off))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
+		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&offLen)), 0); e != 0 {
+		return nil, errSys(nil, "getsockopt(XDP_MMAP_OFFSETS)", e, "")
+	}
+	if offLen != uint32(unsafe.Sizeof(off)) {
+		return nil, fmt.Errorf("%w: XDP_MMAP_OFFSETS returned %d bytes, want the v2 struct (%d)",
+			ErrNotSupported, offLen, unsafe.Sizeof(off))
+	}
+	var mems [4][]byte
+	for i, r := range []struct {
+		pgoff int64
+		ro    unix.XDPRingOffset
+		bytes uint64
+	}{
+		{unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, off.Fr.Desc + uint64(cfg.FillRingSize)*sizeofAddr},
+		{unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, off.Cr.Desc + uint64(cfg.CompRingSize)*sizeofAddr},
+		{unix.XDP_PGOFF_RX_RING, off.Rx, off.Rx.Desc + uint64(cfg.RxRingSize)*sizeofDesc},
+		{unix.XDP_PGOFF_TX_RING, off.Tx, off.Tx.Desc + uint64(cfg.TxRingSize)*sizeofDesc},
+	} {
+		m, err := unix.Mmap(s.fd, r.pgoff, int(r.bytes), unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_SHARED|unix.MAP_POPULATE)
+		if err != nil {
+			return nil, errSys(nil, "mmap ring", err, fmt.Sprintf("offset %#x", r.pgoff))
+		}
+		s.maps = append(s.maps, m)
+		mems[i] = m
+	}
+	if cfg.TxBudget != 0 {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, cfg.TxBudget); err != nil {
+			var sentinel error
+			if errors.Is(err, unix.ENOPROTOOPT) {
+				sentinel = ErrNotSupported
+			}
+			return nil, errSys(sentinel, "setsockopt(XDP_MAX_TX_SKB_BUDGET)", err, fmt.Sprint(cfg.TxBudget))
+		}
+	}
+
+	s.setup(cfg, umem, off, mems)
+	s.refill() // the kernel has buffers from the first packet on
+
+	if err := bind(s.fd, ifindex, queueID, cfg); err != nil {
+		return nil, err
+	}
+	if s.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return nil, errSys(nil, "eventfd", err, "")
+	}
+	s.one[0] = 1 // little-endian uint64 1
+	ok = true
+	return s, nil
+}
+
+// setup builds the user-space view of the rings and the frame pools. Tests call
+// it on plain memory to play the kernel's side.
+func (s *Socket) setup(cfg config, umem []byte, off unix.XDPMmapOffsets, mems [4][]byte) {
+	s.cfg = cfg
+	s.umem = umem
+	s.fill.init(mems[0], off.Fr, uint32(cfg.FillRingSize))
+	s.comp.init(mems[1], off.Cr, uint32(cfg.CompRingSize))
+	s.rx.init(mems[2], off.Rx, uint32(cfg.RxRingSize))
+	s.tx.init(mems[3], off.Tx, uint32(cfg.TxRingSize))
+	s.state = make([]frameState, cfg.NumFrames)
+	s.meta = make([]segMeta, cfg.rxFrames)
+	// Frames [0, rxFrames) feed the fill ring, the rest transmit. Pushed in
+	// reverse so that the lowest frames are used first.
+	s.rxFree = make([]uint32, cfg.rxFrames)
+	for i := range s.rxFree {
+		s.rxFree[i] = uint32(cfg.rxFrames - 1 - i)
+		s.state[s.rxFree[i]] = stRxFree
+	}
+	s.rxFreeN = cfg.rxFrames
+	s.txFree = make([]uint32, cfg.TxFrames)
+	for i := range s.txFree {
+		f := uint32(cfg.NumFrames - 1 - i)
+		s.txFree[i] = f
+		s.state[f] = stTxFree
+	}
+	s.txFreeN = cfg.TxFrames
+	s.maxSegs = 1
+	if cfg.MultiBuffer {
+		s.maxSegs = min(MaxSegments, cfg.TxRingSize, cfg.TxFrames)
+	}
+	if s.sendto == nil {
+		s.sendto = s.sysSendto
+	}
+	if s.recvfrom == nil {
+		s.recvfrom = s.sysRecvfrom
+	}
+}
+
+// bind binds fd, retrying while a closed socket still holds the queue.
+func bind(fd, ifindex, queueID int, cfg config) error {
+	flags := uint16(unix.XDP_COPY)
+	if cfg.ZeroCopy {
+		flags = unix.XDP_ZEROCOPY
+	}
+	if cfg.NeedWakeup {
+		flags |= unix.XDP_USE_NEED_WAKEUP
+	}
+	if cfg.MultiBuffer {
+		flags |= unix.XDP_USE_SG
+	}
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(queueID)}
+	deadline := time.Now().Add(bindRetryTimeout)
+	delay := bindRetryDelay
+	for {
+		err := unix.Bind(fd, sa)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(delay)
+			delay = min(2*delay, 50*time.Millisecond)
+			continue
+		case errors.Is(err, unix.EBUSY):
+			return errSys(ErrBusy, "bind", err, fmt.Sprintf("ifindex %d queue %d still busy after %v", ifindex, queueID, bindRetryTimeout))
+		case errors.Is(err, unix.ENODEV):
+			return errSys(ErrNoInterface, "bind", err, fmt.Sprintf("ifindex %d", ifindex))
+		case errors.Is(err, unix.EOPNOTSUPP) && cfg.ZeroCopy:
+			return errSys(ErrNotSupported, "bind", err, fmt.Sprintf("zero-copy on ifindex %d", ifindex))
+		case errors.Is(err, unix.EINVAL):
+			// xsk_reg_pool_at_qid: EINVAL when the queue id is at or above both
+			// queue counts. Ask the kernel for them to tell that case apart.
+			if l, lerr := netlink.LinkByIndex(ifindex); lerr == nil {
+				a := l.Attrs()
+				if n := max(a.NumRxQueues, a.NumTxQueues); queueID >= n {
+					return errSys(ErrNoQueue, "bind", err, fmt.Sprintf("queue %d, but %s has %d RX and %d TX queues",
+						queueID, a.Name, a.NumRxQueues, a.NumTxQueues))
+				}
+			}
+			return errSys(nil, "bind", err, fmt.Sprintf("ifindex %d queue %d flags %#x", ifindex, queueID, flags))
+		default:
+			return errSys(nil, "bind", err, fmt.Sprintf("ifindex %d queue %d flags %#x", ifindex, queueID, flags))
+		}
+	}
+}
+
+func setsockoptPtr(fd, opt int, p unsafe.Pointer, n uintptr) error {
+	if _, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt),
+		uintptr(p), n, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// raiseMemlock lifts RLIMIT_MEMLOCK's soft limit when it is below need. Errors
+// are ignored: with CAP_IPC_LOCK the limit does not apply, and without it the
+// UMEM registration reports ErrMemlock.
+func raiseMemlock(need uint64) {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) != nil || lim.Cur == unix.RLIM_INFINITY || lim.Cur >= need {
+		return
+	}
+	if unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}) == nil {
+		return
+	}
+	if lim.Max > lim.Cur {
+		_ = unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: lim.Max, Max: lim.Max})
+	}
+}
+
+func (s *Socket) sysSendto() unix.Errno {
+	_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	return e
+}
+
+func (s *Socket) sysRecvfrom() unix.Errno {
+	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	return e
+}
+
+// FD returns the socket's file descriptor, for the XSKMAP entry; -1 after Close.
+// Safe from any goroutine.
+func (s *Socket) FD() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.fd
+}
+
+// FrameSize returns the UMEM chunk size.
+func (s *Socket) FrameSize() int { return s.cfg.FrameSize }
+
+// MaxTxLen returns the largest frame Transmit accepts: one chunk, or
+// MaxSegments chunks (bounded by the TX ring and pool) with MultiBuffer.
+func (s *Socket) MaxTxLen() int { return s.maxSegs * s.cfg.FrameSize }
+
+// Stats reads the kernel's counters (XDP_STATISTICS). Safe from any goroutine;
+// ErrClosed after Close.
+func (s *Socket) Stats() (Stats, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return Stats{}, ErrClosed
+	}
+	var st unix.XDPStatistics
+	n := uint32(unsafe.Sizeof(st))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_STATISTICS,
+		uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&n)), 0); e != 0 {
+		return Stats{}, errSys(nil, "getsockopt(XDP_STATISTICS)", e, "")
+	}
+	return Stats{
+		RxDropped:            st.Rx_dropped,
+		RxInvalidDescs:       st.Rx_invalid_descs,
+		TxInvalidDescs:       st.Tx_invalid_descs,
+		RxRingFull:           st.Rx_ring_full,
+		RxFillRingEmptyDescs: st.Rx_fill_ring_empty_descs,
+		TxRingEmptyDescs:     st.Tx_ring_empty_descs,
+	}, nil
+}
+
+// Counters returns the user-space counters and the frame accounting. Owner only.
+func (s *Socket) Counters() Counters {
+	c := s.ctr
+	c.FramesRxFree = s.rxFreeN
+	c.FramesFill = s.fillN
+	c.FramesRxHeld = s.rxHeld
+	c.FramesTxFree = s.txFreeN
+	c.FramesTxReserved = s.txReserved
+	c.FramesTxInFlight = s.txInFlight
+	return c
+}
+
+// Poll blocks until the RX ring has descriptors, Wake is called, or timeout
+// passes (negative: no timeout; zero: just look). It reports whether Receive
+// has something. It returns at once when descriptors are already waiting. In
+// copy mode the kernel's poll also pushes pending TX descriptors out. Poll does
+// not notice a vanished interface: use a finite timeout. Owner only.
+func (s *Socket) Poll(timeout time.Duration) (readable bool, err error) {
+	if s.closed {
+		return false, ErrClosed
+	}
+	if s.rx.avail() > 0 {
+		return true, nil
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	s.pfd[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
+	s.pfd[1] = unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN}
+	if _, err := unix.Poll(s.pfd[:], ms); err != nil {
+		if errors.Is(err, unix.EINTR) {
+			return false, nil
+		}
+		return false, errSys(nil, "poll", err, "")
+	}
+	if s.pfd[1].Revents&unix.POLLIN != 0 {
+		_, _ = unix.Read(s.efd, s.efdBuf[:]) // reset the eventfd; EAGAIN if a racing read won
+	}
+	return s.pfd[0].Revents&unix.POLLIN != 0, nil
+}
+
+// Wake makes a Poll in progress (or the next one) return at once. Safe from any
+// goroutine; it is the doorbell for an owner sleeping in Poll.
+func (s *Socket) Wake() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if _, err := unix.Write(s.efd, s.one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
+		return errSys(nil, "write(eventfd)", err, "")
+	}
+	return nil
+}
+
+// Close unmaps the rings and the UMEM and closes the socket. It is idempotent
+// and safe from any goroutine, provided the owner goroutine has stopped using
+// the Socket: Packets and TxFrames point into memory Close unmaps. To stop an
+// owner sleeping in Poll, call Wake first.
+func (s *Socket) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.release()
+}
+
+// release frees whatever New acquired. Called with mu held, or from New before
+// the Socket escapes.
+func (s *Socket) release() error {
+	var errs []error
+	for _, m := range s.maps {
+		if err := unix.Munmap(m); err != nil {
+			errs = append(errs, errSys(nil, "munmap", err, ""))
+		}
+	}
+	s.maps = nil
+	s.umem = nil
+	s.fill.addrs, s.comp.addrs, s.rx.descs, s.tx.descs = nil, nil, nil, nil
+	for _, fd := range []*int{&s.fd, &s.efd} {
+		if *fd >= 0 {
+			if err := unix.Close(*fd); err != nil {
+				errs = append(errs, errSys(nil, "close", err, ""))
+			}
+			*fd = -1
+		}
+	}
+	return errors.Join(errs...)
+}
