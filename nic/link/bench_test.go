@@ -17,9 +17,9 @@ var benchMode bpf.AttachMode
 
 // BenchmarkVethReceive measures frames/s and Gbit/s received through the AF_XDP link
 // and through the UDP link on the same veth pair in the same run, for 64-byte, 1 KiB
-// and 4 KiB RoCEv2 payloads. The sender is an AF_XDP link in the peer namespace (the
-// fastest sender we have, so the receiver is what is measured); it runs on its own
-// goroutine, and veth's receive work runs on the sender's CPU (PLATFORM 11).
+// and 4 KiB RoCEv2 payloads. Both ends use the same kind of link (the two ways xrnic
+// is deployed). The sender runs on its own goroutine; veth's receive work runs on the
+// sender's CPU (PLATFORM 11), so each needs a core.
 //
 //	go test -run '^$' -bench VethReceive -benchtime 300000x ./nic/link/
 func BenchmarkVethReceive(b *testing.B) {
@@ -31,7 +31,7 @@ func BenchmarkVethReceive(b *testing.B) {
 	for _, size := range []int{64, 1024, 4096} {
 		for _, rx := range []Kind{KindAFXDP, KindUDP} {
 			b.Run(fmt.Sprintf("%s/%d", rx, size), func(b *testing.B) {
-				lb := openOn(b, &p.B, KindAFXDP)
+				lb := openOn(b, &p.B, rx)
 				la := openOn(b, &p.A, rx)
 				frame := roceFrame(b, &p.B, &p.A, false, 0, bytes.Repeat([]byte{0xab}, size))
 				b.ResetTimer()

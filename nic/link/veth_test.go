@@ -43,30 +43,14 @@ func openOn(t testing.TB, e *testenv.Endpoint, k Kind) Link {
 	return l
 }
 
-// roceFrame builds a RoCEv2 RC SEND Only from src to dst as a sender on link kind k
-// must: a UDP socket sends from port 4791 with IPv4 identification 0 and DF.
+// roceFrame builds the test traffic: testenv.RoCESendOnly, failing t on error.
 func roceFrame(t testing.TB, src, dst *testenv.Endpoint, v6 bool, psn uint32, payload []byte) []byte {
 	t.Helper()
-	f := wire.FrameFields{
-		Ethernet:  wire.EthernetFields{Dst: wire.MAC(dst.MAC), Src: wire.MAC(src.MAC)},
-		IPVersion: 4,
-		IPv4:      wire.IPv4Fields{Flags: wire.IPv4FlagDF, TTL: 64, Src: src.IPv4, Dst: dst.IPv4},
-		UDP:       wire.UDPFields{SrcPort: RoCEv2Port},
-		IB: wire.IBFields{
-			BTH:     wire.BTHFields{Opcode: wire.RCSendOnly, PKey: 0xffff, DestQPN: 0x11, PSN: wire.PSN(psn), AckReq: true},
-			Payload: payload,
-		},
-	}
-	if v6 {
-		f.IPVersion = 6
-		f.IPv6 = wire.IPv6Fields{HopLimit: 64, Src: src.IPv6, Dst: dst.IPv6}
-	}
-	b := make([]byte, f.Len())
-	n, err := f.Encode(b)
+	f, err := testenv.RoCESendOnly(src, dst, v6, psn, payload)
 	if err != nil {
-		t.Fatalf("encode: %v", err)
+		t.Fatal(err)
 	}
-	return b[:n]
+	return f
 }
 
 // sameFrame compares what a receiver saw with what was sent. MACs are not compared

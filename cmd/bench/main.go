@@ -1,0 +1,135 @@
+// Command bench is xrnic's perftest-shaped benchmark tool.
+//
+// Today it has one test, the data-path baseline that the transport's figures are
+// compared with:
+//
+//	bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]
+//
+// It builds two network namespaces joined by a veth pair and floods RoCEv2 frames from
+// one to the other, first with the AF_XDP link on both ends, then with the UDP link on
+// both ends (the two ways xrnic can be deployed), and reports what the receiver got,
+// in the same run. It needs root (namespaces, veth, XDP). The perftest
+// tests (write_bw, send_lat, ...) arrive with the verbs API.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	flag "github.com/spf13/pflag"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/testenv"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage: bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
+
+func run(args []string, out io.Writer) error {
+	if len(args) == 0 || args[0] != "link" {
+		return errUsage
+	}
+	fs := flag.NewFlagSet("bench link", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	sizes := fs.IntSlice("sizes", []int{64, 1024, 4096}, "RoCEv2 payload sizes in bytes")
+	dur := fs.Duration("duration", 2*time.Second, "time per measurement")
+	mode := fs.String("xdp-mode", "generic", "XDP attach mode: generic or native")
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("%v (%w)", err, errUsage)
+	}
+	var am bpf.AttachMode
+	switch *mode {
+	case "generic":
+		am = bpf.AttachGeneric
+	case "native":
+		am = bpf.AttachNative
+	default:
+		return fmt.Errorf("unknown --xdp-mode %q (%w)", *mode, errUsage)
+	}
+	for _, s := range *sizes {
+		if s < 0 || s > 4096 {
+			return fmt.Errorf("payload size %d outside 0..4096", s)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("bench link needs root: it creates namespaces, a veth pair and attaches XDP")
+	}
+	p, err := testenv.NewVethPair(testenv.PairOptions{Label: "bench", MTU: 4200})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	// Ctrl-C still removes the namespaces.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-sig:
+			p.Close()
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+
+	fmt.Fprintf(out, "veth pair %s (%s) -> %s (%s), MTU 4200, XDP %s mode\n",
+		p.B.Name, p.B.NS.Name, p.A.Name, p.A.NS.Name, am)
+	fmt.Fprintf(out, "%-9s %-8s %12s %10s %10s\n", "payload", "link", "frames/s", "Gbit/s", "vs udp")
+	for _, size := range *sizes {
+		var res [2]link.ReceiveResult
+		for i, k := range []link.Kind{link.KindAFXDP, link.KindUDP} {
+			r, err := measure(p, am, k, size, *dur)
+			if err != nil {
+				return fmt.Errorf("%d-byte payload, %s link: %w", size, k, err)
+			}
+			res[i] = r
+		}
+		for i, k := range []link.Kind{link.KindAFXDP, link.KindUDP} {
+			fmt.Fprintf(out, "%-9d %-8s %12.0f %10.3f %9.2fx\n", size, k, res[i].FramesPerSecond(), res[i].Gbps(),
+				res[i].FramesPerSecond()/res[1].FramesPerSecond())
+		}
+	}
+	return nil
+}
+
+// measure floods B -> A with links of kind k on both ends.
+func measure(p *testenv.Pair, am bpf.AttachMode, k link.Kind, size int, dur time.Duration) (link.ReceiveResult, error) {
+	tx, err := open(&p.B, am, k)
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	defer tx.Close()
+	rx, err := open(&p.A, am, k)
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	defer rx.Close()
+	frame, err := testenv.RoCESendOnly(&p.B, &p.A, false, 0, []byte(strings.Repeat("x", size)))
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	return link.MeasureReceive(tx, rx, frame, 0, dur)
+}
+
+func open(e *testenv.Endpoint, am bpf.AttachMode, k link.Kind) (l link.Link, err error) {
+	err = e.Do(func() (err error) {
+		l, err = link.Open(link.Options{Kind: k, Interface: e.Name, Mode: am})
+		return err
+	})
+	return l, err
+}
