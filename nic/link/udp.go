@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // UDPOptions configures NewUDP.
@@ -244,53 +246,30 @@ func (s *udpSock) recv(bufs [][]byte, sizes []int, dropped *atomic.Uint64) (int,
 // rebuildHeader writes Ethernet + IP + UDP in front of a plen-byte datagram from the
 // peer in name, as the kernel sent it (see UDP), and returns plen.
 func (s *udpSock) rebuildHeader(b []byte, name *unix.RawSockaddrInet6, plen int) int {
-	clear(b[:12]) // MACs are not known through a socket and not covered by the ICRC
+	// MACs are not known through a socket, and the ICRC does not cover them.
+	eth := wire.EthernetFields{EtherType: wire.EtherTypeIPv6}
 	var sport uint16
 	if s.local.Is4() {
 		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
 		sport = ntohs(sa.Port)
-		binary.BigEndian.PutUint16(b[12:], 0x0800)
-		ip := b[14:34]
-		ip[0], ip[1] = 0x45, 0
-		binary.BigEndian.PutUint16(ip[2:], uint16(20+8+plen))
-		binary.BigEndian.PutUint32(ip[4:], 0x00004000) // identification 0, DF
-		ip[8], ip[9] = 64, unix.IPPROTO_UDP
-		copy(ip[12:16], sa.Addr[:])
-		a4 := s.local.As4()
-		copy(ip[16:20], a4[:])
-		binary.BigEndian.PutUint16(ip[10:], 0)
-		binary.BigEndian.PutUint16(ip[10:], ^ipv4Sum(ip))
+		eth.EtherType = wire.EtherTypeIPv4
+		ip := wire.IPv4Fields{TotalLength: wire.IPv4Len + wire.UDPLen + plen, Flags: wire.IPv4FlagDF, TTL: 64,
+			Protocol: wire.IPProtoUDP, Src: netip.AddrFrom4(sa.Addr), Dst: s.local}
+		ip.Encode(b[wire.EthernetLen:])
 	} else {
 		sport = ntohs(name.Port)
-		binary.BigEndian.PutUint16(b[12:], 0x86DD)
-		ip := b[14:54]
-		binary.BigEndian.PutUint32(ip[0:], 6<<28)
-		binary.BigEndian.PutUint16(ip[4:], uint16(8+plen))
-		ip[6], ip[7] = unix.IPPROTO_UDP, 64
-		copy(ip[8:24], name.Addr[:])
-		a16 := s.local.As16()
-		copy(ip[24:40], a16[:])
+		ip := wire.IPv6Fields{PayloadLength: wire.UDPLen + plen, NextHeader: wire.IPProtoUDP, HopLimit: 64,
+			Src: netip.AddrFrom16(name.Addr), Dst: s.local}
+		ip.Encode(b[wire.EthernetLen:])
 	}
-	u := b[s.hdr-8 : s.hdr]
-	binary.BigEndian.PutUint16(u[0:], sport)
-	binary.BigEndian.PutUint16(u[2:], RoCEv2Port)
-	binary.BigEndian.PutUint16(u[4:], uint16(8+plen))
-	binary.BigEndian.PutUint16(u[6:], 0) // checksum: covered by neither side's check (the ICRC masks it)
+	eth.Encode(b)
+	// Checksum 0: the ICRC masks it, and the kernel has already checked it.
+	u := wire.UDPFields{SrcPort: sport, DstPort: RoCEv2Port, Length: wire.UDPLen + plen}
+	u.Encode(b[s.hdr-wire.UDPLen:])
 	return plen
 }
 
 func ntohs(p uint16) uint16 { return p>>8 | p<<8 }
-
-func ipv4Sum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for s > 0xffff {
-		s = s&0xffff + s>>16
-	}
-	return uint16(s)
-}
 
 // WriteBatch implements Link: each frame's IP destination and UDP payload become one
 // datagram. Frames of a family no socket serves, or that are not IP/UDP, are taken,

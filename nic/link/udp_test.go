@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // testFrame builds Ethernet + IPv4/IPv6 + UDP(4791 -> 4791) around payload, with the
@@ -24,7 +26,7 @@ func testFrame(src, dst netip.Addr, payload []byte) []byte {
 		s4, d4 := src.As4(), dst.As4()
 		copy(ip[12:], s4[:])
 		copy(ip[16:], d4[:])
-		binary.BigEndian.PutUint16(ip[10:], ^ipv4Sum(ip))
+		binary.BigEndian.PutUint16(ip[10:], wire.Checksum(ip))
 		f = append(f, ip...)
 	} else {
 		f = binary.BigEndian.AppendUint16(f, 0x86DD)
