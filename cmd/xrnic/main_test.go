@@ -58,19 +58,19 @@ func TestDaemonOnVeth(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut bytes.Buffer
+	var out, errOut syncBuffer
 	var runErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		runErr = p.A.Do(func() error {
-			return run(ctx, []string{"-i", p.A.Name, "--interval", "0"}, &out, &errOut)
+			return run(ctx, []string{"-i", p.A.Name, "--interval", "50ms"}, &out, &errOut)
 		})
 	}()
-	// Wait for the program to attach, then send.
+	// Wait until the link is open (the daemon says so), then send.
 	deadline := time.Now().Add(10 * time.Second)
-	for !xdpAttached(t, &p.A) {
+	for !strings.Contains(errOut.String(), "link") {
 		if time.Now().After(deadline) {
 			cancel()
 			wg.Wait()
@@ -98,7 +98,10 @@ func TestDaemonOnVeth(t *testing.T) {
 	if n, err := tx.WriteBatch(frames); n != 5 || err != nil {
 		t.Fatalf("WriteBatch = %d, %v", n, err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The daemon prints its counts every 50ms; stop it once all five are in.
+	for !strings.Contains(out.String(), ": 5 frames") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	cancel()
 	wg.Wait()
 	if runErr != nil {
@@ -132,4 +135,22 @@ func xdpAttached(t *testing.T, e *testenv.Endpoint) bool {
 		t.Fatal(err)
 	}
 	return on
+}
+
+// syncBuffer is a bytes.Buffer the daemon writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
