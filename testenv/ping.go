@@ -3,6 +3,8 @@
 package testenv
 
 import (
+	"github.com/xrnic/xrnic/nic/wire"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -45,7 +47,7 @@ func (ns *NS) Ping(ctx context.Context, dst netip.Addr) error {
 	binary.BigEndian.PutUint16(req[6:], seq)
 	req = append(req, "xrnic testenv..."...)
 	if dst.Is4() {
-		binary.BigEndian.PutUint16(req[2:], inetChecksum(req)) // the kernel sums ICMPv6
+		binary.BigEndian.PutUint16(req[2:], wire.Checksum(req)) // the kernel sums ICMPv6
 	}
 	to := &net.IPAddr{IP: dst.AsSlice(), Zone: dst.Zone()}
 	if _, err := conn.WriteTo(req, to); err != nil {
@@ -73,19 +75,4 @@ func (ns *NS) Ping(ctx context.Context, dst netip.Addr) error {
 		}
 		return nil
 	}
-}
-
-// inetChecksum is the RFC 1071 Internet checksum.
-func inetChecksum(b []byte) uint16 {
-	var s uint32
-	for ; len(b) >= 2; b = b[2:] {
-		s += uint32(b[0])<<8 | uint32(b[1])
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }
