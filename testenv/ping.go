@@ -3,8 +3,6 @@
 package testenv
 
 import (
-	"github.com/xrnic/xrnic/nic/wire"
-
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // Ping sends one ICMP or ICMPv6 echo request to dst from inside the namespace, over a
