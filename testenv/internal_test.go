@@ -30,4 +30,3 @@ func TestIfName(t *testing.T) {
 		}
 	}
 }
-
