@@ -7,7 +7,7 @@
 
 GO        ?= go
 PKGS      ?= ./...
-FUZZTIME  ?= 15s
+FUZZTIME  ?= 10s
 # The tests of different packages each build namespaces and veth pairs; two cores here.
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 2
 
@@ -28,6 +28,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./nic/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME) ./nic/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseGID$$' -fuzztime $(FUZZTIME) ./nic/netdev/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckModify$$' -fuzztime $(FUZZTIME) ./nic/qpstate/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
