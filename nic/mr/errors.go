@@ -1,0 +1,56 @@
+// Sentinel errors and the preallocated errors of the control path.
+
+package mr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error this package returns wraps exactly one of them, so
+// callers test with errors.Is. (The hot path returns a Fault, never an error.)
+var (
+	// ErrBadAccess: access flags that contradict each other or the rules of IBTA
+	// 10.6.3.1 (REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE), or unknown
+	// bits; ib_check_mr_access returns EINVAL for these.
+	ErrBadAccess = errors.New("invalid access flags")
+	// ErrNotSupported: a flag this NIC does not implement (ON_DEMAND,
+	// FLUSH_PERSISTENT); the kernel says EOPNOTSUPP.
+	ErrNotSupported = errors.New("not supported")
+	// ErrInvalidKey: the region is not (or no longer) registered in this table:
+	// deregistered twice, reregistered after Deregister, from another table, nil.
+	ErrInvalidKey = errors.New("invalid key")
+	// ErrTooMany: every index of the table is in use.
+	ErrTooMany = errors.New("too many memory regions")
+	// ErrBadLength: an empty buffer, or an IOVA range that wraps past 2^64.
+	ErrBadLength = errors.New("bad length")
+	// ErrInUse: Unmap of a mapping that a registered region still covers.
+	ErrInUse = errors.New("in use")
+	// ErrNoMemory: mmap(2) or mlock(2) failed; the error also wraps the errno.
+	ErrNoMemory = errors.New("cannot map or lock memory")
+	// ErrInvalid: any other bad argument (rereg flags, a ZeroBased region with a
+	// non-zero IOVA, FastReg of a region that is not a free fast-reg region).
+	ErrInvalid = errors.New("invalid argument")
+)
+
+func e(sentinel error, what string) error { return fmt.Errorf("mr: %s: %w", what, sentinel) }
+
+// Built once: FastReg runs on the engine's send path and must not allocate, even
+// to fail.
+var (
+	errNoRegion       = e(ErrInvalidKey, "region is not registered in this table")
+	errEmpty          = e(ErrBadLength, "empty buffer")
+	errWrap           = e(ErrBadLength, "IOVA + length wraps past 2^64")
+	errTooMany        = e(ErrTooMany, "every index is in use")
+	errZeroBasedIOVA  = e(ErrInvalid, "ZeroBased region with a non-zero IOVA")
+	errReregFlags     = e(ErrInvalid, "Reregister flags are zero or unknown")
+	errReregFastReg   = e(ErrInvalid, "Reregister of a fast-reg region (ibv_rereg_mr takes plain MRs only)")
+	errReregZeroBased = e(ErrInvalid, "ZeroBased changes only together with the translation")
+	errNotFastReg     = e(ErrInvalid, "FastReg of a region not made by AllocFastReg")
+	errNotFree        = e(ErrInvalid, "FastReg of a region that is not free (invalidate it first)")
+	errFastRegPD      = e(ErrInvalid, "FastReg from a QP of another PD")
+	errFastRegIndex   = e(ErrInvalid, "FastReg key names another index (only the key byte may change)")
+	errMapLen         = e(ErrBadLength, "mapping length must be positive")
+	errNotMapped      = e(ErrInvalid, "Unmap of a buffer MapAnonymous did not return")
+	errMapped         = e(ErrInUse, "Unmap of a mapping that registered regions still cover")
+)
