@@ -349,8 +349,14 @@ func TestLinksCloseCleanly(t *testing.T) {
 			}
 		}
 	}
-	if got := countFDs(t); got != fds {
-		t.Errorf("open fds after close: got %d, want %d", got, fds)
+	// Other goroutines (testenv, the runtime) may hold an fd for a moment: a leak is
+	// a count that stays above the one before.
+	got := countFDs(t)
+	for deadline := time.Now().Add(2 * time.Second); got > fds && time.Now().Before(deadline); got = countFDs(t) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got > fds {
+		t.Errorf("open fds after close: got %d, want at most %d", got, fds)
 	}
 	if got := maps(); got != mp {
 		t.Errorf("mappings after close: got %d, want %d", got, mp)
