@@ -1,113 +1,109 @@
 package bpf
 
-// A tiny test-only namespace helper, until testenv/ offers one.
+// The tests' veth pairs and namespaces come from testenv; what is left here is
+// what only these tests need: IPv6 off, links down, a peer in the same
+// namespace, and XDP state as netlink reports it.
 
 import (
+	"fmt"
 	"os"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"github.com/xrnic/xrnic/internal/testutil"
+
+	"github.com/xrnic/xrnic/testenv"
 )
 
-// withNetns runs fn on the calling goroutine's OS thread inside a fresh network
-// namespace, then moves the thread back. What fn creates there (veths, attached
-// programs) goes away with the namespace. fn must stay on this goroutine: t.Run
-// and other goroutines run outside the namespace.
-func withNetns(t *testing.T, fn func()) {
+// newVeth returns a veth pair between two namespaces (testenv.NewTestPair): the
+// program goes on end A, B is the peer. Neither end has an address and IPv6 is
+// off on both, so the kernel sends no ARP, ND or MLD frames that tests would count.
+func newVeth(t *testing.T, opts testenv.PairOptions) *testenv.Pair {
 	t.Helper()
-	testutil.RequireRoot(t)
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("get netns: %v", err)
-	}
-	ns, err := netns.New() // creates the namespace and enters it
-	if err != nil {
-		orig.Close()
-		runtime.UnlockOSThread()
-		t.Fatalf("new netns: %v", err)
-	}
-	defer func() {
-		ns.Close()
-		err := netns.Set(orig)
-		orig.Close()
-		if err != nil {
-			// Keep the thread locked: the runtime retires it with the goroutine
-			// instead of reusing a thread stuck in the test namespace.
-			t.Errorf("restore netns: %v", err)
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	fn()
-}
-
-// newNetns creates another namespace, without entering it, for moving a veth
-// end there. The caller's thread must be locked (inside withNetns).
-func newNetns(t *testing.T) netns.NsHandle {
-	t.Helper()
-	cur, err := netns.Get()
-	if err != nil {
-		t.Fatalf("get netns: %v", err)
-	}
-	defer cur.Close()
-	other, err := netns.New()
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	if err := netns.Set(cur); err != nil {
-		t.Fatalf("back to test netns: %v", err)
-	}
-	return other
-}
-
-// vethPair creates name and name+"p" with the given MTU and RX/TX queue counts,
-// both up unless down is set. It returns both ends, refreshed. IPv6 is off on
-// them, so the kernel sends no ND or MLD frames that tests would count.
-func vethPair(t *testing.T, name string, mtu, queues int, down bool) (netlink.Link, netlink.Link) {
-	t.Helper()
-	// /proc/sys/net belongs to the opening thread's namespace: ours.
-	if err := os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0); err != nil {
-		t.Fatalf("disable IPv6: %v", err)
-	}
-	v := &netlink.Veth{
-		LinkAttrs:       netlink.LinkAttrs{Name: name, MTU: mtu, NumRxQueues: queues, NumTxQueues: queues},
-		PeerName:        name + "p",
-		PeerMTU:         uint32(mtu),
-		PeerNumRxQueues: uint32(queues),
-		PeerNumTxQueues: uint32(queues),
-	}
-	if err := netlink.LinkAdd(v); err != nil {
-		t.Fatalf("add veth %s: %v", name, err)
-	}
-	a, b := mustLink(t, name), mustLink(t, name+"p")
-	if !down {
-		for _, l := range []netlink.Link{a, b} {
-			if err := netlink.LinkSetUp(l); err != nil {
-				t.Fatalf("set %s up: %v", l.Attrs().Name, err)
+	opts.NoIPv4, opts.NoIPv6 = true, true
+	p := testenv.NewTestPair(t, opts)
+	for _, e := range []*testenv.Endpoint{&p.A, &p.B} {
+		in(t, e.NS, func() error {
+			// /proc/sys/net belongs to the opening thread's namespace: e's.
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+e.Name+"/disable_ipv6", []byte("1"), 0); err != nil {
+				return fmt.Errorf("disable IPv6: %w", err)
 			}
-		}
+			return nil
+		})
 	}
-	return mustLink(t, name), mustLink(t, name+"p")
+	return p
 }
 
-func mustLink(t *testing.T, name string) netlink.Link {
+// setDown sets both ends of p down.
+func setDown(t *testing.T, p *testenv.Pair) {
 	t.Helper()
-	l, err := netlink.LinkByName(name)
+	for _, e := range []*testenv.Endpoint{&p.A, &p.B} {
+		in(t, e.NS, func() error {
+			if err := netlink.LinkSetDown(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: e.Index}}); err != nil {
+				return fmt.Errorf("set %s down: %w", e.Name, err)
+			}
+			return nil
+		})
+	}
+}
+
+// peerHere moves end B into A's namespace and sets it up again, so that A's
+// peer is visible where the program is attached. p.B.NS is left empty, p.B.Index
+// may be stale, and the moved end has IPv6 again: not for tests that count frames.
+func peerHere(t *testing.T, p *testenv.Pair) {
+	t.Helper()
+	nsA, err := netns.GetFromPath(p.A.NS.Path())
 	if err != nil {
-		t.Fatalf("link %s: %v", name, err)
+		t.Fatal(err)
 	}
-	return l
+	defer nsA.Close()
+	peer := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: p.B.Index}}
+	in(t, p.B.NS, func() error {
+		if err := netlink.LinkSetNsFd(peer, int(nsA)); err != nil {
+			return fmt.Errorf("move peer: %w", err)
+		}
+		return nil
+	})
+	in(t, p.A.NS, func() error {
+		l, err := netlink.LinkByName(p.B.Name)
+		if err == nil {
+			err = netlink.LinkSetUp(l)
+		}
+		if err != nil {
+			return fmt.Errorf("set peer %s up: %w", p.B.Name, err)
+		}
+		return nil
+	})
 }
 
-// xdpState returns the interface's XDP attachment as netlink reports it.
-func xdpState(t *testing.T, name string) netlink.LinkXdp {
+// in runs fn inside ns (NS.Do, on another goroutine: fn must not call t.Fatal)
+// and fails t with fn's error or the namespace's.
+func in(t *testing.T, ns *testenv.NS, fn func() error) {
 	t.Helper()
-	l := mustLink(t, name)
+	if err := ns.Do(fn); err != nil {
+		t.Fatalf("in %s: %v", ns.Name, err)
+	}
+}
+
+// attach runs Attach on end e inside its namespace, where Attach looks the name up.
+func attach(t *testing.T, e *testenv.Endpoint, opts AttachOptions) (a *Attachment, err error) {
+	t.Helper()
+	in(t, e.NS, func() error { a, err = Attach(e.Name, opts); return nil })
+	return a, err
+}
+
+// xdpState returns end e's XDP attachment as netlink reports it.
+func xdpState(t *testing.T, e *testenv.Endpoint) netlink.LinkXdp {
+	t.Helper()
+	h, err := e.NS.NewHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByIndex(e.Index)
+	if err != nil {
+		t.Fatalf("link %s: %v", e.Name, err)
+	}
 	if l.Attrs().Xdp == nil {
 		return netlink.LinkXdp{}
 	}

@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/xrnic/xrnic/internal/testutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/internal/testutil"
+	"github.com/xrnic/xrnic/testenv"
 )
 
 // Verdicts of enum xdp_action.
@@ -186,16 +188,26 @@ func frameCases() []frameCase {
 	}
 }
 
-// run runs prog once on frame as if received on queue, and returns the
-// verdict and the counter deltas.
-func run(t *testing.T, p *Program, prog *ebpf.Program, frame []byte, ifindex, queue int) (uint32, Counters) {
+// run runs prog once on frame as if received on queue of ifindex, and returns
+// the verdict and the counter deltas. The kernel looks ifindex up in the
+// caller's namespace, so the run happens inside ns unless ns is nil.
+func run(t *testing.T, p *Program, prog *ebpf.Program, frame []byte, ns *testenv.NS, ifindex, queue int) (uint32, Counters) {
 	t.Helper()
 	before, err := p.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := &xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex), RxQueueIndex: uint32(queue)}
-	verdict, err := prog.Run(&ebpf.RunOptions{Data: frame, Context: ctx})
+	var verdict uint32
+	testRun := func() error {
+		verdict, err = prog.Run(&ebpf.RunOptions{Data: frame, Context: ctx})
+		return nil
+	}
+	if ns == nil {
+		_ = testRun()
+	} else {
+		in(t, ns, testRun)
+	}
 	if err != nil {
 		t.Fatalf("BPF_PROG_TEST_RUN on %d bytes: %v", len(frame), err)
 	}
@@ -237,10 +249,11 @@ func loadProgram(t *testing.T) *Program {
 }
 
 // checkFrames runs every frame case through both entry points on the given
-// queue. BPF_PROG_TEST_RUN turns frames beyond 3520 bytes (a page less headroom
-// and skb_shared_info) into multi-buffer frames for either entry point: only a
-// driver enforces the single-buffer limit.
-func checkFrames(t *testing.T, p *Program, ifindex, queue int, socket bool) {
+// queue of ifindex, inside ns (nil: the caller's namespace). BPF_PROG_TEST_RUN
+// turns frames beyond 3520 bytes (a page less headroom and skb_shared_info) into
+// multi-buffer frames for either entry point: only a driver enforces the
+// single-buffer limit.
+func checkFrames(t *testing.T, p *Program, ns *testenv.NS, ifindex, queue int, socket bool) {
 	t.Helper()
 	for _, c := range frameCases() {
 		entries := []struct {
@@ -248,7 +261,7 @@ func checkFrames(t *testing.T, p *Program, ifindex, queue int, socket bool) {
 			prog *ebpf.Program
 		}{{"frags", p.XDP()}, {"single", p.XDPSingleBuffer()}}
 		for _, e := range entries {
-			verdict, got := run(t, p, e.prog, c.frame, ifindex, queue)
+			verdict, got := run(t, p, e.prog, c.frame, ns, ifindex, queue)
 			wantVerdict, wantCounters := want(c.kind, socket)
 			if verdict != wantVerdict {
 				t.Errorf("%s (%d bytes, %s): got verdict %d, want %d", c.name, len(c.frame), e.name, verdict, wantVerdict)
@@ -263,46 +276,41 @@ func checkFrames(t *testing.T, p *Program, ifindex, queue int, socket bool) {
 // Without a socket in the XSKMAP, RoCEv2 frames go to the kernel too.
 func TestFramesNoSocket(t *testing.T) {
 	p := loadProgram(t)
-	checkFrames(t, p, 0, 0, false)
+	checkFrames(t, p, nil, 0, 0, false)
 }
 
 // With a socket at the frame's queue, RoCEv2 frames get XDP_REDIRECT; frames of
 // other queues still go to the kernel, and so does everything once the socket is
 // unregistered.
 func TestFramesSocketByQueue(t *testing.T) {
-	withNetns(t, func() {
-		p := loadProgram(t)
-		a, _ := vethPair(t, "xr0", 1500, 2, false)
-		ifindex := a.Attrs().Index
-		x := newTestXSK(t, ifindex, 1)
-		if err := p.RegisterSocket(1, x.fd); err != nil {
-			t.Fatalf("RegisterSocket: %v", err)
-		}
-		checkFrames(t, p, ifindex, 1, true)
-		checkFrames(t, p, ifindex, 0, false)
+	p := loadProgram(t)
+	v := newVeth(t, testenv.PairOptions{NumTxQueues: 2, NumRxQueues: 2})
+	x := newTestXSK(t, &v.A, 1)
+	if err := p.RegisterSocket(1, x.fd); err != nil {
+		t.Fatalf("RegisterSocket: %v", err)
+	}
+	checkFrames(t, p, v.A.NS, v.A.Index, 1, true)
+	checkFrames(t, p, v.A.NS, v.A.Index, 0, false)
 
-		if err := p.UnregisterSocket(1); err != nil {
-			t.Fatalf("UnregisterSocket: %v", err)
-		}
-		if err := p.UnregisterSocket(1); err != nil {
-			t.Fatalf("second UnregisterSocket: got %v, want nil", err)
-		}
-		checkFrames(t, p, ifindex, 1, false)
-	})
+	if err := p.UnregisterSocket(1); err != nil {
+		t.Fatalf("UnregisterSocket: %v", err)
+	}
+	if err := p.UnregisterSocket(1); err != nil {
+		t.Fatalf("second UnregisterSocket: got %v, want nil", err)
+	}
+	checkFrames(t, p, v.A.NS, v.A.Index, 1, false)
 }
 
 // A context without an ingress interface has queue 0: a socket there gets the
 // RoCEv2 frames.
 func TestFramesSocketNoIngress(t *testing.T) {
-	withNetns(t, func() {
-		p := loadProgram(t)
-		a, _ := vethPair(t, "xr0", 1500, 1, false)
-		x := newTestXSK(t, a.Attrs().Index, 0)
-		if err := p.RegisterSocket(0, x.fd); err != nil {
-			t.Fatalf("RegisterSocket: %v", err)
-		}
-		checkFrames(t, p, 0, 0, true)
-	})
+	p := loadProgram(t)
+	v := newVeth(t, testenv.PairOptions{})
+	x := newTestXSK(t, &v.A, 0)
+	if err := p.RegisterSocket(0, x.fd); err != nil {
+		t.Fatalf("RegisterSocket: %v", err)
+	}
+	checkFrames(t, p, v.A.NS, 0, 0, true)
 }
 
 // The kernel refuses test inputs shorter than an Ethernet header, so the

@@ -5,10 +5,13 @@ package bpf
 // XDP_STATISTICS (dropped: the fill ring is empty), which is all the tests need.
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/testenv"
 )
 
 type testXSK struct {
@@ -17,14 +20,18 @@ type testXSK struct {
 }
 
 // newTestXSK binds an AF_XDP socket in copy mode with XDP_USE_SG to queue of
-// ifindex; t.Cleanup closes it.
-func newTestXSK(t *testing.T, ifindex, queue int) *testXSK {
+// end e; t.Cleanup closes it. The socket is made in e's namespace, where bind
+// then looks the interface up.
+func newTestXSK(t *testing.T, e *testenv.Endpoint, queue int) *testXSK {
 	t.Helper()
 	const chunk, chunks, ring = 4096, 16, 16
-	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("socket(AF_XDP): %v", err)
-	}
+	var fd int
+	in(t, e.NS, func() (err error) {
+		if fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("socket(AF_XDP): %w", err)
+		}
+		return nil
+	})
 	umem, err := unix.Mmap(-1, 0, chunk*chunks, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		unix.Close(fd)
@@ -41,9 +48,9 @@ func newTestXSK(t *testing.T, ifindex, queue int) *testXSK {
 			t.Fatalf("ring option %d: %v", opt, err)
 		}
 	}
-	sa := &unix.SockaddrXDP{Flags: unix.XDP_COPY | unix.XDP_USE_SG, Ifindex: uint32(ifindex), QueueID: uint32(queue)}
+	sa := &unix.SockaddrXDP{Flags: unix.XDP_COPY | unix.XDP_USE_SG, Ifindex: uint32(e.Index), QueueID: uint32(queue)}
 	if err := unix.Bind(fd, sa); err != nil {
-		t.Fatalf("bind AF_XDP to ifindex %d queue %d: %v", ifindex, queue, err)
+		t.Fatalf("bind AF_XDP to %s (ifindex %d) queue %d: %v", e.Name, e.Index, queue, err)
 	}
 	return x
 }

@@ -40,7 +40,7 @@ func benchReceive(b *testing.B, payload, budget int) {
 	to.TxBudget = budget
 	tx := e.newXSK(b, false, 0, to)
 
-	u := udpFrame{dstMAC: e.macA, srcMAC: e.macB, srcIP: e.ipB, dstIP: e.ipA, srcPort: 5000, dstPort: roceUDPPort}
+	u := udpFrame{dstMAC: e.A.MAC, srcMAC: e.B.MAC, srcIP: e.B.IPv4, dstIP: e.A.IPv4, srcPort: 5000, dstPort: roceUDPPort}
 	frame := u.build(pattern(payload, 1))
 	batch := make([][]byte, 64)
 	for i := range batch {

@@ -1,150 +1,44 @@
 package xsk
 
-// Test-only environment: two fresh network namespaces joined by a veth pair, and
-// a tiny XDP program that steers UDP port 4791 into an XSKMAP. The shared
-// testenv package is written in parallel; this keeps nic/xsk independent of it.
+// Test-only environment: a testenv veth pair between two namespaces, and a tiny
+// XDP program that steers UDP port 4791 into an XSKMAP. The program is written
+// here, not taken from bpf/, so that nic/xsk's tests do not depend on it.
 
 import (
 	"net"
-	"runtime"
+	"net/netip"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/xrnic/xrnic/internal/testutil"
+	"github.com/xrnic/xrnic/testenv"
 )
 
 const roceUDPPort = 4791
 
-// vethEnv is a veth pair: end A (the XSK side) in namespace nsA, end B (the
-// peer) in nsB, with addresses and static neighbour entries (PLATFORM 13).
+// vethEnv is a veth pair with IPv4 addresses and static neighbour entries
+// (PLATFORM 13): end A (the XSK side) and end B (the peer), each in a namespace
+// of its own. xskMap is set once attachSteering has run.
 type vethEnv struct {
-	nsA, nsB       netns.NsHandle
-	hA, hB         *netlink.Handle
-	ifA, ifB       int // ifindex in their namespaces
-	macA, macB     net.HardwareAddr
-	ipA, ipB       net.IP
-	mtu            int
-	progA          link.Link
-	xskMap         *ebpf.Map
-	steeringLoaded bool
+	*testenv.Pair
+	xskMap *ebpf.Map
 }
 
 func newVethEnv(t testing.TB, mtu int) *vethEnv {
 	t.Helper()
-	testutil.RequireRoot(t)
-	nl.EnableErrorMessageReporting = true // kernel extack text in errors (PLATFORM 12)
-	e := &vethEnv{mtu: mtu, ipA: net.IPv4(10, 99, 0, 1).To4(), ipB: net.IPv4(10, 99, 0, 2).To4()}
-
-	// netns.New moves the calling thread into the new namespace: create both
-	// on a locked thread and move it back before unlocking.
-	func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			t.Fatalf("netns.Get: %v", err)
-		}
-		defer orig.Close()
-		var errA, errB error
-		e.nsA, errA = netns.New()
-		if errA == nil {
-			e.nsB, errB = netns.New()
-		}
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: it dies with the goroutine.
-			t.Fatalf("restore netns: %v", err)
-		}
-		runtime.UnlockOSThread()
-		if errA != nil || errB != nil {
-			t.Fatalf("netns.New: %v %v", errA, errB)
-		}
-	}()
-	t.Cleanup(func() {
-		e.nsA.Close()
-		e.nsB.Close()
-	})
-
-	var err error
-	if e.hA, err = netlink.NewHandleAt(e.nsA); err != nil {
-		t.Fatalf("netlink handle A: %v", err)
-	}
-	t.Cleanup(e.hA.Close)
-	if e.hB, err = netlink.NewHandleAt(e.nsB); err != nil {
-		t.Fatalf("netlink handle B: %v", err)
-	}
-	t.Cleanup(e.hB.Close)
-
-	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: "xska", MTU: mtu},
-		PeerName:      "xskb",
-		PeerNamespace: netlink.NsFd(int(e.nsB)),
-		PeerMTU:       uint32(mtu),
-	}
-	if err := e.hA.LinkAdd(veth); err != nil {
-		t.Fatalf("add veth: %v", err)
-	}
-	la, err := e.hA.LinkByName("xska")
-	if err != nil {
-		t.Fatalf("link A: %v", err)
-	}
-	lb, err := e.hB.LinkByName("xskb")
-	if err != nil {
-		t.Fatalf("link B: %v", err)
-	}
-	t.Cleanup(func() { _ = e.hA.LinkDel(la) })
-	e.ifA, e.ifB = la.Attrs().Index, lb.Attrs().Index
-	e.macA, e.macB = la.Attrs().HardwareAddr, lb.Attrs().HardwareAddr
-
-	for _, x := range []struct {
-		h        *netlink.Handle
-		l        netlink.Link
-		ip, peer net.IP
-		peerMAC  net.HardwareAddr
-	}{{e.hA, la, e.ipA, e.ipB, e.macB}, {e.hB, lb, e.ipB, e.ipA, e.macA}} {
-		if err := x.h.AddrAdd(x.l, &netlink.Addr{IPNet: &net.IPNet{IP: x.ip, Mask: net.CIDRMask(24, 32)}}); err != nil {
-			t.Fatalf("addr add: %v", err)
-		}
-		if err := x.h.LinkSetUp(x.l); err != nil {
-			t.Fatalf("link up: %v", err)
-		}
-		if err := x.h.NeighAdd(&netlink.Neigh{
-			LinkIndex: x.l.Attrs().Index, State: netlink.NUD_PERMANENT, IP: x.peer, HardwareAddr: x.peerMAC,
-		}); err != nil {
-			t.Fatalf("neigh add: %v", err)
-		}
-	}
-	return e
+	return &vethEnv{Pair: testenv.NewTestPair(t, testenv.PairOptions{MTU: mtu, NoIPv6: true})}
 }
 
-// in runs fn with the calling goroutine's thread inside ns.
-func in(t testing.TB, ns netns.NsHandle, fn func()) {
+// in runs fn inside ns (NS.Do, on another goroutine: fn must not call t.Fatal)
+// and fails t with fn's error or the namespace's.
+func in(t testing.TB, ns *testenv.NS, fn func() error) {
 	t.Helper()
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("netns.Get: %v", err)
+	if err := ns.Do(fn); err != nil {
+		t.Fatalf("in %s: %v", ns.Name, err)
 	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		t.Fatalf("netns.Set: %v", err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			t.Errorf("restore netns: %v", err) // thread stays locked and dies
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	fn()
 }
 
 // steering is a test-only XDP program: IPv4 UDP to port 4791, not a fragment,
@@ -185,7 +79,7 @@ func steering(m *ebpf.Map) asm.Instructions {
 // (PLATFORM 10: generic costs kernel TCP less and is as fast for AF_XDP here).
 func (e *vethEnv) attachSteering(t testing.TB) {
 	t.Helper()
-	if e.steeringLoaded {
+	if e.xskMap != nil {
 		return
 	}
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: 64})
@@ -204,15 +98,13 @@ func (e *vethEnv) attachSteering(t testing.TB) {
 		t.Fatalf("load XDP program: %v", err)
 	}
 	defer prog.Close() // the link keeps it
-	in(t, e.nsA, func() {
-		e.progA, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: e.ifA, Flags: link.XDPGenericMode})
+	var l link.Link
+	in(t, e.A.NS, func() (err error) {
+		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: e.A.Index, Flags: link.XDPGenericMode})
+		return err
 	})
-	if err != nil {
-		t.Fatalf("attach XDP: %v", err)
-	}
-	t.Cleanup(func() { e.progA.Close() })
+	t.Cleanup(func() { l.Close() })
 	e.xskMap = m
-	e.steeringLoaded = true
 }
 
 // register puts s into the XSKMAP at queue.
@@ -226,29 +118,33 @@ func (e *vethEnv) register(t testing.TB, queue int, s *Socket) {
 // newXSK creates a Socket on end A (a) or B (!a), closed at cleanup.
 func (e *vethEnv) newXSK(t testing.TB, a bool, queue int, opts Options) *Socket {
 	t.Helper()
-	ns, ifi := e.nsB, e.ifB
+	end := &e.B
 	if a {
-		ns, ifi = e.nsA, e.ifA
+		end = &e.A
 	}
 	var s *Socket
-	var err error
-	in(t, ns, func() { s, err = New(ifi, queue, opts) })
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	in(t, end.NS, func() (err error) {
+		s, err = New(end.Index, queue, opts)
+		return err
+	})
 	t.Cleanup(func() { s.Close() })
 	return s
 }
 
-// udpConn opens a UDP socket in ns bound to ip:port.
-func udpConn(t testing.TB, ns netns.NsHandle, ip net.IP, port int) *net.UDPConn {
+// udpConn opens a UDP socket on end B, closed at cleanup: bound to B's address
+// and port (0: any), and connected to A's RoCEv2 port if dial is set.
+func (e *vethEnv) udpConn(t testing.TB, port int, dial bool) *net.UDPConn {
 	t.Helper()
+	laddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(e.B.IPv4, uint16(port)))
 	var c *net.UDPConn
-	var err error
-	in(t, ns, func() { c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: ip, Port: port}) })
-	if err != nil {
-		t.Fatalf("ListenUDP: %v", err)
-	}
+	in(t, e.B.NS, func() (err error) {
+		if dial {
+			c, err = net.DialUDP("udp4", laddr, net.UDPAddrFromAddrPort(netip.AddrPortFrom(e.A.IPv4, roceUDPPort)))
+		} else {
+			c, err = net.ListenUDP("udp4", laddr)
+		}
+		return err
+	})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

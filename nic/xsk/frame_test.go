@@ -5,13 +5,14 @@ package xsk
 import (
 	"encoding/binary"
 	"net"
+	"net/netip"
 )
 
 const hdrLen = 14 + 20 + 8
 
 type udpFrame struct {
 	dstMAC, srcMAC net.HardwareAddr
-	srcIP, dstIP   net.IP
+	srcIP, dstIP   netip.Addr
 	srcPort        uint16
 	dstPort        uint16
 }
@@ -37,8 +38,9 @@ func (u udpFrame) buildInto(b, payload []byte) {
 	ip[8] = 64
 	ip[9] = 17
 	ip[10], ip[11] = 0, 0
-	copy(ip[12:16], u.srcIP.To4())
-	copy(ip[16:20], u.dstIP.To4())
+	src, dst := u.srcIP.As4(), u.dstIP.As4()
+	copy(ip[12:16], src[:])
+	copy(ip[16:20], dst[:])
 	binary.BigEndian.PutUint16(ip[10:12], ^fold(sum(ip, 0)))
 	udp := b[34:]
 	binary.BigEndian.PutUint16(udp[0:2], u.srcPort)
@@ -71,6 +73,18 @@ func fold(acc uint32) uint16 {
 		acc = acc>>16 + acc&0xffff
 	}
 	return uint16(acc)
+}
+
+// numbered returns n frames whose payloads, size bytes of pattern each, start
+// with the frame's index (big endian), so that receivers can check the order.
+func (u udpFrame) numbered(n, size int) [][]byte {
+	frames := make([][]byte, n)
+	for i := range frames {
+		p := pattern(size, i)
+		binary.BigEndian.PutUint32(p, uint32(i))
+		frames[i] = u.build(p)
+	}
+	return frames
 }
 
 // pattern returns n bytes that differ per seed and position, so that a swapped,

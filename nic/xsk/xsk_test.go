@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -81,15 +82,7 @@ func TestReceive(t *testing.T) {
 			opts.MultiBuffer = true
 			s := e.newXSK(t, true, 0, opts)
 			e.register(t, 0, s)
-			var conn *net.UDPConn
-			var err error
-			in(t, e.nsB, func() {
-				conn, err = net.DialUDP("udp4", &net.UDPAddr{IP: e.ipB, Port: 5000}, &net.UDPAddr{IP: e.ipA, Port: roceUDPPort})
-			})
-			if err != nil {
-				t.Fatalf("DialUDP: %v", err)
-			}
-			defer conn.Close()
+			conn := e.udpConn(t, 5000, true)
 
 			pkts := make([]Packet, 4)
 			scratch := make([]byte, 9000)
@@ -125,10 +118,10 @@ func TestReceive(t *testing.T) {
 				if short := make([]byte, 10); p.CopyTo(short) != 10 || !bytes.Equal(short, whole[:10]) {
 					t.Errorf("CopyTo into a short buffer: got %x", short)
 				}
-				if !bytes.Equal(whole[0:6], e.macA) || !bytes.Equal(whole[6:12], e.macB) {
-					t.Errorf("payload %d: MACs got %x %x, want %s %s", size, whole[0:6], whole[6:12], e.macA, e.macB)
+				if !bytes.Equal(whole[0:6], e.A.MAC) || !bytes.Equal(whole[6:12], e.B.MAC) {
+					t.Errorf("payload %d: MACs got %x %x, want %s %s", size, whole[0:6], whole[6:12], e.A.MAC, e.B.MAC)
 				}
-				if !net.IP(whole[26:30]).Equal(e.ipB) || !net.IP(whole[30:34]).Equal(e.ipA) {
+				if netip.AddrFrom4([4]byte(whole[26:30])) != e.B.IPv4 || netip.AddrFrom4([4]byte(whole[30:34])) != e.A.IPv4 {
 					t.Errorf("payload %d: IPs got %v > %v", size, net.IP(whole[26:30]), net.IP(whole[30:34]))
 				}
 				if got := binary.BigEndian.Uint16(whole[36:38]); got != roceUDPPort {
@@ -167,8 +160,8 @@ func TestTransmit(t *testing.T) {
 			opts.NumFrames = 256
 			opts.MultiBuffer = true
 			s := e.newXSK(t, true, 0, opts)
-			conn := udpConn(t, e.nsB, e.ipB, 6000)
-			u := udpFrame{dstMAC: e.macB, srcMAC: e.macA, srcIP: e.ipA, dstIP: e.ipB, srcPort: roceUDPPort, dstPort: 6000}
+			conn := e.udpConn(t, 6000, false)
+			u := udpFrame{dstMAC: e.B.MAC, srcMAC: e.A.MAC, srcIP: e.A.IPv4, dstIP: e.B.IPv4, srcPort: roceUDPPort, dstPort: 6000}
 			buf := make([]byte, 9000)
 			read := func(want []byte) {
 				t.Helper()
@@ -292,14 +285,9 @@ func TestTransmitBatch(t *testing.T) {
 	rx := e.newXSK(t, true, 0, DefaultOptions())
 	e.register(t, 0, rx)
 	tx := e.newXSK(t, false, 0, DefaultOptions())
-	u := udpFrame{dstMAC: e.macA, srcMAC: e.macB, srcIP: e.ipB, dstIP: e.ipA, srcPort: 5000, dstPort: roceUDPPort}
+	u := udpFrame{dstMAC: e.A.MAC, srcMAC: e.B.MAC, srcIP: e.B.IPv4, dstIP: e.A.IPv4, srcPort: 5000, dstPort: roceUDPPort}
 	const batch = 1500
-	frames := make([][]byte, batch)
-	for i := range frames {
-		p := pattern(64, i)
-		binary.BigEndian.PutUint32(p, uint32(i))
-		frames[i] = u.build(p)
-	}
+	frames := u.numbered(batch, 64)
 	n, err := tx.Transmit(frames)
 	if n != batch || err != nil {
 		t.Fatalf("Transmit: got (%d, %v), want (%d, nil)", n, err, batch)
@@ -343,7 +331,7 @@ func TestTransmitToUDP(t *testing.T) {
 	opts := DefaultOptions()
 	opts.TxBudget = 256
 	s := e.newXSK(t, true, 0, opts)
-	conn := udpConn(t, e.nsB, e.ipB, 6000)
+	conn := e.udpConn(t, 6000, false)
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
@@ -354,14 +342,9 @@ func TestTransmitToUDP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SO_RCVBUFFORCE: %v", err)
 	}
-	u := udpFrame{dstMAC: e.macB, srcMAC: e.macA, srcIP: e.ipA, dstIP: e.ipB, srcPort: roceUDPPort, dstPort: 6000}
+	u := udpFrame{dstMAC: e.B.MAC, srcMAC: e.A.MAC, srcIP: e.A.IPv4, dstIP: e.B.IPv4, srcPort: roceUDPPort, dstPort: 6000}
 	const batch = 1000
-	frames := make([][]byte, batch)
-	for i := range frames {
-		p := pattern(200, i)
-		binary.BigEndian.PutUint32(p, uint32(i))
-		frames[i] = u.build(p)
-	}
+	frames := u.numbered(batch, 200)
 	n, err := s.Transmit(frames)
 	if n != batch || err != nil {
 		t.Fatalf("Transmit: got (%d, %v), want (%d, nil)", n, err, batch)
@@ -393,15 +376,7 @@ func TestStats(t *testing.T) {
 	e.attachSteering(t)
 	s := e.newXSK(t, true, 0, Options{NumFrames: 64, NeedWakeup: true}) // 32 RX frames
 	e.register(t, 0, s)
-	var conn *net.UDPConn
-	var err error
-	in(t, e.nsB, func() {
-		conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: e.ipA, Port: roceUDPPort})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := e.udpConn(t, 0, true)
 
 	waitStats := func(what string, ok func(Stats) bool) Stats {
 		t.Helper()
@@ -486,11 +461,10 @@ func TestClose(t *testing.T) {
 	opts.MultiBuffer = true
 	open := func() *Socket {
 		var s *Socket
-		var err error
-		in(t, e.nsA, func() { s, err = New(e.ifA, 0, opts) })
-		if err != nil {
-			t.Fatalf("New: %v", err)
-		}
+		in(t, e.A.NS, func() (err error) {
+			s, err = New(e.A.Index, 0, opts)
+			return err
+		})
 		return s
 	}
 	// Warm up: the runtime's own fds and heap mappings settle.
@@ -565,7 +539,7 @@ func TestClose(t *testing.T) {
 	s := open()
 	defer s.Close()
 	var err error
-	in(t, e.nsA, func() { _, err = New(e.ifA, 0, opts) })
+	in(t, e.A.NS, func() error { _, err = New(e.A.Index, 0, opts); return nil })
 	if !errors.Is(err, ErrBusy) || !errors.Is(err, unix.EBUSY) {
 		t.Errorf("New on a held queue: got %v, want ErrBusy wrapping EBUSY", err)
 	}
@@ -586,24 +560,24 @@ func TestBadOptions(t *testing.T) {
 		want    error
 		text    string
 	}{
-		{"frame size 8192", e.ifA, 0, Options{FrameSize: 8192}, ErrInvalidOptions, "FrameSize 8192"},
-		{"frame size 1000", e.ifA, 0, Options{FrameSize: 1000}, ErrInvalidOptions, "must be 2048 or 4096"},
-		{"fill ring 1000", e.ifA, 0, Options{FillRingSize: 1000}, ErrInvalidOptions, "FillRingSize 1000"},
-		{"tx ring 3", e.ifA, 0, Options{TxRingSize: 3}, ErrInvalidOptions, "power of two"},
-		{"negative rx ring", e.ifA, 0, Options{RxRingSize: -4}, ErrInvalidOptions, "RxRingSize -4"},
-		{"one frame", e.ifA, 0, Options{NumFrames: 1}, ErrInvalidOptions, "NumFrames 1"},
-		{"all frames tx", e.ifA, 0, Options{NumFrames: 8, TxFrames: 8}, ErrInvalidOptions, "TxFrames 8"},
-		{"budget 16", e.ifA, 0, Options{TxBudget: 16}, ErrInvalidOptions, "TxBudget 16"},
-		{"no queue 5", e.ifA, 5, Options{}, ErrNoQueue, "queue 5"},
-		{"negative queue", e.ifA, -1, Options{}, ErrNoQueue, "queue -1"},
+		{"frame size 8192", e.A.Index, 0, Options{FrameSize: 8192}, ErrInvalidOptions, "FrameSize 8192"},
+		{"frame size 1000", e.A.Index, 0, Options{FrameSize: 1000}, ErrInvalidOptions, "must be 2048 or 4096"},
+		{"fill ring 1000", e.A.Index, 0, Options{FillRingSize: 1000}, ErrInvalidOptions, "FillRingSize 1000"},
+		{"tx ring 3", e.A.Index, 0, Options{TxRingSize: 3}, ErrInvalidOptions, "power of two"},
+		{"negative rx ring", e.A.Index, 0, Options{RxRingSize: -4}, ErrInvalidOptions, "RxRingSize -4"},
+		{"one frame", e.A.Index, 0, Options{NumFrames: 1}, ErrInvalidOptions, "NumFrames 1"},
+		{"all frames tx", e.A.Index, 0, Options{NumFrames: 8, TxFrames: 8}, ErrInvalidOptions, "TxFrames 8"},
+		{"budget 16", e.A.Index, 0, Options{TxBudget: 16}, ErrInvalidOptions, "TxBudget 16"},
+		{"no queue 5", e.A.Index, 5, Options{}, ErrNoQueue, "queue 5"},
+		{"negative queue", e.A.Index, -1, Options{}, ErrNoQueue, "queue -1"},
 		{"no ifindex", 999999, 0, Options{}, ErrNoInterface, "ifindex 999999"},
 		{"zero ifindex", 0, 0, Options{}, ErrNoInterface, "ifindex 0"},
-		{"zero-copy on veth", e.ifA, 0, Options{ZeroCopy: true}, ErrNotSupported, "zero-copy"},
+		{"zero-copy on veth", e.A.Index, 0, Options{ZeroCopy: true}, ErrNotSupported, "zero-copy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s *Socket
 			var err error
-			in(t, e.nsA, func() { s, err = New(tc.ifindex, tc.queue, tc.opts) })
+			in(t, e.A.NS, func() error { s, err = New(tc.ifindex, tc.queue, tc.opts); return nil })
 			if err == nil {
 				s.Close()
 				t.Fatalf("New: got nil error, want %v", tc.want)
@@ -650,15 +624,7 @@ func TestPollWake(t *testing.T) {
 	if ok, _ := s.Poll(0); ok {
 		t.Errorf("Poll(0) after Wake: readable")
 	}
-	var conn *net.UDPConn
-	var err error
-	in(t, e.nsB, func() {
-		conn, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: e.ipA, Port: roceUDPPort})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := e.udpConn(t, 0, true)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		_, err := conn.Write([]byte("hello"))
@@ -686,7 +652,7 @@ func TestZeroAllocs(t *testing.T) {
 	rx := e.newXSK(t, true, 0, opts)
 	e.register(t, 0, rx)
 	tx := e.newXSK(t, false, 0, opts)
-	u := udpFrame{dstMAC: e.macA, srcMAC: e.macB, srcIP: e.ipB, dstIP: e.ipA, srcPort: 5000, dstPort: roceUDPPort}
+	u := udpFrame{dstMAC: e.A.MAC, srcMAC: e.B.MAC, srcIP: e.B.IPv4, dstIP: e.A.IPv4, srcPort: 5000, dstPort: roceUDPPort}
 	frames := [][]byte{u.build(pattern(64, 1)), u.build(pattern(1000, 2)), u.build(pattern(4100, 3)), u.build(pattern(10, 4))}
 	pkts := make([]Packet, 8)
 	tf := make([]TxFrame, 2)
