@@ -1,0 +1,85 @@
+// Device counters, named like rxe's hw counters (rxe_hw_counters.c), plus the drop
+// reasons of the receive path.
+
+package engine
+
+import "sync/atomic"
+
+// Counter names one device counter. A plain value.
+type Counter int
+
+// The counters. The first block carries rxe's names and meanings; the rest count
+// why the engine dropped what it dropped.
+const (
+	CntSentPkts         Counter = iota // sent_pkts: frames handed to the link
+	CntRcvdPkts                        // rcvd_pkts: valid RoCEv2 packets received for a QP
+	CntDupReq                          // duplicate_request: responder saw a PSN it already executed
+	CntOutOfSeqReq                     // out_of_seq_request: responder saw a PSN gap (NAK sequence error)
+	CntRcvRNR                          // rcvd_rnr_err: requester received an RNR NAK
+	CntSndRNR                          // send_rnr_err: responder sent an RNR NAK
+	CntRcvSeqErr                       // rcvd_seq_err: requester received a NAK sequence error
+	CntAckDeferred                     // ack_deferred: ACKs merged into a later one (coalesced)
+	CntRetryExceeded                   // retry_exceeded_err: retry_cnt exhausted
+	CntRNRRetryExceeded                // retry_rnr_exceeded_err: rnr_retry exhausted
+	CntCompRetry                       // completer_retry_err: go-back-N retransmissions started
+	CntSendErr                         // send_err: frames the link refused or dropped
+	CntLinkDowned                      // link_downed: link errors
+	CntRDMASends                       // rdma_sends: send WRs completed successfully
+	CntRDMARecvs                       // rdma_recvs: receive WRs completed successfully
+
+	CntRcvdMalformed // frames wire.Parse rejected
+	CntRcvdBadICRC   // frames whose ICRC did not match
+	CntRcvdUnknownQP // packets for a QPN with no QP
+	CntRcvdBadState  // packets a QP cannot take in its state or for its transport
+	CntRcvdBadPKey   // P_Key mismatch
+	CntRcvdBadQKey   // UD Q_Key mismatch
+	CntRcvdBadAddr   // source or destination address not the QP's
+	CntRcvdDropped   // UC/UD messages dropped (lost packet, no receive WQE, bad length)
+	CntRcvdBadAck    // responses the completer could not use (stale, unexpected)
+	CntTxDropped     // responses dropped because the transmit ring stayed full
+	CntCQOverflow    // completions a full CQ refused
+	CntEventsDropped // asynchronous events dropped because the handler fell behind
+	CntRetransmitted // request packets sent again (timeout or NAK)
+	NumCounters
+)
+
+var counterNames = [NumCounters]string{
+	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_rnr_err",
+	"send_rnr_err", "rcvd_seq_err", "ack_deferred", "retry_exceeded_err",
+	"retry_rnr_exceeded_err", "completer_retry_err", "send_err", "link_downed",
+	"rdma_sends", "rdma_recvs",
+	"rcvd_malformed", "rcvd_bad_icrc", "rcvd_unknown_qp", "rcvd_bad_state",
+	"rcvd_bad_pkey", "rcvd_bad_qkey", "rcvd_bad_addr", "rcvd_dropped", "rcvd_bad_ack",
+	"tx_dropped", "cq_overflow", "events_dropped", "retransmitted_pkts",
+}
+
+func (c Counter) String() string {
+	if c >= 0 && c < NumCounters {
+		return counterNames[c]
+	}
+	return "counter(?)"
+}
+
+// Counters is a snapshot of a device's counters, indexed by Counter. A plain value.
+type Counters [NumCounters]uint64
+
+// Map returns the snapshot keyed by counter name, as sysfs hw_counters lists them.
+func (c *Counters) Map() map[string]uint64 {
+	m := make(map[string]uint64, NumCounters)
+	for i, v := range c {
+		m[Counter(i).String()] = v
+	}
+	return m
+}
+
+// counters are written by the engine goroutine and read from anywhere.
+type counters [NumCounters]atomic.Uint64
+
+func (c *counters) inc(n Counter)           { c[n].Add(1) }
+func (c *counters) add(n Counter, v uint64) { c[n].Add(v) }
+func (c *counters) snapshot() (s Counters) {
+	for i := range c {
+		s[i] = c[i].Load()
+	}
+	return s
+}

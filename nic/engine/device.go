@@ -1,0 +1,593 @@
+// The device: Open on a link, the engine goroutine and its loop, control
+// operations, device and port attributes.
+
+package engine
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+// Config configures Open. The zero value of each field picks its default. A plain
+// value: Open copies it.
+type Config struct {
+	// Clock is where time comes from: SystemClock when nil. Tests pass a
+	// ManualClock to move timers deterministically.
+	Clock Clock
+	// GIDs is the port's GID table (netdev.GIDTable gives it for an interface):
+	// index i is GID index i of address vectors. At least one is needed.
+	GIDs []netdev.GID
+	// MTU caps the port's active MTU, in bytes (256..4096); 0 takes the largest IB
+	// MTU the link's IP MTU carries (rxe: eth_mtu_int_to_enum).
+	MTU int
+	// Batch is the number of frames per ReadBatch and WriteBatch (DefaultBatch).
+	Batch int
+	// TxBudget is how many packets one QP's requester sends before the next QP's
+	// turn (DefaultTxBudget).
+	TxBudget int
+	// MaxMR is the memory region table size (mr.DefaultMaxRegions when 0).
+	MaxMR int
+	// ResolveMAC finds the next-hop MAC of an address vector that has none. The
+	// default asks the kernel (netdev.ResolveNeighbor) on AF_XDP links and uses a
+	// zero MAC on other links, which address peers by IP.
+	ResolveMAC func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
+	// EventHandler receives asynchronous events, one at a time and in order, on the
+	// device's RoutineEvents goroutine. It must not block for long.
+	EventHandler func(AsyncEvent)
+	// Logf, if set, logs the start and stop of the device's goroutines.
+	Logf func(format string, args ...any)
+}
+
+// DeviceAttr are the device attributes (struct ibv_device_attr), rxe's values. A
+// plain value.
+type DeviceAttr struct {
+	MaxMRSize       uint64
+	PageSizeCap     uint64
+	MaxQP           int
+	MaxQPWR         int
+	MaxSGE          int
+	MaxSGERd        int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int
+	MaxQPInitRdAtom int
+	MaxResRdAtom    int
+	MaxSRQ          int
+	MaxSRQWR        int
+	MaxSRQSGE       int
+	MaxAH           int
+	MaxPKeys        int
+	MaxInlineData   int
+	LocalCAAckDelay int
+	PhysPortCnt     int
+	AtomicCap       AtomicCap
+}
+
+// AtomicCap is enum ibv_atomic_cap. A plain value.
+type AtomicCap uint8
+
+const (
+	AtomicNone AtomicCap = iota // IBV_ATOMIC_NONE
+	AtomicHCA                   // IBV_ATOMIC_HCA: atomic with respect to this device's atomics
+	AtomicGlob                  // IBV_ATOMIC_GLOB
+)
+
+func (a AtomicCap) String() string {
+	switch a {
+	case AtomicHCA:
+		return "ATOMIC_HCA"
+	case AtomicGlob:
+		return "ATOMIC_GLOB"
+	}
+	return "ATOMIC_NONE"
+}
+
+// PortState is enum ibv_port_state. A plain value.
+type PortState uint8
+
+const (
+	PortNop    PortState = 0
+	PortDown   PortState = 1
+	PortInit   PortState = 2
+	PortArmed  PortState = 3
+	PortActive PortState = 4
+)
+
+func (s PortState) String() string {
+	switch s {
+	case PortDown:
+		return "DOWN"
+	case PortInit:
+		return "INIT"
+	case PortArmed:
+		return "ARMED"
+	case PortActive:
+		return "ACTIVE"
+	}
+	return "NOP"
+}
+
+// PortAttr are the port attributes (struct ibv_port_attr) of the device's one port.
+// A plain value; its slices are copies.
+type PortAttr struct {
+	State       PortState
+	MaxMTU      qpstate.MTU
+	ActiveMTU   qpstate.MTU
+	GIDTblLen   int
+	PKeyTblLen  int
+	MaxMsgSize  uint32
+	LinkLayer   string // "Ethernet"
+	LinkMTU     int    // the link's IP MTU
+	LinkKind    link.Kind
+	MAC         net.HardwareAddr
+	GIDs        []netdev.GID
+	PortCapRoCE bool // RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP
+}
+
+// Device is one RDMA device: a port on a link, its engine goroutine, and the
+// objects created on it. All methods are safe for concurrent use (MID3).
+//
+// Lock order: Device.mu, then a QP's ring locks. The engine goroutine takes a QP's
+// ring locks to change its state, and Device.mu briefly when it destroys a QP; it
+// never waits for anything while holding either, and no API call holds them while
+// it waits for the engine. The event handler must not call Close (it would wait
+// for itself).
+type Device struct {
+	link  link.Link
+	info  link.Info
+	cfg   Config
+	clock Clock
+	epoch time.Time
+	mtu   qpstate.MTU // active port MTU
+	smac  wire.MAC
+	mrs   *mr.Table
+	lim   qpstate.Limits
+	cnt   counters
+	evq   eventQueue
+
+	// Control operations for the engine.
+	ctlMu   sync.Mutex
+	ctlQ    []ctlReq
+	stopped bool          // guarded by ctlMu: no new control operation is taken
+	kick    chan struct{} // wakes an engine whose link is gone
+	done    chan struct{} // closed when RoutineEngine returns
+
+	closeOnce sync.Once
+	closeErr  error
+
+	// Doorbells: a lock-free stack of QPs with newly posted work.
+	dbHead atomic.Pointer[QP]
+
+	mu      sync.Mutex // guards the object bookkeeping below
+	qpns    map[uint32]*QP
+	nextQPN uint32
+	npd     int
+	nsrq    int
+	nah     int
+	pdSeq   uint32
+	macs    map[netip.Addr]wire.MAC // resolved next hops
+
+	e engine // owned by RoutineEngine
+}
+
+type ctlReq struct {
+	fn func(e *engine) error // nil: a Sync, finished at the end of the pass
+	op *Op
+}
+
+// Open starts a device on l. The device does not own l: close the device first,
+// then the link.
+func Open(l link.Link, cfg Config) (*Device, error) {
+	if l == nil {
+		return nil, errorf(ErrInvalidArg, "nil link")
+	}
+	info := l.Info()
+	if len(cfg.GIDs) == 0 {
+		return nil, errorf(ErrInvalidArg, "the GID table is empty")
+	}
+	if len(cfg.GIDs) > GIDTableLen {
+		return nil, errorf(ErrInvalidArg, "%d GIDs exceed the table's %d", len(cfg.GIDs), GIDTableLen)
+	}
+	for i, g := range cfg.GIDs {
+		if g.IsZero() {
+			return nil, errorf(ErrInvalidArg, "GID %d is zero", i)
+		}
+	}
+	mtuBytes := activeMTU(info.MTU)
+	if mtuBytes == 0 {
+		return nil, errorf(ErrInvalidArg, "link MTU %d cannot carry RoCE", info.MTU)
+	}
+	if cfg.MTU != 0 {
+		if _, ok := qpstate.MTUFromBytes(cfg.MTU); !ok {
+			return nil, errorf(ErrInvalidArg, "MTU %d is not an IB MTU", cfg.MTU)
+		}
+		mtuBytes = min(mtuBytes, cfg.MTU)
+	}
+	mtu, _ := qpstate.MTUFromBytes(mtuBytes)
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.TxBudget <= 0 {
+		cfg.TxBudget = DefaultTxBudget
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if cfg.ResolveMAC == nil && info.Kind == link.KindAFXDP {
+		cfg.ResolveMAC = func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+			n, err := netdev.ResolveNeighbor(ctx, ip)
+			return n.MAC, err
+		}
+	}
+	d := &Device{
+		link:    l,
+		info:    info,
+		cfg:     cfg,
+		clock:   cfg.Clock,
+		epoch:   cfg.Clock.Now(),
+		mtu:     mtu,
+		mrs:     mr.NewTable(cfg.MaxMR),
+		kick:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		qpns:    make(map[uint32]*QP),
+		nextQPN: minQPN,
+		macs:    make(map[netip.Addr]wire.MAC),
+	}
+	if len(info.MAC) == 6 {
+		d.smac = wire.MAC(info.MAC)
+	}
+	d.lim = qpstate.Limits{
+		MaxRdAtomic: MaxQPInitRdAtom, MaxDestRdAtomic: MaxQPRdAtom, NumPorts: 1,
+		NumPKeys: MaxPKeys, MaxMTU: mtu, MaxQPWR: MaxQPWR, MaxSendSGE: MaxSGE,
+		MaxRecvSGE: MaxSGE, MaxInlineData: MaxInlineData,
+	}
+	d.e.init(d)
+	d.evq.start(cfg.EventHandler, cfg.Logf, &d.cnt)
+	if s, ok := cfg.Clock.(Subscriber); ok {
+		s.Subscribe(d.wake)
+	}
+	go d.routineEngine()
+	d.evq.post(AsyncEvent{Type: EventPortActive, Port: 1})
+	return d, nil
+}
+
+// wake makes the engine run its loop soon: the doorbell.
+func (d *Device) wake() {
+	d.link.Wake()
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// exec queues fn for the engine goroutine and returns its Op.
+func (d *Device) exec(fn func(e *engine) error) *Op {
+	op := newOp()
+	d.ctlMu.Lock()
+	if d.stopped {
+		d.ctlMu.Unlock()
+		op.finish(errorf(ErrClosed, "device is closed"))
+		return op
+	}
+	d.ctlQ = append(d.ctlQ, ctlReq{fn: fn, op: op})
+	d.ctlMu.Unlock()
+	d.wake()
+	return op
+}
+
+// Sync returns an Op that completes after the engine has run one more pass of
+// its loop, timers included: after a ManualClock.Advance, Sync().Wait() returns
+// once the timers that became due have fired.
+func (d *Device) Sync() *Op { return d.exec(nil) }
+
+// Close flushes every QP (each outstanding work request completes with
+// WR_FLUSH_ERR), stops the engine and the event goroutine, and returns when they
+// have ended. Later calls return the first result. Objects of a closed device fail
+// with ErrClosed.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		op := d.exec(func(e *engine) error {
+			e.shutdown()
+			return nil
+		})
+		d.closeErr = op.Wait()
+		<-d.done
+		d.evq.close()
+	})
+	return d.closeErr
+}
+
+// Query returns the device attributes (ibv_query_device).
+func (d *Device) Query() DeviceAttr {
+	return DeviceAttr{
+		MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000, MaxQP: MaxQP, MaxQPWR: MaxQPWR,
+		MaxSGE: MaxSGE, MaxSGERd: MaxSGERd, MaxCQ: MaxCQ, MaxCQE: cq.MaxCQE, MaxMR: d.mrs.Cap(),
+		MaxPD: MaxPD, MaxQPRdAtom: MaxQPRdAtom, MaxQPInitRdAtom: MaxQPInitRdAtom,
+		MaxResRdAtom: MaxResRdAtom, MaxSRQ: MaxSRQ, MaxSRQWR: MaxSRQWR, MaxSRQSGE: MaxSRQSGE,
+		MaxAH: MaxAH, MaxPKeys: MaxPKeys, MaxInlineData: MaxInlineData,
+		LocalCAAckDelay: LocalCAAckDelay, PhysPortCnt: 1, AtomicCap: AtomicHCA,
+	}
+}
+
+// QueryPort returns the attributes of port 1 (ibv_query_port).
+func (d *Device) QueryPort() PortAttr {
+	st := PortActive
+	if d.e.linkDead.Load() {
+		st = PortDown
+	}
+	maxMTU, _ := qpstate.MTUFloor(activeMTU(d.info.MTU))
+	return PortAttr{
+		State: st, MaxMTU: maxMTU, ActiveMTU: d.mtu, GIDTblLen: GIDTableLen,
+		PKeyTblLen: MaxPKeys, MaxMsgSize: MaxMsgSize, LinkLayer: "Ethernet",
+		LinkMTU: d.info.MTU, LinkKind: d.info.Kind, MAC: d.info.MAC,
+		GIDs: append([]netdev.GID(nil), d.cfg.GIDs...), PortCapRoCE: true,
+	}
+}
+
+// Counters returns a snapshot of the device's counters.
+func (d *Device) Counters() Counters { return d.cnt.snapshot() }
+
+// MRTable is the device's memory region table, for lookups outside the engine.
+func (d *Device) MRTable() *mr.Table { return d.mrs }
+
+// since returns the engine's time.
+func (d *Device) since() time.Duration { return d.clock.Now().Sub(d.epoch) }
+
+// routineEngine is the engine goroutine: the only one that touches transport state.
+func (d *Device) routineEngine() {
+	defer close(d.done)
+	d.cfg.Logf("engine: RoutineEngine started on %s link %s", d.info.Kind, d.info.Name)
+	defer d.cfg.Logf("engine: RoutineEngine stopped")
+	e := &d.e
+	defer func() {
+		for _, op := range e.syncs {
+			op.finish(nil)
+		}
+	}()
+	for {
+		e.now = d.since()
+		if !e.runControl() {
+			return
+		}
+		busy := e.receive()
+		e.fireTimers()
+		e.drainDoorbells()
+		blocked := e.transmit()
+		for _, op := range e.syncs {
+			op.finish(nil)
+		}
+		e.syncs = e.syncs[:0]
+		if busy || (len(e.active) > 0 && !blocked) {
+			continue
+		}
+		e.idle(blocked)
+	}
+}
+
+// engine is the state RoutineEngine owns; nothing else touches it.
+type engine struct {
+	d       *Device
+	now     time.Duration
+	qps     map[uint32]*QP
+	active  []*QP // QPs with transmit work, in turn order
+	next    []*QP // the next round of active
+	timers  timerHeap
+	tx      txBatch
+	rxBufs  [][]byte
+	rxSizes []int
+	pkt     wire.Packet
+	wc      cq.WC
+	syncs   []*Op
+	pending []ctlReq
+	budget  int
+	mtu     int // port MTU in bytes (UD)
+
+	linkDead atomic.Bool // read by QueryPort
+}
+
+func (e *engine) init(d *Device) {
+	e.d = d
+	e.qps = make(map[uint32]*QP)
+	frameCap := d.info.MTU + maxEthernetLen
+	e.tx = newTxBatch(d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
+	e.rxBufs = make([][]byte, d.cfg.Batch)
+	for i := range e.rxBufs {
+		e.rxBufs[i] = make([]byte, frameCap)
+	}
+	e.rxSizes = make([]int, d.cfg.Batch)
+	e.budget = d.cfg.TxBudget
+	e.mtu = d.mtu.Bytes()
+}
+
+// runControl executes the queued control operations; false means shut down.
+func (e *engine) runControl() bool {
+	d := e.d
+	d.ctlMu.Lock()
+	e.pending, d.ctlQ = d.ctlQ, e.pending[:0]
+	stopped := d.stopped
+	d.ctlMu.Unlock()
+	for i := range e.pending {
+		r := &e.pending[i]
+		if r.fn == nil {
+			e.syncs = append(e.syncs, r.op)
+		} else {
+			r.op.finish(r.fn(e))
+		}
+		*r = ctlReq{}
+	}
+	if stopped {
+		// shutdown ran: refuse what raced in after it.
+		d.ctlMu.Lock()
+		rest := d.ctlQ
+		d.ctlQ = nil
+		d.ctlMu.Unlock()
+		for _, r := range rest {
+			r.op.finish(errorf(ErrClosed, "device is closed"))
+		}
+		return false
+	}
+	return !e.stopping()
+}
+
+func (e *engine) stopping() bool {
+	e.d.ctlMu.Lock()
+	defer e.d.ctlMu.Unlock()
+	return e.d.stopped
+}
+
+// shutdown destroys every QP, flushing its work requests, and stops the engine.
+func (e *engine) shutdown() {
+	for _, qp := range e.qps {
+		e.destroyQP(qp)
+	}
+	e.tx.flush(e.d.link, &e.d.cnt)
+	e.d.ctlMu.Lock()
+	e.d.stopped = true
+	e.d.ctlMu.Unlock()
+}
+
+// receive reads one batch of frames and handles them; it reports whether any came.
+func (e *engine) receive() bool {
+	if e.linkDead.Load() {
+		return false
+	}
+	n, err := e.d.link.ReadBatch(e.rxBufs, e.rxSizes)
+	if err != nil {
+		e.linkFailed()
+		return false
+	}
+	for i := 0; i < n; i++ {
+		e.handleFrame(e.rxBufs[i][:e.rxSizes[i]])
+	}
+	return n > 0
+}
+
+// linkFailed marks the port down: the engine keeps serving control operations
+// (and flushes on destroy) but moves no more frames.
+func (e *engine) linkFailed() {
+	if e.linkDead.Swap(true) {
+		return
+	}
+	e.d.cnt.inc(CntLinkDowned)
+	e.d.evq.post(AsyncEvent{Type: EventPortErr, Port: 1})
+}
+
+// idle waits for frames, a doorbell, a control operation or the next timer.
+func (e *engine) idle(blocked bool) {
+	timeout := time.Duration(-1)
+	if when, ok := e.timers.next(); ok {
+		timeout = max(when-e.d.since(), 0)
+	}
+	if blocked && (timeout < 0 || timeout > blockedTxBackoff) {
+		timeout = blockedTxBackoff
+	}
+	if timeout == 0 {
+		return
+	}
+	if e.linkDead.Load() {
+		var tc <-chan time.Time
+		if timeout > 0 {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			tc = t.C
+		}
+		select {
+		case <-e.d.kick:
+		case <-tc:
+		}
+		return
+	}
+	if err := e.d.link.Wait(timeout); err != nil {
+		e.linkFailed()
+	}
+}
+
+// fireTimers runs every timer that is due.
+func (e *engine) fireTimers() {
+	for t := e.timers.popDue(e.now); t != nil; t = e.timers.popDue(e.now) {
+		qp := t.qp
+		switch t.kind {
+		case timerRetransmit:
+			e.retransmitTimeout(qp)
+		case timerRNR:
+			e.rnrTimerExpired(qp)
+		}
+	}
+}
+
+// drainDoorbells takes the QPs posters rang for and schedules them.
+func (e *engine) drainDoorbells() {
+	qp := e.d.dbHead.Swap(nil)
+	for qp != nil {
+		next := qp.dbNext
+		qp.dbNext = nil
+		qp.dbQueued.Store(false)
+		if qp.live {
+			e.doorbell(qp)
+		}
+		qp = next
+	}
+}
+
+// schedule puts qp on the active list for the transmit phase.
+func (e *engine) schedule(qp *QP) {
+	if qp.inActive || !qp.live {
+		return
+	}
+	qp.inActive = true
+	e.active = append(e.active, qp)
+}
+
+// transmit gives each active QP one turn (responder output first, then the
+// requester within the budget) and writes the frames. It reports whether the link
+// left frames unsent (its transmit ring is full).
+func (e *engine) transmit() (blocked bool) {
+	list := e.active
+	e.active = e.next[:0]
+	for i, qp := range list {
+		list[i] = nil
+		qp.inActive = false
+		if !qp.live {
+			continue
+		}
+		if blocked {
+			e.schedule(qp)
+			continue
+		}
+		if e.respFlush(qp) || e.runRequester(qp, e.budget) {
+			e.schedule(qp)
+		}
+		if e.tx.full() && e.tx.flush(e.d.link, &e.d.cnt) == 0 {
+			blocked = true
+		}
+	}
+	e.next = list[:0]
+	e.tx.flush(e.d.link, &e.d.cnt)
+	return blocked || e.tx.n > 0
+}
+
+// txReserve makes room for one frame, writing the batch if it is full; false
+// means the link's ring is full and the frame must wait.
+func (e *engine) txReserve() bool {
+	if !e.tx.full() {
+		return true
+	}
+	e.tx.flush(e.d.link, &e.d.cnt)
+	return !e.tx.full()
+}

@@ -1,0 +1,162 @@
+// Frames: the prebuilt Ethernet + IP + UDP header of a path (route), and the
+// transmit batch the engine writes packets into.
+
+package engine
+
+import (
+	"net/netip"
+
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+// route is a resolved address vector: the Ethernet, IP and UDP headers every packet
+// of a path starts with, built once when the path is set (QP modify, AH create).
+// Immutable once built, so a UD WQE may keep a pointer to its AH's route.
+type route struct {
+	hdr    [wire.EthernetLen + wire.IPv6Len + wire.UDPLen]byte
+	hdrLen int // Ethernet + IP + UDP
+	ipOff  int
+	udpOff int
+	v6     bool
+	src    netip.Addr
+	dst    netip.Addr
+	dmac   wire.MAC
+}
+
+// routeParams describe a path (the address vector part of ibv_ah_attr with its GRH).
+type routeParams struct {
+	src, dst   netip.Addr // unmapped: IPv4 or IPv6; both of one family
+	smac, dmac wire.MAC
+	sport      uint16
+	tclass     uint8
+	flowLabel  uint32
+	hopLimit   uint8
+}
+
+// newRoute builds the header template of p. The IPv4 header is sent with DF and TTL
+// 64 (as rxe_prepare4 does), IPv6 with the hop limit, traffic class and flow label
+// of the AV; the UDP checksum is 0, as rxe sends it.
+func newRoute(p routeParams) (*route, error) {
+	if p.src.Is4() != p.dst.Is4() || !p.src.IsValid() || !p.dst.IsValid() {
+		return nil, errorf(ErrInvalidArg, "source %v and destination %v are not of one IP family", p.src, p.dst)
+	}
+	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac}
+	eth := wire.EthernetFields{Dst: p.dmac, Src: p.smac, EtherType: wire.EtherTypeIPv4}
+	rt.ipOff = eth.Len()
+	if rt.v6 {
+		eth.EtherType = wire.EtherTypeIPv6
+		hl := p.hopLimit
+		if hl == 0 {
+			hl = defaultHopLimit
+		}
+		f := wire.IPv6Fields{TrafficClass: p.tclass, FlowLabel: p.flowLabel, NextHeader: wire.IPProtoUDP,
+			HopLimit: hl, Src: p.src, Dst: p.dst}
+		f.Encode(rt.hdr[rt.ipOff:])
+		rt.udpOff = rt.ipOff + wire.IPv6Len
+	} else {
+		f := wire.IPv4Fields{TOS: p.tclass, Flags: wire.IPv4FlagDF, TTL: ipv4TTL, Protocol: wire.IPProtoUDP,
+			Src: p.src, Dst: p.dst}
+		f.Encode(rt.hdr[rt.ipOff:])
+		rt.udpOff = rt.ipOff + wire.IPv4Len
+	}
+	eth.Encode(rt.hdr[:])
+	u := wire.UDPFields{SrcPort: p.sport, DstPort: wire.UDPPortRoCEv2}
+	u.Encode(rt.hdr[rt.udpOff:])
+	rt.hdrLen = rt.udpOff + wire.UDPLen
+	return rt, nil
+}
+
+// begin writes the route's headers into b for an IB packet of ibLen bytes (BTH
+// through ICRC) and returns the IB part. ipID is the IPv4 identification.
+func (rt *route) begin(b []byte, ibLen int, ipID uint16) []byte {
+	copy(b, rt.hdr[:rt.hdrLen])
+	udpLen := wire.UDPLen + ibLen
+	if rt.v6 {
+		wire.IPv6(b[rt.ipOff:rt.udpOff]).SetPayloadLength(udpLen)
+	} else {
+		ip := wire.IPv4(b[rt.ipOff:rt.udpOff])
+		ip.SetTotalLength(wire.IPv4Len + udpLen)
+		ip.SetID(ipID)
+		ip.SetChecksum(0)
+		ip.UpdateChecksum()
+	}
+	wire.UDP(b[rt.udpOff:rt.hdrLen]).SetLength(udpLen)
+	return b[rt.hdrLen : rt.hdrLen+ibLen]
+}
+
+// finish computes the ICRC of a frame begun with begin and returns its length.
+func (rt *route) finish(b []byte, ibLen int) int {
+	n := rt.hdrLen + ibLen
+	icrc, _ := wire.ComputeICRC(b[rt.ipOff:rt.udpOff], b[rt.udpOff:rt.hdrLen], b[rt.hdrLen:n-wire.ICRCLen])
+	wire.PutICRC(b[n-wire.ICRCLen:n], icrc)
+	return n
+}
+
+// ibLen is the length of an IB packet with opcode op and n payload bytes: headers,
+// payload, pad to 4 bytes (BTH PadCnt) and ICRC.
+func ibLen(op wire.Opcode, n int) int {
+	return wire.Opcodes[op].HeaderLen + n + (-n & 3) + wire.ICRCLen
+}
+
+// txBatch holds the frames the engine built since the last WriteBatch, in
+// preallocated buffers. Engine-owned.
+type txBatch struct {
+	bufs   [][]byte // len(bufs) buffers of the link's largest frame
+	frames [][]byte // frames[:n] are queued: frames[i] is bufs[i][:len]
+	n      int
+	ipID   uint16 // IPv4 identification, incremented per IPv4 frame as Linux does
+	fixID  bool   // the link sends IPv4 ID 0 (link.Info.FixedIPv4ID)
+}
+
+func newTxBatch(batch, frameCap int, fixID bool) txBatch {
+	t := txBatch{bufs: make([][]byte, batch), frames: make([][]byte, batch), fixID: fixID}
+	for i := range t.bufs {
+		t.bufs[i] = make([]byte, frameCap)
+	}
+	return t
+}
+
+// full reports whether every buffer holds a queued frame.
+func (t *txBatch) full() bool { return t.n == len(t.bufs) }
+
+// next returns the next free buffer; the caller must check full first.
+func (t *txBatch) next() []byte { return t.bufs[t.n] }
+
+// nextID returns the IPv4 identification of the next frame.
+func (t *txBatch) nextID() uint16 {
+	if t.fixID {
+		return 0
+	}
+	t.ipID++
+	return t.ipID
+}
+
+// commit queues the first n bytes of the buffer next returned.
+func (t *txBatch) commit(n int) {
+	t.frames[t.n] = t.bufs[t.n][:n]
+	t.n++
+}
+
+// flush hands the queued frames to the link and keeps what it did not take, in
+// order, at the front. It returns how many frames the link took.
+func (t *txBatch) flush(l link.Link, c *counters) int {
+	if t.n == 0 {
+		return 0
+	}
+	k, err := l.WriteBatch(t.frames[:t.n])
+	if err != nil {
+		// A closed or failed link takes nothing; the frames are lost, as on a wire.
+		c.add(CntSendErr, uint64(t.n))
+		c.inc(CntLinkDowned)
+		t.n = 0
+		return 0
+	}
+	c.add(CntSentPkts, uint64(k))
+	for i := k; i < t.n; i++ {
+		t.bufs[i-k], t.bufs[i] = t.bufs[i], t.bufs[i-k]
+		t.frames[i-k] = t.frames[i]
+	}
+	t.n -= k
+	return k
+}

@@ -1,0 +1,376 @@
+// Test helpers: two devices back to back over a memory link, connected QPs,
+// registered buffers, and polling with a deadline.
+
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+var (
+	addrA = netip.MustParseAddr("192.0.2.11")
+	addrB = netip.MustParseAddr("192.0.2.12")
+)
+
+// pairOpts configure newPair.
+type pairOpts struct {
+	mem      link.MemoryOptions
+	clock    Clock
+	v6       bool
+	mtu      int
+	events   func(AsyncEvent)
+	eventsB  func(AsyncEvent)
+	batch    int
+	txBudget int
+	wrapA    func(link.Link) link.Link // wraps A's link before Open
+}
+
+// pair is two devices joined by a memory link.
+type pair struct {
+	a, b   *Device
+	la, lb *link.Memory
+}
+
+func newPair(t testing.TB, o pairOpts) *pair {
+	t.Helper()
+	la, lb, err := link.NewMemoryPair(o.mem)
+	if err != nil {
+		t.Fatalf("NewMemoryPair: %v", err)
+	}
+	ga, gb := netdev.GIDFromAddr(addrA), netdev.GIDFromAddr(addrB)
+	if o.v6 {
+		ga = netdev.GIDFromAddr(netip.MustParseAddr("2001:db8::11"))
+		gb = netdev.GIDFromAddr(netip.MustParseAddr("2001:db8::12"))
+	}
+	open := func(l link.Link, g netdev.GID, ev func(AsyncEvent)) *Device {
+		d, err := Open(l, Config{Clock: o.clock, GIDs: []netdev.GID{g}, MTU: o.mtu, EventHandler: ev,
+			Batch: o.batch, TxBudget: o.txBudget})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return d
+	}
+	p := &pair{la: la, lb: lb}
+	var l link.Link = la
+	if o.wrapA != nil {
+		l = o.wrapA(la)
+	}
+	p.a = open(l, ga, o.events)
+	p.b = open(lb, gb, o.eventsB)
+	t.Cleanup(func() {
+		if err := p.a.Close(); err != nil {
+			t.Errorf("close a: %v", err)
+		}
+		if err := p.b.Close(); err != nil {
+			t.Errorf("close b: %v", err)
+		}
+		la.Close()
+		lb.Close()
+	})
+	return p
+}
+
+// node is one side of a connection: a PD, a CQ, a QP and a registered buffer.
+type node struct {
+	d   *Device
+	pd  *PD
+	cq  *cq.CQ
+	rcq *cq.CQ
+	qp  *QP
+	mr  *MR
+	buf []byte
+}
+
+type nodeOpts struct {
+	typ    qpstate.Type
+	cap    qpstate.Cap
+	bufLen int
+	access mr.Access
+	sigAll bool
+	srq    *SRQ
+	pd     *PD
+	cqe    int
+}
+
+func newNode(t testing.TB, d *Device, o nodeOpts) *node {
+	t.Helper()
+	if o.typ == 0 {
+		o.typ = qpstate.RC
+	}
+	if o.bufLen == 0 {
+		o.bufLen = 1 << 20
+	}
+	if o.access == 0 {
+		o.access = mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
+	}
+	if o.cap.MaxSendWR == 0 {
+		o.cap = qpstate.Cap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}
+	}
+	if o.cqe == 0 {
+		o.cqe = 1024
+	}
+	n := &node{d: d, pd: o.pd}
+	var err error
+	if n.pd == nil {
+		if n.pd, err = d.AllocPD(); err != nil {
+			t.Fatalf("AllocPD: %v", err)
+		}
+	}
+	if n.cq, err = cq.New(o.cqe, cq.Options{}); err != nil {
+		t.Fatalf("cq.New: %v", err)
+	}
+	n.rcq = n.cq
+	n.buf = make([]byte, o.bufLen)
+	if n.mr, err = n.pd.RegMR(n.buf, 0x10000, o.access); err != nil {
+		t.Fatalf("RegMR: %v", err)
+	}
+	if n.qp, err = n.pd.CreateQP(QPInitAttr{Type: o.typ, SendCQ: n.cq, RecvCQ: n.cq, Cap: o.cap, SigAll: o.sigAll,
+		SRQ: o.srq}); err != nil {
+		t.Fatalf("CreateQP: %v", err)
+	}
+	t.Cleanup(func() {
+		if n.qp.pubState.Load() != stateDestroyed {
+			n.qp.Destroy().Wait()
+		}
+		n.mr.Dereg()
+		n.cq.Close()
+	})
+	return n
+}
+
+// gid returns the device's first GID.
+func (n *node) gid() netdev.GID { return n.d.cfg.GIDs[0] }
+
+// connOpts are the connection attributes of connect.
+type connOpts struct {
+	mtu        qpstate.MTU
+	timeout    uint8
+	retry      uint8
+	rnrRetry   uint8
+	minRNR     uint8
+	rdAtomic   uint8
+	access     uint32
+	psnA, psnB wire.PSN
+}
+
+// connect takes two RC or UC QPs through INIT, RTR and RTS to each other.
+func connect(t testing.TB, a, b *node, o connOpts) {
+	t.Helper()
+	if o.mtu == 0 {
+		o.mtu = qpstate.MTU1024
+	}
+	if o.access == 0 {
+		o.access = qpstate.AccessRemoteWrite | qpstate.AccessRemoteRead | qpstate.AccessRemoteAtomic
+	}
+	if o.rdAtomic == 0 {
+		o.rdAtomic = 16
+	}
+	if o.timeout == 0 {
+		o.timeout = 14 // 67 ms
+	}
+	if o.retry == 0 {
+		o.retry = 7
+	}
+	if o.rnrRetry == 0 {
+		o.rnrRetry = 7
+	}
+	if o.minRNR == 0 {
+		o.minRNR = 1 // 10 us
+	}
+	if o.psnA == 0 {
+		o.psnA = 0x100
+	}
+	if o.psnB == 0 {
+		o.psnB = 0xfffff0 // wraps during the tests
+	}
+	up := func(x, y *node, sq, rq wire.PSN) {
+		t.Helper()
+		rc := x.qp.typ == qpstate.RC
+		acc := o.access
+		if !rc {
+			acc &= qpstate.AccessRemoteWrite
+		}
+		init := QPAttr{Attr: qpstate.Attr{State: qpstate.Init, PKeyIndex: 0, Port: 1, AccessFlags: acc}}
+		if err := x.qp.ModifySync(&init, qpstate.AttrState|qpstate.AttrPKeyIndex|qpstate.AttrPort|qpstate.AttrAccessFlags); err != nil {
+			t.Fatalf("INIT: %v", err)
+		}
+		rtr := QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: o.mtu, DestQPN: y.qp.QPN(), RQPSN: rq,
+			MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR},
+			AV: AV{DGID: y.gid(), DMAC: y.d.info.MAC}}
+		mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN
+		if rc {
+			mask |= qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer
+		}
+		if err := x.qp.ModifySync(&rtr, mask); err != nil {
+			t.Fatalf("RTR: %v", err)
+		}
+	}
+	rts := func(x *node, sq wire.PSN) {
+		t.Helper()
+		a := QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, SQPSN: sq, Timeout: o.timeout, RetryCnt: o.retry,
+			RNRRetry: o.rnrRetry, MaxRdAtomic: o.rdAtomic}}
+		mask := qpstate.AttrState | qpstate.AttrSQPSN
+		if x.qp.typ == qpstate.RC {
+			mask |= qpstate.AttrTimeout | qpstate.AttrRetryCnt | qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic
+		}
+		if err := x.qp.ModifySync(&a, mask); err != nil {
+			t.Fatalf("RTS: %v", err)
+		}
+	}
+	up(a, b, o.psnA, o.psnB)
+	up(b, a, o.psnB, o.psnA)
+	rts(a, o.psnA)
+	rts(b, o.psnB)
+}
+
+// rcPair makes a connected RC pair over a fresh memory link.
+func rcPair(t testing.TB, po pairOpts, no nodeOpts, co connOpts) (*pair, *node, *node) {
+	t.Helper()
+	p := newPair(t, po)
+	a := newNode(t, p.a, no)
+	b := newNode(t, p.b, no)
+	connect(t, a, b, co)
+	return p, a, b
+}
+
+// pollN polls c until n completions arrived or the deadline passed.
+func pollN(t testing.TB, c *cq.CQ, n int, d time.Duration) []cq.WC {
+	t.Helper()
+	got := make([]cq.WC, 0, n)
+	buf := make([]cq.WC, 64)
+	deadline := time.Now().Add(d)
+	for len(got) < n {
+		k := c.Poll(buf[:min(len(buf), n-len(got))])
+		got = append(got, buf[:k]...)
+		if k == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("got %d completions, want %d: %+v", len(got), n, got)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return got
+}
+
+// pollOne polls exactly one completion.
+func pollOne(t testing.TB, c *cq.CQ) cq.WC {
+	t.Helper()
+	return pollN(t, c, 1, 5*time.Second)[0]
+}
+
+// noMore checks that c stays empty for a moment.
+func noMore(t testing.TB, c *cq.CQ) {
+	t.Helper()
+	time.Sleep(20 * time.Millisecond)
+	var w [4]cq.WC
+	if n := c.Poll(w[:]); n != 0 {
+		t.Fatalf("unexpected completions: %+v", w[:n])
+	}
+}
+
+// fill writes a pattern into b.
+func fill(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+}
+
+func checkWC(t testing.TB, got, want cq.WC) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("WC:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func checkBytes(t testing.TB, what string, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s: differs at byte %d of %d/%d", what, i, len(got), len(want))
+	}
+}
+
+func recv(t testing.TB, n *node, id uint64, off uint64, length uint32) {
+	t.Helper()
+	if _, err := n.qp.PostRecv([]RecvWR{{WRID: id, SGL: []SGE{n.mr.SGE(off, length)}}}); err != nil {
+		t.Fatalf("PostRecv: %v", err)
+	}
+}
+
+func send(t testing.TB, n *node, wr SendWR) {
+	t.Helper()
+	if _, err := n.qp.PostSend([]SendWR{wr}); err != nil {
+		t.Fatalf("PostSend %v: %v", wr.Opcode, err)
+	}
+}
+
+func name(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+func gids(a netip.Addr) []netdev.GID { return []netdev.GID{netdev.GIDFromAddr(a)} }
+
+func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// tapLink records what its engine sends and can drop chosen frames.
+type tapLink struct {
+	link.Link
+	mu   sync.Mutex
+	n    int
+	sent [][]byte
+	drop func(i int, p *wire.Packet) bool
+	pkt  wire.Packet
+}
+
+func (l *tapLink) WriteBatch(frames [][]byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, f := range frames {
+		idx := l.n
+		l.n++
+		l.sent = append(l.sent, append([]byte(nil), f...))
+		if l.drop != nil && wire.Parse(f, &l.pkt) == nil && l.drop(idx, &l.pkt) {
+			continue
+		}
+		if k, err := l.Link.WriteBatch(frames[i : i+1]); k == 0 || err != nil {
+			l.n--
+			l.sent = l.sent[:len(l.sent)-1]
+			return i, err
+		}
+	}
+	return len(frames), nil
+}
+
+// opcodes returns the opcodes of the frames sent so far.
+func (l *tapLink) opcodes() []wire.Opcode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ops []wire.Opcode
+	var p wire.Packet
+	for _, f := range l.sent {
+		if wire.Parse(f, &p) == nil {
+			ops = append(ops, p.Opcode)
+		}
+	}
+	return ops
+}
+
+// frames returns copies of the frames sent so far.
+func (l *tapLink) frames() [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][]byte(nil), l.sent...)
+}

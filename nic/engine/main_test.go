@@ -1,0 +1,11 @@
+// Goroutine leak check for the package tests.
+
+package engine
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

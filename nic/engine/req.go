@@ -1,0 +1,363 @@
+// The requester: turns send WQEs into request packets (rxe_req.c).
+
+package engine
+
+import (
+	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+// reqState is the requester's part of a QP. Engine-owned.
+type reqState struct {
+	psn         wire.PSN // PSN of the next packet
+	opcode      int      // opcode of the last packet sent, -1 at a message boundary
+	wqeIndex    uint32   // send queue index of the next WQE to send
+	noackPkts   int      // packets since the last AckReq
+	rdInflight  int      // READs and atomics sent and not completed (max_rd_atomic)
+	needRetry   bool     // go back to comp.psn before sending more
+	waitFence   bool     // a fenced WQE waits for READs and atomics to complete
+	waitPSN     bool     // the window of unacknowledged PSNs is full
+	needRdAtom  bool     // a READ or atomic waits for an initiator slot
+	waitRNRTime bool     // an RNR NAK's timer runs: send nothing
+	hiPSN       wire.PSN // one past the highest PSN sent: lower ones are retransmissions
+}
+
+// runRequester sends packets of qp's WQEs, at most budget of them; it reports
+// whether it stopped with more to send (budget spent or the batch full).
+func (e *engine) runRequester(qp *QP, budget int) bool {
+	rq := &qp.req
+	switch qp.state {
+	case qpstate.RTS, qpstate.SQD:
+	default:
+		return false
+	}
+	if qp.errPending || rq.waitRNRTime {
+		return false
+	}
+	if rq.needRetry {
+		e.reqRetry(qp)
+		rq.needRetry = false
+	}
+	for sent := 0; sent < budget; sent++ {
+		w := e.reqNextWQE(qp)
+		if w == nil {
+			return false
+		}
+		if qp.typ == qpstate.RC && rq.psn.Sub(qp.comp.psn) > maxUnackedPSNs {
+			rq.waitPSN = true
+			return false
+		}
+		if w.mask&(wire.MaskRead|wire.MaskAtomic) != 0 && !w.hasRdAtomic {
+			if qp.attr.MaxRdAtomic == 0 {
+				// No initiator depth was negotiated: the WR can never go.
+				e.reqFail(qp, w, cq.LocQPOpErr)
+				return false
+			}
+			if rq.rdInflight >= int(qp.attr.MaxRdAtomic) {
+				rq.needRdAtom = true
+				return false
+			}
+			rq.rdInflight++
+			w.hasRdAtomic = true
+		}
+		if !e.txReserve() {
+			return true
+		}
+		if !e.sendRequest(qp, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// reqNextWQE returns the WQE to send next, or nil (rxe req_next_wqe).
+func (e *engine) reqNextWQE(qp *QP) *sendWQE {
+	rq := &qp.req
+	if rq.wqeIndex == qp.sq.prod.Load() {
+		return nil
+	}
+	if qp.state == qpstate.SQD && int32(rq.wqeIndex-qp.drainEnd) >= 0 {
+		return nil // SQD: finish what started, start nothing (IBTA 10.3.1)
+	}
+	w := &qp.sqSlots[rq.wqeIndex&qp.sq.mask]
+	// IBV_SEND_FENCE: wait until every earlier READ and atomic has completed
+	// (ibv_post_send(3); rxe waits for every earlier WQE).
+	if w.flags&SendFence != 0 && w.state == wqePosted && rq.rdInflight > 0 {
+		rq.waitFence = true
+		return nil
+	}
+	return w
+}
+
+// nextOpcode picks the opcode of w's next packet from the last one sent (rxe
+// next_opcode_rc / next_opcode_uc: FIRST, MIDDLE..., LAST, or ONLY).
+func nextOpcode(qp *QP, w *sendWQE) wire.Opcode {
+	fits := w.dma.resid <= uint32(qp.mtu)
+	base := wire.Opcode(0x00)
+	if qp.typ == qpstate.UC {
+		base = 0x20
+	}
+	inMsg := qp.req.opcode >= 0
+	switch w.opcode {
+	case WRSend, WRSendWithImm, WRSendWithInv:
+		if !qp.typ.Connected() {
+			if w.opcode == WRSendWithImm {
+				return wire.UDSendOnlyWithImmediate
+			}
+			return wire.UDSendOnly
+		}
+		last, only := wire.RCSendLast, wire.RCSendOnly
+		switch w.opcode {
+		case WRSendWithImm:
+			last, only = wire.RCSendLastWithImmediate, wire.RCSendOnlyWithImmediate
+		case WRSendWithInv:
+			last, only = wire.RCSendLastWithInvalidate, wire.RCSendOnlyWithInvalidate
+		}
+		switch {
+		case inMsg && fits:
+			return base | last
+		case inMsg:
+			return base | wire.RCSendMiddle
+		case fits:
+			return base | only
+		}
+		return base | wire.RCSendFirst
+	case WRRDMAWrite, WRRDMAWriteWithImm:
+		last, only := wire.RCRDMAWriteLast, wire.RCRDMAWriteOnly
+		if w.opcode == WRRDMAWriteWithImm {
+			last, only = wire.RCRDMAWriteLastWithImmediate, wire.RCRDMAWriteOnlyWithImmediate
+		}
+		switch {
+		case inMsg && fits:
+			return base | last
+		case inMsg:
+			return base | wire.RCRDMAWriteMiddle
+		case fits:
+			return base | only
+		}
+		return base | wire.RCRDMAWriteFirst
+	case WRRDMARead:
+		return wire.RCRDMAReadRequest
+	case WRAtomicCmpSwp:
+		return wire.RCCompareSwap
+	}
+	return wire.RCFetchAdd
+}
+
+// sendRequest builds w's next packet into the batch and advances the requester
+// (rxe init_req_packet, finish_packet, update_wqe_state, update_wqe_psn,
+// update_state). false means w failed locally.
+func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
+	rq := &qp.req
+	op := nextOpcode(qp, w)
+	in := &wire.Opcodes[op]
+	m := in.Mask
+	payload := 0
+	if m&wire.MaskPayload != 0 {
+		payload = int(min(w.dma.resid, uint32(qp.mtu)))
+	}
+	rt := qp.rt
+	if !qp.typ.Connected() {
+		rt = w.rt
+	}
+	n := ibLen(op, payload)
+	buf := e.tx.next()
+	ib := rt.begin(buf, n, e.tx.nextID())
+	if !qp.typ.Connected() {
+		wire.UDP(buf[rt.udpOff:rt.hdrLen]).SetSrcPort(qp.sport)
+	}
+
+	// BTH (IBTA 9.2): SE on the last packet of a SEND or WRITE with immediate;
+	// on RC, AckReq on every last packet and at least every maxPktPerAck packets
+	// (UC and UD send it clear, as rxe does).
+	se := w.flags&SendSolicited != 0 && m&wire.MaskLast != 0 &&
+		(m&wire.MaskSend != 0 || m&(wire.MaskWrite|wire.MaskImmDt) == wire.MaskWrite|wire.MaskImmDt)
+	ackReq := false
+	if qp.typ == qpstate.RC {
+		ackReq = m&wire.MaskLast != 0 || rq.noackPkts >= maxPktPerAck
+		rq.noackPkts++
+		if ackReq {
+			rq.noackPkts = 0
+		}
+	}
+	dqpn := qp.attr.DestQPN
+	if m&wire.MaskDETH != 0 {
+		dqpn = w.remoteQPN
+	}
+	bth := wire.BTHFields{Opcode: op, SE: se, PadCount: uint8(-payload & 3), PKey: wire.DefaultPKey,
+		DestQPN: dqpn, AckReq: ackReq, PSN: rq.psn}
+	bth.Encode(ib)
+	if m&wire.MaskRETH != 0 {
+		f := wire.RETHFields{VA: w.iova, RKey: w.rkey, DMALen: w.dma.resid}
+		f.Encode(ib[in.Offset[wire.HdrRETH]:])
+	}
+	if m&wire.MaskImmDt != 0 {
+		wire.ImmDt(ib[in.Offset[wire.HdrImmDt]:]).SetImm(w.imm)
+	}
+	if m&wire.MaskIETH != 0 {
+		wire.IETH(ib[in.Offset[wire.HdrIETH]:]).SetRKey(w.invRKey)
+	}
+	if m&wire.MaskAtomicETH != 0 {
+		f := wire.AtomicETHFields{VA: w.iova, RKey: w.rkey, SwapAdd: w.compareAdd}
+		if op == wire.RCCompareSwap {
+			f.SwapAdd, f.Compare = w.swap, w.compareAdd
+		}
+		f.Encode(ib[in.Offset[wire.HdrAtomicETH]:])
+	}
+	if m&wire.MaskDETH != 0 {
+		qkey := w.remoteQKey
+		switch {
+		case qp.qpn == gsiQPN:
+			qkey = wire.QP1QKey
+		case qkey&qpstate.ControlledQKey != 0:
+			qkey = qp.attr.QKey // the high bit takes the QP's Q_Key
+		}
+		f := wire.DETHFields{QKey: qkey, SrcQPN: qp.qpn}
+		f.Encode(ib[in.Offset[wire.HdrDETH]:])
+	}
+	pl := ib[in.HeaderLen : in.HeaderLen+payload]
+	startResid := w.dma.resid
+	if payload > 0 {
+		if f := e.copyOut(qp.pd.handle, w, pl); f != mr.FaultNone {
+			// The source region went away after the post: local protection error.
+			e.reqFail(qp, w, cq.LocProtErr)
+			return false
+		}
+	}
+	clear(ib[in.HeaderLen+payload : n-wire.ICRCLen])
+	e.tx.commit(rt.finish(buf, n))
+	if qp.typ == qpstate.RC {
+		if rq.psn.Sub(rq.hiPSN) < 0 {
+			e.d.cnt.inc(CntRetransmitted)
+		} else {
+			rq.hiPSN = rq.psn.Next()
+		}
+	}
+
+	// update_wqe_psn: a READ takes one PSN per response packet.
+	mtu := uint32(qp.mtu)
+	npkts := wire.PSN(1)
+	if startResid > 0 {
+		npkts = wire.PSN((startResid + mtu - 1) / mtu)
+	}
+	if m&wire.MaskFirst != 0 {
+		w.firstPSN = rq.psn
+		w.lastPSN = rq.psn.Add(uint32(npkts) - 1)
+	}
+	if m&wire.MaskRead != 0 {
+		rq.psn = w.firstPSN.Add(uint32(npkts))
+	} else {
+		rq.psn = rq.psn.Next()
+	}
+	if m&wire.MaskWrite != 0 {
+		w.iova += uint64(payload)
+	}
+
+	// update_wqe_state and update_state.
+	if m&wire.MaskLast != 0 {
+		rq.opcode = -1
+		rq.wqeIndex++
+		if qp.typ == qpstate.RC {
+			w.state = wqePending
+		} else {
+			// UC and UD complete once the last packet is out.
+			w.state = wqeDone
+			w.status = cq.Success
+			e.completer(qp, nil)
+		}
+	} else {
+		rq.opcode = int(op)
+		w.state = wqeProcessing
+	}
+	if qp.typ == qpstate.RC && qp.timeout > 0 && !qp.retrans.armed() {
+		e.timers.set(&qp.retrans, e.now+qp.timeout)
+	}
+	return true
+}
+
+// reqFail ends w with a local error: the completer reports it in order and moves
+// the QP to ERR (UC/UD too; SQE is not modelled).
+func (e *engine) reqFail(qp *QP, w *sendWQE, status cq.Status) {
+	w.state = wqeError
+	w.status = status
+	qp.req.wqeIndex++
+	qp.req.opcode = -1
+	e.completer(qp, nil)
+}
+
+// reqRetry rewinds the requester to the oldest unacknowledged PSN for a
+// go-back-N retransmission (rxe req_retry: retry from the PSN the NAK or
+// timeout names).
+func (e *engine) reqRetry(qp *QP) {
+	rq := &qp.req
+	cons := qp.sq.cons.Load()
+	prod := qp.sq.prod.Load()
+	rq.wqeIndex = cons
+	rq.psn = qp.comp.psn
+	rq.opcode = -1
+	mtu := uint32(qp.mtu)
+	first := true
+	for i := cons; i != prod; i++ {
+		w := &qp.sqSlots[i&qp.sq.mask]
+		if w.state == wqePosted {
+			break
+		}
+		if w.state == wqeDone || w.state == wqeError {
+			continue
+		}
+		w.iova = w.remoteAddr
+		isRead := w.mask&wire.MaskRead != 0
+		if !first || !isRead {
+			w.dma = dmaCursor{resid: w.length}
+		}
+		if first {
+			first = false
+			if w.mask&(wire.MaskSend|wire.MaskWrite) != 0 {
+				// Skip the packets of this message the responder has (rxe
+				// retry_first_write_send).
+				npsn := uint32(qp.comp.psn.Sub(w.firstPSN))
+				for j := uint32(0); j < npsn; j++ {
+					k := min(w.dma.resid, mtu)
+					rq.opcode = int(nextOpcode(qp, w))
+					e.skipData(w, k)
+					if w.mask&wire.MaskWrite != 0 {
+						w.iova += uint64(mtu)
+					}
+				}
+			}
+			if isRead {
+				done := (w.length - w.dma.resid) / mtu
+				w.iova += uint64(done * mtu)
+			}
+		}
+		w.state = wqePosted
+	}
+}
+
+// skipData advances w's data cursor by n bytes without copying.
+func (e *engine) skipData(w *sendWQE, n uint32) {
+	c := &w.dma
+	if w.isInline {
+		c.resid -= n
+		return
+	}
+	for n > 0 && c.sge < len(w.sgl) {
+		s := &w.sgl[c.sge]
+		k := min(n, s.Length-c.offset)
+		c.offset += k
+		c.resid -= k
+		n -= k
+		if c.offset == s.Length {
+			c.sge++
+			c.offset = 0
+		}
+	}
+}
+
+// rnrTimerExpired lets the requester retry after an RNR NAK (rxe rnr_nak_timer).
+func (e *engine) rnrTimerExpired(qp *QP) {
+	qp.req.waitRNRTime = false
+	e.schedule(qp)
+}

@@ -1,0 +1,170 @@
+// Shared receive queues (ibv_srq): one receive ring that several QPs of a PD
+// consume from, with the limit event.
+
+package engine
+
+import (
+	"sync/atomic"
+)
+
+// SRQAttr are an SRQ's attributes (struct ibv_srq_attr). A plain value.
+type SRQAttr struct {
+	MaxWR  uint32
+	MaxSGE uint32
+	// Limit arms the SRQ limit event: when the number of posted WRs drops below
+	// it, EventSRQLimitReached is raised once and the limit disarms (0).
+	Limit uint32
+}
+
+// SRQAttrMask says which attributes Modify changes (enum ibv_srq_attr_mask). A
+// plain value.
+type SRQAttrMask uint32
+
+const (
+	SRQMaxWR SRQAttrMask = 1 << 0 // IBV_SRQ_MAX_WR (resizing is not supported)
+	SRQLimit SRQAttrMask = 1 << 1 // IBV_SRQ_LIMIT
+)
+
+// SRQ is a shared receive queue. PostRecv is safe from any goroutine and never
+// blocks beyond the SRQ's ring lock; the engine is the only consumer.
+type SRQ struct {
+	d      *Device
+	pd     *PD
+	rq     ring
+	slots  []recvWQE
+	maxSGE uint32
+	limit  atomic.Uint32
+	refs   atomic.Int32 // QPs attached
+	dead   atomic.Bool
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
+	d := pd.d
+	if a.MaxWR == 0 || a.MaxWR > MaxSRQWR {
+		return nil, errorf(ErrInvalidArg, "SRQ max_wr %d not in 1..%d", a.MaxWR, MaxSRQWR)
+	}
+	if a.MaxSGE > MaxSRQSGE {
+		return nil, errorf(ErrInvalidArg, "SRQ max_sge %d exceeds %d", a.MaxSGE, MaxSRQSGE)
+	}
+	if a.Limit > a.MaxWR {
+		return nil, errorf(ErrInvalidArg, "SRQ limit %d exceeds max_wr %d", a.Limit, a.MaxWR)
+	}
+	a.MaxSGE = max(a.MaxSGE, 1)
+	d.mu.Lock()
+	if d.nsrq >= MaxSRQ {
+		d.mu.Unlock()
+		return nil, errorf(ErrLimit, "%d SRQs", MaxSRQ)
+	}
+	d.nsrq++
+	d.mu.Unlock()
+	if err := pd.use(); err != nil {
+		d.mu.Lock()
+		d.nsrq--
+		d.mu.Unlock()
+		return nil, err
+	}
+	s := &SRQ{d: d, pd: pd, maxSGE: a.MaxSGE}
+	n := s.rq.init(int(a.MaxWR))
+	s.slots = make([]recvWQE, n)
+	sgl := make([]SGE, n*int(a.MaxSGE))
+	k := int(a.MaxSGE)
+	for i := range s.slots {
+		s.slots[i].sgl = sgl[i*k : i*k : (i+1)*k]
+	}
+	s.limit.Store(a.Limit)
+	return s, nil
+}
+
+// PostRecv posts receive WRs to the SRQ (ibv_post_srq_recv); n and err as
+// QP.PostSend.
+func (s *SRQ) PostRecv(wrs []RecvWR) (n int, err error) {
+	s.rq.mu.Lock()
+	defer s.rq.mu.Unlock()
+	prod := s.rq.prod.Load()
+	for n = range wrs {
+		wr := &wrs[n]
+		switch {
+		case s.dead.Load():
+			return n, errorf(ErrDestroyed, "SRQ")
+		case prod-s.rq.cons.Load() >= s.rq.cap:
+			return n, errorf(ErrQueueFull, "SRQ of %d", s.rq.cap)
+		case len(wr.SGL) > int(s.maxSGE):
+			return n, errorf(ErrInvalidArg, "%d SGEs exceed the SRQ's %d", len(wr.SGL), s.maxSGE)
+		}
+		if err := s.d.fillRecvWQE(s.pd, &s.slots[prod&s.rq.mask], wr); err != nil {
+			return n, err
+		}
+		prod++
+		s.rq.prod.Store(prod)
+	}
+	return len(wrs), nil
+}
+
+// Modify arms the limit (ibv_modify_srq with IBV_SRQ_LIMIT). Resizing fails with
+// ErrInvalidArg.
+func (s *SRQ) Modify(a SRQAttr, mask SRQAttrMask) error {
+	if mask&SRQMaxWR != 0 {
+		return errorf(ErrInvalidArg, "resizing an SRQ is not supported")
+	}
+	if mask&SRQLimit != 0 {
+		if a.Limit > s.rq.cap {
+			return errorf(ErrInvalidArg, "SRQ limit %d exceeds max_wr %d", a.Limit, s.rq.cap)
+		}
+		s.limit.Store(a.Limit)
+	}
+	return nil
+}
+
+// Query returns the SRQ's attributes (ibv_query_srq).
+func (s *SRQ) Query() SRQAttr {
+	return SRQAttr{MaxWR: s.rq.cap, MaxSGE: s.maxSGE, Limit: s.limit.Load()}
+}
+
+// Len returns the number of posted WRs not yet taken by a QP (a snapshot).
+func (s *SRQ) Len() int { return int(s.rq.count()) }
+
+// Destroy destroys the SRQ (ibv_destroy_srq); it fails with ErrBusy while QPs use
+// it. Its posted WRs are discarded without completions, as the verbs do.
+func (s *SRQ) Destroy() error {
+	if s.refs.Load() != 0 {
+		return errorf(ErrBusy, "SRQ has %d QPs", s.refs.Load())
+	}
+	if s.dead.Swap(true) {
+		return errorf(ErrDestroyed, "SRQ")
+	}
+	s.d.mu.Lock()
+	s.d.nsrq--
+	s.d.mu.Unlock()
+	s.pd.unuse()
+	return nil
+}
+
+func (s *SRQ) use() error {
+	if s.dead.Load() {
+		return errorf(ErrDestroyed, "SRQ")
+	}
+	s.refs.Add(1)
+	return nil
+}
+
+func (s *SRQ) unuse() { s.refs.Add(-1) }
+
+// take copies the oldest WQE into w and removes it (rxe get_srq_wqe); false when
+// the SRQ is empty. Engine only.
+func (e *engine) srqTake(qp *QP, w *recvWQE) bool {
+	s := qp.srq
+	cons := s.rq.cons.Load()
+	if cons == s.rq.prod.Load() {
+		return false
+	}
+	src := &s.slots[cons&s.rq.mask]
+	w.wrid = src.wrid
+	w.length = src.length
+	w.sgl = append(w.sgl[:0], src.sgl...)
+	s.rq.cons.Store(cons + 1)
+	if lim := s.limit.Load(); lim != 0 && s.rq.count() < lim && s.limit.CompareAndSwap(lim, 0) {
+		e.d.evq.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
+	}
+	return true
+}

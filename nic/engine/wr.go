@@ -1,0 +1,176 @@
+// Work requests as the application posts them (struct ibv_send_wr, ibv_recv_wr),
+// and the per-QP rings that carry them to the engine.
+
+package engine
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+// WROpcode is a send work request opcode, numbered as enum ibv_wr_opcode. A plain
+// value.
+type WROpcode uint8
+
+// The send opcodes. The engine executes the first ten on the QP types the IBTA
+// allows them on (see PostSend); the others are refused with ErrUnsupportedOp.
+const (
+	WRRDMAWrite        WROpcode = 0  // IBV_WR_RDMA_WRITE
+	WRRDMAWriteWithImm WROpcode = 1  // IBV_WR_RDMA_WRITE_WITH_IMM
+	WRSend             WROpcode = 2  // IBV_WR_SEND
+	WRSendWithImm      WROpcode = 3  // IBV_WR_SEND_WITH_IMM
+	WRRDMARead         WROpcode = 4  // IBV_WR_RDMA_READ
+	WRAtomicCmpSwp     WROpcode = 5  // IBV_WR_ATOMIC_CMP_AND_SWP
+	WRAtomicFetchAdd   WROpcode = 6  // IBV_WR_ATOMIC_FETCH_AND_ADD
+	WRLocalInv         WROpcode = 7  // IBV_WR_LOCAL_INV (not supported)
+	WRBindMW           WROpcode = 8  // IBV_WR_BIND_MW (not supported)
+	WRSendWithInv      WROpcode = 9  // IBV_WR_SEND_WITH_INV
+	WRTSO              WROpcode = 10 // IBV_WR_TSO (not supported)
+)
+
+var wrOpcodeNames = [...]string{"rdma-write", "rdma-write-with-imm", "send", "send-with-imm",
+	"rdma-read", "atomic-cmp-and-swp", "atomic-fetch-and-add", "local-inv", "bind-mw",
+	"send-with-inv", "tso"}
+
+// String returns ibv_wr_opcode_str's text.
+func (o WROpcode) String() string {
+	if int(o) < len(wrOpcodeNames) {
+		return wrOpcodeNames[o]
+	}
+	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
+}
+
+// SendFlags are the send_flags of a work request, enum ibv_send_flags. A plain value.
+type SendFlags uint32
+
+const (
+	SendFence     SendFlags = 1 << 0 // IBV_SEND_FENCE: wait for earlier READs and atomics
+	SendSignaled  SendFlags = 1 << 1 // IBV_SEND_SIGNALED: complete with a WC
+	SendSolicited SendFlags = 1 << 2 // IBV_SEND_SOLICITED: set SE on the last packet
+	SendInline    SendFlags = 1 << 3 // IBV_SEND_INLINE: copy the data at post time
+
+	knownSendFlags = SendFence | SendSignaled | SendSolicited | SendInline
+)
+
+// SGE is a scatter/gather element, struct ibv_sge: Length bytes at Addr in the
+// memory region of LKey. A plain value.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request, struct ibv_send_wr. PostSend copies what it needs,
+// so the caller may reuse the WR (and, for inline data, its buffer) at once.
+type SendWR struct {
+	WRID   uint64
+	Opcode WROpcode
+	Flags  SendFlags
+	SGL    []SGE
+	// InlineData, when not nil, is the payload, copied at post time: an inline send
+	// from a Go slice rather than registered memory (SGL must then be empty; the
+	// SendInline flag is implied). Up to the QP's MaxInlineData bytes.
+	InlineData []byte
+
+	ImmData        uint32 // *_WITH_IMM: the ImmDt, big-endian on the wire
+	InvalidateRKey uint32 // SEND_WITH_INV: the R_Key the responder invalidates
+
+	RemoteAddr uint64 // RDMA WRITE, READ and atomics: remote VA
+	RKey       uint32 // RDMA WRITE, READ and atomics: remote R_Key
+	CompareAdd uint64 // CMP_AND_SWP: compare; FETCH_AND_ADD: add
+	Swap       uint64 // CMP_AND_SWP: swap
+
+	AH         *AH    // UD: the destination
+	RemoteQPN  uint32 // UD: destination QP
+	RemoteQKey uint32 // UD: Q_Key; with the high bit set the QP's own is used
+}
+
+// RecvWR is a receive work request, struct ibv_recv_wr. PostRecv copies it.
+type RecvWR struct {
+	WRID uint64
+	SGL  []SGE
+}
+
+// wqeState is where a send WQE stands (rxe enum wqe_state).
+type wqeState uint8
+
+const (
+	wqePosted     wqeState = iota // not started
+	wqeProcessing                 // some packets sent
+	wqePending                    // all packets sent, waiting for the ACK (RC)
+	wqeDone                       // complete, WC not yet written (UC, UD)
+	wqeError                      // failed locally
+)
+
+// dmaCursor walks a WQE's data: the SGL or the inline buffer.
+type dmaCursor struct {
+	resid  uint32 // bytes left
+	sge    int    // current SGE
+	offset uint32 // offset in it
+}
+
+// sendWQE is one send queue slot. The fields above the line are written by the
+// poster before it publishes the slot (sendQueue.prod) and read-only afterwards;
+// the ones below are the engine's.
+type sendWQE struct {
+	wrid       uint64
+	opcode     WROpcode
+	flags      SendFlags
+	sgl        []SGE // capacity MaxSendSGE, reused
+	inline     []byte
+	isInline   bool
+	length     uint32
+	imm        uint32
+	invRKey    uint32
+	remoteAddr uint64
+	rkey       uint32
+	compareAdd uint64
+	swap       uint64
+	rt         *route // UD: the AH's route
+	remoteQPN  uint32
+	remoteQKey uint32
+	mask       wire.OpMask // what the WR does: MaskSend, MaskWrite, MaskRead, MaskAtomic, MaskImmDt...
+	// ---- engine-owned ----
+	state       wqeState
+	status      cq.Status
+	firstPSN    wire.PSN
+	lastPSN     wire.PSN
+	iova        uint64
+	dma         dmaCursor
+	hasRdAtomic bool // holds one of the requester's max_rd_atomic slots
+}
+
+// recvWQE is one receive queue slot, written by the poster before it publishes it.
+type recvWQE struct {
+	wrid   uint64
+	sgl    []SGE // capacity MaxRecvSGE, reused
+	length uint32
+}
+
+// ring indexes a power-of-two slot array with free-running counters. prod is
+// written by posters under mu, cons by the engine; each side reads the other's with
+// an atomic load, which orders the slot contents (release/acquire).
+type ring struct {
+	mu   sync.Mutex // posters of this ring only
+	prod atomic.Uint32
+	cons atomic.Uint32
+	mask uint32
+	cap  uint32 // WRs the ring accepts (the QP's cap), <= len(slots)
+}
+
+func (r *ring) init(capacity int) int {
+	n := 1
+	for n < capacity {
+		n <<= 1
+	}
+	r.mask = uint32(n - 1)
+	r.cap = uint32(capacity)
+	return n
+}
+
+// count is the number of posted WRs the engine has not consumed.
+func (r *ring) count() uint32 { return r.prod.Load() - r.cons.Load() }

@@ -1,0 +1,180 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
+)
+
+// Sentinel errors of this package; engine and object errors wrap the engine's own
+// sentinels (engine.ErrInvalidArg, ...), which errors.Is finds through these calls.
+var (
+	ErrInvalid  = errors.New("verbs: invalid argument")
+	ErrExists   = errors.New("verbs: already registered")
+	ErrNotFound = errors.New("verbs: not registered")
+	ErrClosed   = errors.New("verbs: device closed")
+)
+
+// Options configures Open.
+type Options struct {
+	// Name is the device name (ibv_get_device_name), e.g. "xrnic0"; default
+	// "xrnic<N>" with the first free N.
+	Name string
+	// Link is the wire to run on. When nil, Open opens one on Interface with
+	// link.Open (AF_XDP, else the UDP fallback) and closes it with the device.
+	Link      link.Link
+	Interface string
+	LinkKind  link.Kind
+	// GIDs is the port's GID table; default: netdev.GIDTable of the interface.
+	GIDs []netdev.GID
+	// Engine tunes the engine (clock, MTU, batch, ...); its GIDs and EventHandler
+	// are set by Open.
+	Engine engine.Config
+	// Logf reports the link choice and the engine's goroutines.
+	Logf func(format string, args ...any)
+}
+
+// Device is an RDMA device registered with the package (struct ib_device as its
+// clients see it). It is fully initialized before it is registered and stays usable
+// until Close, its unregistration, returns (MID8). All methods are safe from any
+// goroutine.
+type Device struct {
+	name    string
+	eng     *engine.Device
+	link    link.Link
+	ownLink bool
+
+	evMu     sync.Mutex
+	handlers map[int]func(AsyncEvent)
+	nextH    int
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts a device and registers it: every registered client's Add runs before
+// Open returns (MID10: clients may use the device from then on).
+func Open(o Options) (*Device, error) {
+	d := &Device{handlers: map[int]func(AsyncEvent){}}
+	l := o.Link
+	if l == nil {
+		if o.Interface == "" {
+			return nil, fmt.Errorf("%w: neither a link nor an interface", ErrInvalid)
+		}
+		var err error
+		l, err = link.Open(link.Options{Kind: o.LinkKind, Interface: o.Interface, Logf: o.Logf})
+		if err != nil {
+			return nil, err
+		}
+		d.ownLink = true
+	}
+	d.link = l
+	gids := o.GIDs
+	if len(gids) == 0 {
+		ifc, err := netdev.Lookup(l.Info().Name)
+		if err != nil {
+			d.closeLink()
+			return nil, fmt.Errorf("%w: GID table: %w", ErrInvalid, err)
+		}
+		for _, e := range netdev.GIDTable(ifc) {
+			gids = append(gids, e.GID)
+		}
+	}
+	cfg := o.Engine
+	cfg.GIDs = gids
+	cfg.EventHandler = d.dispatch
+	if cfg.Logf == nil {
+		cfg.Logf = o.Logf
+	}
+	eng, err := engine.Open(l, cfg)
+	if err != nil {
+		d.closeLink()
+		return nil, err
+	}
+	d.eng = eng
+	if err := registry.addDevice(d, o.Name); err != nil {
+		eng.Close()
+		d.closeLink()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Device) closeLink() {
+	if d.ownLink {
+		d.link.Close()
+	}
+}
+
+// Close unregisters the device: every client's Remove runs and returns first
+// (MID10), then the engine stops (flushing what is outstanding), then the link
+// closes if Open opened it. Idempotent.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		registry.removeDevice(d)
+		d.closeErr = d.eng.Close()
+		d.closeLink()
+	})
+	return d.closeErr
+}
+
+// Name is the device's name.
+func (d *Device) Name() string { return d.name }
+
+// Engine is the device's engine, for counters and tests.
+func (d *Device) Engine() *engine.Device { return d.eng }
+
+// Link is the wire the device runs on.
+func (d *Device) Link() link.Link { return d.link }
+
+// Query returns the device attributes (ibv_query_device).
+func (d *Device) Query() DeviceAttr { return d.eng.Query() }
+
+// QueryPort returns port 1's attributes (ibv_query_port).
+func (d *Device) QueryPort() PortAttr { return d.eng.QueryPort() }
+
+// Counters returns the device's counters, named like rxe's hw counters.
+func (d *Device) Counters() Counters { return d.eng.Counters() }
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) { return d.eng.AllocPD() }
+
+// CreateCQ creates a completion queue of at least cqe entries (ibv_create_cq).
+func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) { return d.eng.CreateCQ(cqe, o) }
+
+// RegisterEventHandler adds h to the handlers of the device's asynchronous events
+// (ib_register_event_handler). Handlers run one event at a time, in order, on the
+// engine's event goroutine, never inside an API call (MID5); they must not block for
+// long (MID7). The returned function removes h.
+func (d *Device) RegisterEventHandler(h func(AsyncEvent)) (unregister func()) {
+	d.evMu.Lock()
+	id := d.nextH
+	d.nextH++
+	d.handlers[id] = h
+	d.evMu.Unlock()
+	return func() {
+		d.evMu.Lock()
+		delete(d.handlers, id)
+		d.evMu.Unlock()
+	}
+}
+
+// dispatch fans an event out to the registered handlers. The lock is not held while
+// they run, so a handler may register or unregister handlers (MID3).
+func (d *Device) dispatch(ev AsyncEvent) {
+	d.evMu.Lock()
+	hs := make([]func(AsyncEvent), 0, len(d.handlers))
+	for id := 0; id < d.nextH; id++ {
+		if h, ok := d.handlers[id]; ok {
+			hs = append(hs, h)
+		}
+	}
+	d.evMu.Unlock()
+	for _, h := range hs {
+		h(ev)
+	}
+}
