@@ -7,6 +7,7 @@
 package engine
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -92,4 +93,71 @@ func BenchmarkVethWrite64K(b *testing.B) {
 func BenchmarkVethWrite64B(b *testing.B) {
 	a, r := vethBenchNodes(b, 1<<20)
 	benchWrite(b, a, r, 64, 256)
+}
+
+// BenchmarkVethVsRaw puts the engine's figures next to the raw data path's on one
+// veth pair in one run: first raw AF_XDP frames (nic/link, no transport) at 4 KiB and
+// 64-byte payloads, then RDMA WRITE bandwidth with 64 KiB messages and the 64-byte
+// WRITE message rate through the engine. The write sub-benchmarks report their ratio
+// to the raw figure measured just before ("x_raw"):
+//
+//	go test -run '^$' -bench VethVsRaw -benchtime 2s ./nic/engine/
+func BenchmarkVethVsRaw(b *testing.B) {
+	p := testenv.NewTestPair(b, testenv.PairOptions{MTU: 4224})
+	raw := map[int]link.ReceiveResult{}
+	for _, size := range []int{4096, 64} {
+		b.Run(fmt.Sprintf("raw_afxdp/%d", size), func(b *testing.B) {
+			var tx, rx link.Link
+			open := func(e *testenv.Endpoint, l *link.Link) {
+				if err := e.Do(func() (err error) {
+					*l, err = link.NewAFXDP(link.AFXDPOptions{Interface: e.Name})
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			open(&p.B, &tx)
+			defer tx.Close()
+			open(&p.A, &rx)
+			defer rx.Close()
+			frame, err := testenv.RoCESendOnly(&p.B, &p.A, false, 0, make([]byte, size))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			r, err := link.MeasureReceive(tx, rx, frame, b.N, time.Hour)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw[size] = r
+			b.SetBytes(int64(size))
+			b.ReportMetric(r.FramesPerSecond(), "frames/s")
+			b.ReportMetric(r.Gbps(), "Gbit/s")
+		})
+	}
+	for _, size := range []uint32{64 << 10, 64} {
+		b.Run(fmt.Sprintf("write/%d", size), func(b *testing.B) {
+			da := openVeth(b, &p.A, link.KindAFXDP, false)
+			db := openVeth(b, &p.B, link.KindAFXDP, false)
+			a := newNode(b, da, nodeOpts{cap: benchCap(), bufLen: 16 << 20})
+			r := newNode(b, db, nodeOpts{cap: benchCap(), bufLen: 16 << 20})
+			connect(b, a, r, connOpts{mtu: qpstate.MTU4096, timeout: 16})
+			depth := 32
+			if size == 64 {
+				depth = 256
+			}
+			benchWrite(b, a, r, size, depth)
+			el := b.Elapsed().Seconds()
+			if size == 64 {
+				if rr := raw[64]; rr.Frames > 0 {
+					b.ReportMetric(float64(b.N)/el/rr.FramesPerSecond(), "x_raw")
+				}
+			} else if rr := raw[4096]; rr.Frames > 0 {
+				// Payload bits per second against raw frames' payload bits per second.
+				rawPayload := float64(rr.Frames) * 4096 * 8 / rr.Elapsed.Seconds()
+				b.ReportMetric(float64(b.N)*float64(size)*8/el/rawPayload, "x_raw")
+			}
+		})
+	}
 }
