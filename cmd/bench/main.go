@@ -1,18 +1,26 @@
-// Command bench is xrnic's perftest-shaped benchmark tool.
+// Command bench is xrnic's perftest: the eight tests of linux-rdma/perftest over
+// xrnic's verbs, with perftest's flags, output and out-of-band exchange, so that
+// bench can face a real ib_write_bw on another host; and the data-path baseline.
 //
-// Today it has one test, the data-path baseline that the transport's figures are
-// compared with:
+//	bench write_bw -d veth0              server: waits for a client on TCP 18515
+//	bench write_bw -d veth0 192.0.2.1    client: connects and measures
+//	bench write_bw --local               both sides in this process over lo (no root)
+//
+// The tests are write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat,
+// send_lat and atomic_lat (internal/perftest); `bench TEST -h` lists the flags.
 //
 //	bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]
 //
-// It builds two network namespaces joined by a veth pair and floods RoCEv2 frames from
+// builds two network namespaces joined by a veth pair and floods RoCEv2 frames from
 // one to the other, first with the AF_XDP link on both ends, then with the UDP link on
 // both ends (the two ways xrnic can be deployed), and reports what the receiver got,
-// in the same run. It needs root (namespaces, veth, XDP). The perftest
-// tests (write_bw, send_lat, ...) arrive with the verbs API.
+// in the same run. It needs root (namespaces, veth, XDP).
+//
+// Every failure is one line on stderr, "bench: ...", and a non-zero exit.
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -25,23 +33,60 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/internal/perftest"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/testenv"
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	interrupted := ctx.Err() != nil
+	stop()
+	if err != nil {
+		if interrupted && errors.Is(err, context.Canceled) {
+			err = errors.New("interrupted")
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		if interrupted {
+			os.Exit(130)
+		}
 		os.Exit(1)
 	}
 }
 
-var errUsage = errors.New("usage: bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
+var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw, read_bw, send_bw, atomic_bw, " +
+	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), or bench link [--sizes 64,1024,4096] " +
+	"[--duration 2s] [--xdp-mode generic|native]")
 
-func run(args []string, out io.Writer) error {
-	if len(args) == 0 || args[0] != "link" {
+// run runs one command: a perftest test or the link baseline.
+func run(ctx context.Context, args []string, out, errw io.Writer) error {
+	if len(args) == 0 {
 		return errUsage
 	}
+	if args[0] == "link" {
+		return runLink(args, out)
+	}
+	if _, ok := perftest.LookupTest(args[0]); !ok {
+		return fmt.Errorf("unknown test %q (%w)", args[0], errUsage)
+	}
+	p, err := perftest.Parse(args[0], args[1:])
+	if err != nil {
+		return err
+	}
+	switch {
+	case p.Help:
+		perftest.Usage(out, args[0])
+		return nil
+	case p.Version:
+		fmt.Fprintf(out, "Version: %s\n", perftest.Version)
+		return nil
+	}
+	return perftest.Run(ctx, p, out, errw)
+}
+
+// runLink is the data-path baseline.
+func runLink(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("bench link", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	sizes := fs.IntSlice("sizes", []int{64, 1024, 4096}, "RoCEv2 payload sizes in bytes")

@@ -1,0 +1,785 @@
+// The measurement loops, after perftest_resources.c: run_iter_bw,
+// run_iter_bw_server, run_iter_bi, run_iter_lat_write, run_iter_lat and
+// run_iter_lat_send. Everything they touch is allocated before they start; the
+// loops themselves do not allocate. They poll without sleeping, but yield the
+// processor when a poll finds nothing, so that the engine goroutines get a CPU
+// on a small machine.
+
+package perftest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// Duration-mode states (perftest's START_STATE ... END_STATE).
+const (
+	stStart int32 = iota
+	stSample
+	stStopSample
+	stEnd
+)
+
+// durClock is the SIGALRM state machine of duration mode: margin seconds of
+// warm-up, then the sample, then margin seconds more. Its fields are atomics
+// written by its goroutine and read by the loop.
+type durClock struct {
+	state      atomic.Int32
+	start, end atomic.Int64 // ns since the loop's base: the sample's bounds
+	done       chan struct{}
+	exited     chan struct{}
+}
+
+func startDuration(base time.Time, duration, margin int) *durClock {
+	d := &durClock{done: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(d.exited)
+		wait := func(sec int) bool {
+			if sec <= 0 {
+				return true
+			}
+			t := time.NewTimer(time.Duration(sec) * time.Second)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return true
+			case <-d.done:
+				return false
+			}
+		}
+		if !wait(margin) {
+			return
+		}
+		d.start.Store(int64(time.Since(base)))
+		d.state.Store(stSample)
+		if !wait(duration - 2*margin) {
+			return
+		}
+		d.end.Store(int64(time.Since(base)))
+		d.state.Store(stStopSample)
+		if !wait(margin) {
+			return
+		}
+		d.state.Store(stEnd)
+	}()
+	return d
+}
+
+func (d *durClock) ended() bool { return d != nil && d.state.Load() == stEnd }
+
+func (d *durClock) sampling() bool { return d != nil && d.state.Load() == stSample }
+
+func (d *durClock) stop() {
+	if d != nil {
+		close(d.done)
+		<-d.exited
+	}
+}
+
+// wrs are the work requests of a run, built by setSendWRs (ctx_set_send_reg_wqes).
+type wrs struct {
+	send    []verbs.SendWR
+	sge     []verbs.SGE
+	myAddr  []uint64
+	remAddr []uint64
+	recv    []verbs.RecvWR
+	rsge    []verbs.SGE
+	rxAddr  []uint64
+	wc      [pollBatch]verbs.WC
+	scnt    []uint64
+	ccnt    []uint64
+	rcnt    []uint64
+	rposted []uint64
+	unused  []uint64
+}
+
+// inc is INC(size, cache_line_size): how far consecutive messages lie apart.
+func (s *session) inc(size uint64) uint64 {
+	cl := uint64(s.cacheLine)
+	if size > cl {
+		return uint64(roundUp(int(size), int(cl)))
+	}
+	return cl
+}
+
+// cycles reports whether the addresses walk the cycle buffer (size <= cycle/2).
+func (s *session) cycles(size uint64) bool { return size <= uint64(s.cycleBuffer)/2 }
+
+// advance is increase_loc_addr / increase_rem_addr.
+func (s *session) advance(addr *uint64, size, cnt, prim uint64) {
+	inc := s.inc(size)
+	*addr += inc
+	if (cnt+1)%(uint64(s.cycleBuffer)/inc) == 0 {
+		*addr = prim
+	}
+}
+
+func (s *session) setSendWRs(size uint64) {
+	p := s.p
+	n := p.QPs
+	w := &s.w
+	w.send = make([]verbs.SendWR, n)
+	w.sge = make([]verbs.SGE, n)
+	w.myAddr = make([]uint64, n)
+	w.remAddr = make([]uint64, n)
+	w.scnt = make([]uint64, n)
+	w.ccnt = make([]uint64, n)
+	for i := range n {
+		w.myAddr[i] = s.mr.Addr() + uint64(i)*s.buffSize
+		w.remAddr[i] = s.rem[i].VAddr
+		w.sge[i] = verbs.SGE{Addr: w.myAddr[i], Length: uint32(size), LKey: s.mr.LKey()}
+		wr := &w.send[i]
+		wr.WRID = uint64(i)
+		wr.SGL = w.sge[i : i+1]
+		if p.CQMod == 1 {
+			wr.Flags = engine.SendSignaled
+		}
+		switch p.Test.Verb {
+		case VerbWrite:
+			wr.Opcode = engine.WRRDMAWrite
+		case VerbRead:
+			wr.Opcode = engine.WRRDMARead
+		case VerbSend:
+			wr.Opcode = engine.WRSend
+		case VerbAtomic:
+			wr.Opcode = engine.WRAtomicFetchAdd
+			wr.CompareAdd = atomicAdd
+			if p.AtomicType == CmpAndSwap {
+				wr.Opcode = engine.WRAtomicCmpSwp
+				wr.CompareAdd, wr.Swap = 0, atomicSwap
+			}
+		}
+		if p.Test.Verb != VerbSend {
+			wr.RemoteAddr, wr.RKey = s.rem[i].VAddr, s.rem[i].RKey
+		}
+		if (p.Test.Verb == VerbSend || p.Test.Verb == VerbWrite) && size <= uint64(s.inline) {
+			wr.Flags |= engine.SendInline
+		}
+	}
+}
+
+// postRecvs is ctx_set_recv_wqes: rx_depth receives of size bytes per QP.
+func (s *session) postRecvs(size uint64) error {
+	p := s.p
+	n := p.QPs
+	w := &s.w
+	w.recv = make([]verbs.RecvWR, n)
+	w.rsge = make([]verbs.SGE, n)
+	w.rxAddr = make([]uint64, n)
+	w.rcnt = make([]uint64, n)
+	w.rposted = make([]uint64, n)
+	w.unused = make([]uint64, n)
+	for i := range n {
+		w.rxAddr[i] = s.mr.Addr() + uint64(n+i)*s.buffSize
+		w.rsge[i] = verbs.SGE{Addr: w.rxAddr[i], Length: uint32(size), LKey: s.mr.LKey()}
+		w.recv[i] = verbs.RecvWR{WRID: uint64(i), SGL: w.rsge[i : i+1]}
+		for j := range p.RxDepth {
+			if _, err := s.qps[i].PostRecv(w.recv[i : i+1]); err != nil {
+				return fmt.Errorf("couldn't post recv QP %d: counter=%d: %w", i, j, err)
+			}
+			if p.Test.Kind == BW && s.cycles(size) {
+				s.advance(&w.rsge[i].Addr, size, uint64(j), w.rxAddr[i])
+			}
+		}
+		w.rsge[i].Addr = w.rxAddr[i]
+		w.rposted[i] = uint64(p.RxDepth)
+	}
+	return nil
+}
+
+// wcError describes a completion with an error status.
+func wcError(side string, wc *verbs.WC, scnt, ccnt uint64) error {
+	return fmt.Errorf("completion with error at %s: %v (status %d, vendor error %#x), wr_id %d, scnt=%d, ccnt=%d",
+		side, wc.Status, uint8(wc.Status), wc.VendorErr, wc.WRID, scnt, ccnt)
+}
+
+func (s *session) side() string {
+	if s.p.Server() {
+		return "server"
+	}
+	return "client"
+}
+
+// postSend posts one WR, waiting while the send queue is full (unsignaled WRs
+// leave it as their ACKs arrive).
+func (s *session) postSend(i int) error {
+	for {
+		_, err := s.qps[i].PostSend(s.w.send[i : i+1])
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, engine.ErrQueueFull) {
+			return fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, s.w.scnt[i], err)
+		}
+		if s.halted() {
+			return s.aborted()
+		}
+		runtime.Gosched()
+	}
+}
+
+// bwResult is what a bandwidth loop measured.
+type bwResult struct {
+	samples BWSamples
+	n       uint64 // messages the report counts
+}
+
+func newSamples(n uint64, noPeak bool) BWSamples {
+	if noPeak || n == 0 {
+		n = 1
+	}
+	return BWSamples{Posted: make([]int64, n), Completed: make([]int64, n)}
+}
+
+// runBW is run_iter_bw: every QP keeps up to tx_depth WRs outstanding, one in
+// cq_mod signalled.
+func (s *session) runBW(size uint64) (bwResult, error) {
+	p := s.p
+	w := &s.w
+	nq := p.QPs
+	dur := p.DurationMode()
+	iters := p.Iters
+	tot := iters * uint64(nq)
+	cqMod := uint64(p.CQMod)
+	tx := uint64(p.TxDepth)
+	res := bwResult{samples: newSamples(tot, p.NoPeak)}
+	posted, completed := res.samples.Posted, res.samples.Completed
+	noPeak := p.NoPeak
+	walk := s.cycles(size)
+	remote := p.Test.Verb != VerbSend
+
+	base := time.Now()
+	var dc *durClock
+	if dur {
+		dc = startDuration(base, p.Duration, p.Margin)
+		defer dc.stop()
+	} else if noPeak {
+		posted[0] = int64(time.Since(base))
+	}
+	var totscnt, totccnt, sampled uint64
+	for totscnt < tot || totccnt < tot || (dur && !dc.ended()) {
+		for i := 0; i < nq; i++ {
+			wr := &w.send[i]
+			for (w.scnt[i] < iters || dur) && w.scnt[i]+1 <= tx+w.ccnt[i] {
+				if cqMod > 1 && w.scnt[i]%cqMod == 0 && !(!dur && w.scnt[i] == iters-1) {
+					wr.Flags &^= engine.SendSignaled
+				}
+				if !noPeak {
+					posted[totscnt] = int64(time.Since(base))
+				}
+				if dur && dc.ended() {
+					break
+				}
+				if err := s.postSend(i); err != nil {
+					return res, err
+				}
+				if walk {
+					s.advance(&w.sge[i].Addr, size, w.scnt[i], w.myAddr[i])
+					if remote {
+						s.advance(&wr.RemoteAddr, size, w.scnt[i], w.remAddr[i])
+					}
+				}
+				w.scnt[i]++
+				totscnt++
+				if w.scnt[i]%cqMod == cqMod-1 || (!dur && w.scnt[i] == iters-1) {
+					wr.Flags |= engine.SendSignaled
+				}
+			}
+		}
+		if totccnt < tot || (dur && totccnt < totscnt) {
+			ne := s.scq.Poll(w.wc[:])
+			for k := 0; k < ne; k++ {
+				wc := &w.wc[k]
+				if wc.Status != verbs.WCStatus(0) {
+					return res, wcError(s.side(), wc, totscnt, totccnt)
+				}
+				q := wc.WRID
+				w.ccnt[q] += cqMod
+				totccnt += cqMod
+				if !noPeak {
+					if totccnt > tot {
+						completed[tot-1] = int64(time.Since(base))
+					} else {
+						completed[totccnt-1] = int64(time.Since(base))
+					}
+				}
+				if dc.sampling() {
+					sampled += cqMod
+				}
+			}
+			if ne == 0 {
+				if s.halted() {
+					return res, s.aborted()
+				}
+				runtime.Gosched()
+			} else {
+				s.progress.add(uint64(ne) * cqMod)
+			}
+		} else if s.halted() {
+			return res, s.aborted()
+		}
+	}
+	res.n = tot
+	if dur {
+		posted[0], completed[0] = dc.start.Load(), dc.end.Load()
+		res.n = sampled
+	} else if noPeak {
+		completed[0] = int64(time.Since(base))
+	}
+	return res, nil
+}
+
+// runBWServer is run_iter_bw_server: count receives and post them again; the
+// time runs from the first receive.
+func (s *session) runBWServer(size uint64) (bwResult, error) {
+	p := s.p
+	w := &s.w
+	nq := p.QPs
+	dur := p.DurationMode()
+	iters := p.Iters
+	tot := iters * uint64(nq)
+	res := bwResult{samples: newSamples(1, true)}
+	walk := s.cycles(size)
+	base := time.Now()
+	var dc *durClock
+	defer func() { dc.stop() }()
+	first := true
+	var rcnt, sampled uint64
+	for rcnt < tot || (dur && !dc.ended()) {
+		ne := s.rcq.Poll(w.wc[:])
+		if ne > 0 && first {
+			first = false
+			if dur {
+				dc = startDuration(base, p.Duration, p.Margin)
+			} else {
+				res.samples.Posted[0] = int64(time.Since(base))
+			}
+		}
+		for k := 0; k < ne; k++ {
+			wc := &w.wc[k]
+			q := wc.WRID
+			if wc.Status != verbs.WCStatus(0) {
+				return res, wcError(s.side(), wc, rcnt, rcnt)
+			}
+			w.rcnt[q]++
+			rcnt++
+			w.unused[q]++
+			if dc.sampling() {
+				sampled++
+			}
+			if (dur || w.rposted[q]+1 <= iters) && w.unused[q] >= 1 {
+				if _, err := s.qps[q].PostRecv(w.recv[q : q+1]); err != nil {
+					return res, fmt.Errorf("couldn't post recv QP %d rcnt=%d: %w", q, w.rcnt[q], err)
+				}
+				w.unused[q]--
+				if walk {
+					s.advance(&w.rsge[q].Addr, size, w.rposted[q], w.rxAddr[q])
+				}
+				w.rposted[q]++
+			}
+		}
+		if ne == 0 {
+			if s.halted() {
+				return res, s.aborted()
+			}
+			runtime.Gosched()
+		} else {
+			s.progress.add(uint64(ne))
+		}
+	}
+	res.n = tot
+	if dur {
+		res.samples.Posted[0], res.samples.Completed[0] = dc.start.Load(), dc.end.Load()
+		res.n = sampled
+	} else {
+		res.samples.Completed[0] = int64(time.Since(base))
+	}
+	return res, nil
+}
+
+// runBi is run_iter_bi for SEND: both sides send as run_iter_bw does and
+// receive as run_iter_bw_server does, in one loop; the report counts the sends.
+func (s *session) runBi(size uint64) (bwResult, error) {
+	p := s.p
+	w := &s.w
+	nq := p.QPs
+	dur := p.DurationMode()
+	iters := p.Iters
+	tot := iters * uint64(nq)
+	cqMod := uint64(p.CQMod)
+	tx := uint64(p.TxDepth)
+	res := bwResult{samples: newSamples(tot, p.NoPeak)}
+	posted, completed := res.samples.Posted, res.samples.Completed
+	noPeak := p.NoPeak
+	walk := s.cycles(size)
+	base := time.Now()
+	var dc *durClock
+	if dur {
+		dc = startDuration(base, p.Duration, p.Margin)
+		defer dc.stop()
+	} else if noPeak {
+		posted[0] = int64(time.Since(base))
+	}
+	var totscnt, totccnt, totrcnt, sampled uint64
+	for totscnt < tot || totccnt < tot || totrcnt < tot || (dur && !dc.ended()) {
+		for i := 0; i < nq; i++ {
+			wr := &w.send[i]
+			for (w.scnt[i] < iters || dur) && w.scnt[i]+1 <= tx+w.ccnt[i] {
+				if cqMod > 1 && w.scnt[i]%cqMod == 0 && !(!dur && w.scnt[i] == iters-1) {
+					wr.Flags &^= engine.SendSignaled
+				}
+				if !noPeak {
+					posted[totscnt] = int64(time.Since(base))
+				}
+				if dur && dc.ended() {
+					break
+				}
+				if err := s.postSend(i); err != nil {
+					return res, err
+				}
+				if walk {
+					s.advance(&w.sge[i].Addr, size, w.scnt[i], w.myAddr[i])
+				}
+				w.scnt[i]++
+				totscnt++
+				if w.scnt[i]%cqMod == cqMod-1 || (!dur && w.scnt[i] == iters-1) {
+					wr.Flags |= engine.SendSignaled
+				}
+			}
+		}
+		idle := true
+		if totrcnt < tot || dur {
+			ne := s.rcq.Poll(w.wc[:])
+			for k := 0; k < ne; k++ {
+				wc := &w.wc[k]
+				q := wc.WRID
+				if wc.Status != verbs.WCStatus(0) {
+					return res, wcError(s.side(), wc, totscnt, totrcnt)
+				}
+				w.rcnt[q]++
+				totrcnt++
+				if (dur || w.rposted[q]+1 <= iters) && !(dur && dc.ended()) {
+					if _, err := s.qps[q].PostRecv(w.recv[q : q+1]); err != nil {
+						return res, fmt.Errorf("couldn't post recv QP %d rcnt=%d: %w", q, w.rcnt[q], err)
+					}
+					if walk {
+						s.advance(&w.rsge[q].Addr, size, w.rposted[q], w.rxAddr[q])
+					}
+					w.rposted[q]++
+				}
+			}
+			idle = idle && ne == 0
+		}
+		if totccnt < tot || (dur && totccnt < totscnt) {
+			ne := s.scq.Poll(w.wc[:])
+			for k := 0; k < ne; k++ {
+				wc := &w.wc[k]
+				if wc.Status != verbs.WCStatus(0) {
+					return res, wcError(s.side(), wc, totscnt, totccnt)
+				}
+				q := wc.WRID
+				w.ccnt[q] += cqMod
+				totccnt += cqMod
+				if !noPeak {
+					if totccnt > tot {
+						completed[tot-1] = int64(time.Since(base))
+					} else {
+						completed[totccnt-1] = int64(time.Since(base))
+					}
+				}
+				if dc.sampling() {
+					sampled += cqMod
+				}
+			}
+			s.progress.add(uint64(ne) * cqMod)
+			idle = idle && ne == 0
+		}
+		if idle {
+			if s.halted() {
+				return res, s.aborted()
+			}
+			runtime.Gosched()
+		}
+	}
+	res.n = tot
+	if dur {
+		posted[0], completed[0] = dc.start.Load(), dc.end.Load()
+		res.n = sampled
+	} else if noPeak {
+		completed[0] = int64(time.Since(base))
+	}
+	return res, nil
+}
+
+// latResult is what a latency loop measured: post times, or in duration mode the
+// exchanges counted in the sample and its length.
+type latResult struct {
+	posted   []int64
+	iters    uint64
+	sampleNs int64
+}
+
+// nativeLE: the byte order of the word loadByte reads.
+var nativeLE = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// loadByte reads b[i] with an atomic load of its aligned word: the engine
+// writes the peer's RDMA WRITE into b while this goroutine watches it, as
+// perftest watches the last byte of the message. b must be 4-byte aligned
+// (MapAnonymous memory is).
+func loadByte(b []byte, i int) byte {
+	w := atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[i&^3])))
+	sh := uint(i&3) * 8
+	if !nativeLE {
+		sh = 24 - sh
+	}
+	return byte(w >> sh)
+}
+
+// pollOne polls cq until one completion arrives, the duration ends, or the run
+// is halted; ok is false when none arrived. linger, when not nil, gives a peer
+// that closed the connection a grace period (see haltedLinger).
+func (s *session) pollOne(c *verbs.CQ, dc *durClock, linger *time.Time) (wc *verbs.WC, ok bool, err error) {
+	for {
+		if c.Poll(s.w.wc[:1]) == 1 {
+			return &s.w.wc[0], true, nil
+		}
+		if dc.ended() {
+			return nil, false, nil
+		}
+		if linger != nil && s.haltedLinger(linger) || linger == nil && s.halted() {
+			return nil, false, s.aborted()
+		}
+		runtime.Gosched()
+	}
+}
+
+// lingerTime is how long write_lat goes on after the peer closed the
+// connection: perftest's write_lat ends without a closing handshake, so a peer
+// that finished may close while this side still sees its last message arrive.
+const lingerTime = time.Second
+
+// haltedLinger is halted, except that a peer that left is given lingerTime,
+// counted from *since (set on the first call that sees it gone).
+func (s *session) haltedLinger(since *time.Time) bool {
+	if s.stop.Load() {
+		return true
+	}
+	if !s.peerGone.Load() {
+		return false
+	}
+	if since.IsZero() {
+		*since = time.Now()
+	}
+	return time.Since(*since) > lingerTime
+}
+
+// runLatWrite is run_iter_lat_write: ping-pong by RDMA WRITE; each side watches
+// the last byte of the message the other writes into its buffer.
+func (s *session) runLatWrite(size uint64) (latResult, error) {
+	p := s.p
+	dur := p.DurationMode()
+	iters := p.Iters
+	res := latResult{posted: make([]int64, max(iters, 1))}
+	wr := &s.w.send[0]
+	wr.Flags = engine.SendSignaled
+	if size <= uint64(s.inline) {
+		wr.Flags |= engine.SendInline
+	}
+	postIdx := int(size - 1)
+	pollIdx := int(uint64(p.QPs)*s.buffSize + size - 1)
+	server := p.Server()
+	base := time.Now()
+	var dc *durClock
+	if dur {
+		dc = startDuration(base, p.Duration, p.Margin)
+		defer dc.stop()
+	}
+	var scnt, ccnt, rcnt uint64
+	var goneAt time.Time
+loop:
+	for scnt < iters || ccnt < iters || rcnt < iters || (dur && !dc.ended()) {
+		if (rcnt < iters || dur) && !(scnt < 1 && server) {
+			rcnt++
+			for spins := 0; loadByte(s.buf, pollIdx) != byte(rcnt) && !dc.ended(); spins++ {
+				if s.haltedLinger(&goneAt) {
+					return res, s.aborted()
+				}
+				if dur && s.peerGone.Load() {
+					break loop // the peer's sample is over: so is ours
+				}
+				runtime.Gosched()
+			}
+		}
+		if scnt < iters || dur {
+			if !dur {
+				res.posted[scnt] = int64(time.Since(base))
+			}
+			scnt++
+			s.buf[postIdx] = byte(scnt)
+			if err := s.postSend(0); err != nil {
+				return res, err
+			}
+		}
+		if dur && dc.ended() {
+			break
+		}
+		if ccnt < iters || dur {
+			wc, ok, err := s.pollOne(s.scq, dc, &goneAt)
+			if err != nil {
+				return res, err
+			}
+			if ok {
+				if wc.Status != verbs.WCStatus(0) {
+					return res, wcError(s.side(), wc, scnt, ccnt)
+				}
+				ccnt++
+				s.progress.add(1)
+				if dc.sampling() {
+					res.iters++
+				}
+			}
+		}
+	}
+	if dur {
+		if dc.state.Load() < stStopSample {
+			dc.end.Store(int64(time.Since(base))) // the peer ended the run
+		}
+		res.sampleNs = dc.end.Load() - dc.start.Load()
+	} else {
+		res.iters = iters
+	}
+	return res, nil
+}
+
+// runLat is run_iter_lat: READ or atomic, one at a time.
+func (s *session) runLat() (latResult, error) {
+	p := s.p
+	dur := p.DurationMode()
+	iters := p.Iters
+	res := latResult{posted: make([]int64, max(iters, 1))}
+	s.w.send[0].Flags = engine.SendSignaled
+	base := time.Now()
+	var dc *durClock
+	if dur {
+		dc = startDuration(base, p.Duration, p.Margin)
+		defer dc.stop()
+	}
+	var scnt uint64
+	for scnt < iters || (dur && !dc.ended()) {
+		if !dur {
+			res.posted[scnt] = int64(time.Since(base))
+		}
+		scnt++
+		if err := s.postSend(0); err != nil {
+			return res, err
+		}
+		if dur && dc.ended() {
+			break
+		}
+		wc, ok, err := s.pollOne(s.scq, dc, nil)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			if wc.Status != verbs.WCStatus(0) {
+				return res, wcError(s.side(), wc, scnt, scnt)
+			}
+			s.progress.add(1)
+			if dc.sampling() {
+				res.iters++
+			}
+		}
+	}
+	if dur {
+		res.sampleNs = dc.end.Load() - dc.start.Load()
+	} else {
+		res.iters = iters
+	}
+	return res, nil
+}
+
+// runLatSend is run_iter_lat_send: ping-pong by SEND; the server receives first.
+func (s *session) runLatSend(size uint64) (latResult, error) {
+	p := s.p
+	dur := p.DurationMode()
+	iters := p.Iters
+	res := latResult{posted: make([]int64, max(iters, 1))}
+	wr := &s.w.send[0]
+	wr.Flags = 0
+	if size <= uint64(s.inline) {
+		wr.Flags |= engine.SendInline
+	}
+	client := !p.Server()
+	rxDepth := uint64(p.RxDepth)
+	base := time.Now()
+	var dc *durClock
+	defer func() { dc.stop() }()
+	var scnt, rcnt uint64
+	for scnt < iters || rcnt < iters || (dur && !dc.ended()) {
+		if (rcnt < iters || dur) && !(scnt < 1 && client) {
+			wc, ok, err := s.pollOne(s.rcq, dc, nil)
+			if err != nil {
+				return res, err
+			}
+			if ok {
+				if dur && dc == nil {
+					dc = startDuration(base, p.Duration, p.Margin)
+				}
+				if wc.Status != verbs.WCStatus(0) {
+					return res, wcError(s.side(), wc, scnt, rcnt)
+				}
+				rcnt++
+				s.progress.add(1)
+				if dc.sampling() {
+					res.iters++
+				}
+				if dur || rcnt+rxDepth <= iters {
+					if _, err := s.qps[0].PostRecv(s.w.recv[:1]); err != nil {
+						return res, fmt.Errorf("couldn't post recv: rcnt=%d: %w", rcnt, err)
+					}
+				}
+			}
+		}
+		if scnt < iters || (dur && !dc.ended()) {
+			if !dur {
+				res.posted[scnt] = int64(time.Since(base))
+			}
+			scnt++
+			poll := false
+			if scnt%uint64(p.CQMod) == 0 || (!dur && scnt == iters) {
+				poll = true
+				wr.Flags |= engine.SendSignaled
+			}
+			if err := s.postSend(0); err != nil {
+				return res, err
+			}
+			if poll {
+				wc, ok, err := s.pollOne(s.scq, dc, nil)
+				if err != nil {
+					return res, err
+				}
+				if ok && wc.Status != verbs.WCStatus(0) {
+					return res, wcError(s.side(), wc, scnt, scnt)
+				}
+				wr.Flags &^= engine.SendSignaled
+			}
+		}
+		if dur && dc.ended() {
+			break
+		}
+	}
+	if dur {
+		res.sampleNs = dc.end.Load() - dc.start.Load()
+	} else {
+		res.iters = iters
+	}
+	return res, nil
+}

@@ -1,0 +1,500 @@
+// Command-line parameters of the perftest tests, parsed as perftest's parser() does
+// (perftest_parameters.c): the same flag names, defaults, ranges and the
+// dependencies force_dependecies() applies.
+
+package perftest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	flag "github.com/spf13/pflag"
+
+	"github.com/xrnic/xrnic/nic/link"
+)
+
+// ErrUsage marks a bad command line; the message says what is wrong.
+var ErrUsage = errors.New("usage")
+
+// usageError is a bad command line of one test: errors.Is finds ErrUsage.
+type usageError struct {
+	test string
+	err  error
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%s: %v (bench %s -h lists the options)", e.test, e.err, e.test)
+}
+
+func (e *usageError) Is(target error) bool { return target == ErrUsage }
+
+func (e *usageError) Unwrap() error { return e.err }
+
+// Verb is perftest's VerbType, numbered as perftest numbers it (the index of
+// testsStr).
+type Verb int
+
+// The verbs.
+const (
+	VerbSend Verb = iota
+	VerbSendImm
+	VerbWrite
+	VerbWriteImm
+	VerbRead
+	VerbAtomic
+)
+
+var verbNames = [...]string{"Send", "Send_imm", "RDMA_Write", "RDMA_Write_imm", "RDMA_Read", "Atomic"}
+
+func (v Verb) String() string { return verbNames[v] }
+
+// hasRecvComp reports whether the responder consumes receive WQEs (perftest's
+// has_recv_comp).
+func (v Verb) hasRecvComp() bool { return v == VerbSend || v == VerbSendImm || v == VerbWriteImm }
+
+// Kind is perftest's TestType: latency or bandwidth.
+type Kind int
+
+// The test kinds.
+const (
+	Lat Kind = iota
+	BW
+)
+
+// Atomic operations, numbered as atomicTypesStr.
+const (
+	CmpAndSwap  = 0
+	FetchAndAdd = 1
+)
+
+var atomicNames = [...]string{"CMP_AND_SWAP", "FETCH_AND_ADD"}
+
+// Test names a perftest binary: ib_write_bw is "write_bw".
+type Test struct {
+	Name string
+	Verb Verb
+	Kind Kind
+}
+
+// Tests are the tests bench runs, in the order usage lists them.
+var Tests = []Test{
+	{"write_bw", VerbWrite, BW}, {"read_bw", VerbRead, BW}, {"send_bw", VerbSend, BW}, {"atomic_bw", VerbAtomic, BW},
+	{"write_lat", VerbWrite, Lat}, {"read_lat", VerbRead, Lat}, {"send_lat", VerbSend, Lat}, {"atomic_lat", VerbAtomic, Lat},
+}
+
+// LookupTest finds a test by name.
+func LookupTest(name string) (Test, bool) {
+	for _, t := range Tests {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Test{}, false
+}
+
+// perftest's limits and defaults (perftest_parameters.h).
+const (
+	DefaultPort    = 18515
+	defSizeBW      = 65536
+	defSizeLat     = 2
+	defItersBW     = 5000 // DEF_ITERS_WB: WRITE bandwidth
+	defIters       = 1000
+	defTxBW        = 128
+	defTxLat       = 1
+	defQPTimeout   = 14
+	defRxRDMA      = 1
+	defRxSend      = 512
+	defCQMod       = 100
+	defSizeAtomic  = 8
+	defDuration    = 5
+	defInlineWrite = 220 // DEF_INLINE_WRITE: latency tests
+	defInlineSend  = 236 // DEF_INLINE_SEND_RC_UC
+	maxSize        = 8388608
+	minIter        = 5
+	maxIter        = 4294967296
+	maxTx          = 15000
+	maxRx          = 16384
+	maxQPNum       = 16384
+	maxCQMod       = 1024
+	maxInline      = 1024
+	maxGIDIndex    = 64
+	msgSizeCQMod   = 8192 // MSG_SIZE_CQ_MOD_LIMIT
+	noPeakIters    = 20000
+	defJSONFile    = "perftest_out.json"
+	defCycleBuffer = 4096
+	defCacheLine   = 64
+)
+
+// Params are a test's parameters after parsing and perftest's dependency rules.
+// A plain value.
+type Params struct {
+	Test Test
+
+	Device     string    // -d: the interface xrnic runs on
+	LinkKind   link.Kind // --link
+	Local      bool      // --local: server and client in this process over lo
+	ServerName string    // the positional argument: run as client
+	Port       int       // -p: TCP port of the exchange
+	portSet    bool
+	IBPort     int // -i: always 1
+
+	Size        uint64 // -s
+	reqSize     bool
+	Iters       uint64 // -n
+	All         bool   // -a: sizes 2..2^23
+	QPs         int    // -q
+	TxDepth     int    // -t
+	RxDepth     int    // -r
+	CQMod       int    // -Q
+	reqCQMod    bool
+	MTU         int    // -m: bytes, 0 = the port's active MTU
+	Duration    int    // -D: seconds, 0 = iterations mode
+	Margin      int    // -f
+	Inline      int    // -I, -1 = default
+	Duplex      bool   // -b
+	GIDIndex    int    // -x, -1 = best GID (perftest's get_best_gid_index)
+	IPv6        bool   // --ipv6: prefer IPv6 GIDs
+	ReportGbits bool   // --report_gbits
+	OutJSON     bool   // --out_json
+	OutJSONFile string // --out_json_file
+	NoPeak      bool   // -N
+	AtomicType  int    // -A
+	OutReads    int    // -o, 0 = device maximum
+	QPTimeout   int    // -u
+	CPUFreqF    bool   // -F: accepted, nothing to check here
+	Unsorted    bool   // -U
+	Histogram   bool   // -H
+	Progress    string // --progress auto|on|off
+	Help        bool   // -h
+	Version     bool   // -V
+
+	// Warnings are the lines perftest prints while it parses.
+	Warnings []string
+}
+
+// Server reports whether the parameters make this side the server.
+func (p *Params) Server() bool { return p.ServerName == "" }
+
+// DurationMode reports whether the test runs for -D seconds.
+func (p *Params) DurationMode() bool { return p.Duration > 0 }
+
+// Parse parses a test's command line (without the test name).
+func Parse(test string, args []string) (*Params, error) {
+	t, ok := LookupTest(test)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown test %q", ErrUsage, test)
+	}
+	p := &Params{Test: t}
+	fs := newFlagSet(p)
+	if err := fs.Parse(args); err != nil {
+		return nil, &usageError{test, err}
+	}
+	if p.Help || p.Version {
+		return p, nil
+	}
+	if err := p.finish(fs); err != nil {
+		return nil, &usageError{test, err}
+	}
+	return p, nil
+}
+
+func newFlagSet(p *Params) *flag.FlagSet {
+	t := p.Test
+	fs := flag.NewFlagSet("bench "+t.Name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+	fs.StringVarP(&p.Device, "ib-dev", "d", "", "network interface to run on (perftest: IB device)")
+	fs.String("link", "auto", "link kind: auto (AF_XDP, else UDP), af_xdp or udp")
+	fs.BoolVar(&p.Local, "local", false, "run server and client in this process over the UDP link on lo")
+	fs.IntVarP(&p.Port, "port", "p", DefaultPort, "TCP port of the exchange")
+	fs.IntVarP(&p.IBPort, "ib-port", "i", 1, "port of the device (xrnic has port 1)")
+	fs.StringP("size", "s", "", "message size (K and M suffixes)")
+	fs.Uint64P("iters", "n", 0, "number of exchanges (at least 5)")
+	if t.Verb != VerbAtomic {
+		fs.BoolVarP(&p.All, "all", "a", false, "run sizes from 2 till 2^23")
+	}
+	if t.Kind == BW {
+		fs.IntVarP(&p.QPs, "qp", "q", 1, "number of QPs")
+		fs.IntVarP(&p.CQMod, "cq-mod", "Q", defCQMod, "generate a CQE every this many WRs")
+		fs.BoolVarP(&p.Duplex, "bidirectional", "b", false, "measure bidirectional bandwidth")
+		fs.BoolVarP(&p.NoPeak, "noPeak", "N", false, "do not compute the peak bandwidth")
+		fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/sec instead of MiB/sec")
+	} else {
+		fs.BoolVarP(&p.Unsorted, "report-unsorted", "U", false, "print every latency, unsorted")
+		fs.BoolVarP(&p.Histogram, "report-histogrm", "H", false, "print every latency, sorted")
+	}
+	fs.IntVarP(&p.TxDepth, "tx-depth", "t", 0, "size of the send queue")
+	fs.IntVarP(&p.RxDepth, "rx-depth", "r", 0, "receive queue depth")
+	fs.IntP("mtu", "m", 0, "path MTU (256..4096; default the port's active MTU)")
+	fs.IntVarP(&p.Duration, "duration", "D", 0, "run for this many seconds")
+	fs.IntVarP(&p.Margin, "margin", "f", -1, "measure within margins, seconds (default duration/4)")
+	if t.Verb != VerbRead && t.Verb != VerbAtomic {
+		fs.IntVarP(&p.Inline, "inline_size", "I", -1, "max inline message size")
+	}
+	if t.Verb == VerbRead || t.Verb == VerbAtomic {
+		fs.IntVarP(&p.OutReads, "outs", "o", 0, "outstanding reads/atomics (default device max)")
+	}
+	if t.Verb == VerbAtomic {
+		fs.StringP("atomic_type", "A", atomicNames[FetchAndAdd], "CMP_AND_SWAP or FETCH_AND_ADD")
+	}
+	fs.IntVarP(&p.GIDIndex, "gid-index", "x", -1, "source GID index (default: the best, as perftest picks)")
+	fs.BoolVar(&p.IPv6, "ipv6", false, "prefer an IPv6 GID")
+	fs.IntVarP(&p.QPTimeout, "qp-timeout", "u", defQPTimeout, "QP timeout exponent (4.096us * 2^u)")
+	fs.BoolVarP(&p.CPUFreqF, "CPU-freq", "F", false, "do not fail on CPU frequency (accepted, ignored)")
+	fs.BoolVar(&p.OutJSON, "out_json", false, "also write the results to a JSON file")
+	fs.StringVar(&p.OutJSONFile, "out_json_file", defJSONFile, "name of the JSON report")
+	fs.StringVar(&p.Progress, "progress", "auto", "progress line on stderr during long runs: auto, on or off")
+	fs.BoolVarP(&p.Help, "help", "h", false, "show this help")
+	fs.BoolVarP(&p.Version, "version", "V", false, "print the perftest version bench speaks")
+	return fs
+}
+
+// finish applies defaults and perftest's checks and dependencies.
+func (p *Params) finish(fs *flag.FlagSet) error {
+	t := p.Test
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		p.ServerName = fs.Arg(0)
+	default:
+		return fmt.Errorf("too many arguments %q: give at most the server's address", fs.Args())
+	}
+	if p.Local && p.ServerName != "" {
+		return errors.New("--local runs both sides: give no server address")
+	}
+	lk, _ := fs.GetString("link")
+	k, err := link.ParseKind(lk)
+	if err != nil || k == link.KindMemory {
+		return fmt.Errorf("--link %q: want auto, af_xdp or udp", lk)
+	}
+	p.LinkKind = k
+	p.portSet = fs.Changed("port")
+	if p.Port < 1 || p.Port > 65535 {
+		return fmt.Errorf("port %d outside 1..65535", p.Port)
+	}
+	if p.IBPort != 1 {
+		return fmt.Errorf("IB port %d: xrnic devices have port 1", p.IBPort)
+	}
+	if p.Progress != "auto" && p.Progress != "on" && p.Progress != "off" {
+		return fmt.Errorf("--progress %q: want auto, on or off", p.Progress)
+	}
+
+	// Defaults that depend on the test (init_perftest_params).
+	p.Size = defSizeLat
+	if t.Kind == BW {
+		p.Size = defSizeBW
+	}
+	if t.Verb == VerbAtomic {
+		p.Size = defSizeAtomic
+	}
+	p.Iters = defIters
+	if t.Kind == BW && t.Verb == VerbWrite {
+		p.Iters = defItersBW
+	}
+	if t.Kind == Lat {
+		p.QPs = 1
+		p.CQMod = defCQMod
+	}
+	if !fs.Changed("tx-depth") {
+		p.TxDepth = defTxLat
+		if t.Kind == BW {
+			p.TxDepth = defTxBW
+		}
+	} else if p.TxDepth < 1 || p.TxDepth > maxTx {
+		return fmt.Errorf("tx depth %d outside 1..%d", p.TxDepth, maxTx)
+	}
+	if !fs.Changed("rx-depth") {
+		p.RxDepth = defRxRDMA
+		if t.Verb == VerbSend || t.Verb == VerbWrite {
+			p.RxDepth = defRxSend
+		}
+	} else if p.RxDepth < 1 || p.RxDepth > maxRx {
+		return fmt.Errorf("rx depth %d outside 1..%d", p.RxDepth, maxRx)
+	} else if t.Verb != VerbSend && t.Verb != VerbWrite && p.RxDepth > defRxRDMA {
+		return errors.New("on RDMA verbs rx depth can be only 1")
+	}
+	if s, _ := fs.GetString("size"); fs.Changed("size") {
+		n, err := parseSize(s)
+		if err != nil {
+			return err
+		}
+		p.Size, p.reqSize = n, true
+	}
+	if fs.Changed("iters") {
+		n, _ := fs.GetUint64("iters")
+		if n < minIter || n > maxIter {
+			return fmt.Errorf("iteration num %d outside %d..%d", n, minIter, uint64(maxIter))
+		}
+		p.Iters = n
+	}
+	if fs.Changed("qp") && (p.QPs < 1 || p.QPs > maxQPNum) {
+		return fmt.Errorf("num of QPs %d outside 1..%d", p.QPs, maxQPNum)
+	}
+	if fs.Changed("cq-mod") {
+		if p.CQMod < 1 || p.CQMod > maxCQMod {
+			return fmt.Errorf("CQ moderation %d outside 1..%d", p.CQMod, maxCQMod)
+		}
+		p.reqCQMod = true
+	}
+	p.MTU, _ = fs.GetInt("mtu")
+	switch p.MTU {
+	case 0, 256, 512, 1024, 2048, 4096:
+	default:
+		return fmt.Errorf("invalid MTU %d: choose from {256,512,1024,2048,4096}", p.MTU)
+	}
+	if fs.Changed("duration") && p.Duration <= 0 {
+		return fmt.Errorf("duration %d must be positive", p.Duration)
+	}
+	if fs.Changed("margin") && p.Margin < 0 {
+		return fmt.Errorf("margin %d must not be negative", p.Margin)
+	}
+	if !fs.Changed("inline_size") {
+		p.Inline = -1
+	} else if p.Inline < 0 || p.Inline > maxInline {
+		return fmt.Errorf("max inline %d outside 0..%d", p.Inline, maxInline)
+	}
+	if fs.Changed("gid-index") && (p.GIDIndex < 0 || p.GIDIndex > maxGIDIndex) {
+		return fmt.Errorf("GID index %d outside 0..%d", p.GIDIndex, maxGIDIndex)
+	}
+	if p.QPTimeout < 0 || p.QPTimeout > 31 {
+		return fmt.Errorf("QP timeout %d outside 0..31", p.QPTimeout)
+	}
+	if fs.Changed("outs") && p.OutReads < 0 {
+		return fmt.Errorf("outstanding reads %d must not be negative", p.OutReads)
+	}
+	p.AtomicType = FetchAndAdd
+	if t.Verb == VerbAtomic {
+		switch a, _ := fs.GetString("atomic_type"); a {
+		case atomicNames[CmpAndSwap]:
+			p.AtomicType = CmpAndSwap
+		case atomicNames[FetchAndAdd]:
+		default:
+			return fmt.Errorf("invalid atomic type %q: choose from {CMP_AND_SWAP,FETCH_AND_ADD}", a)
+		}
+	}
+	if p.OutJSONFile == "" {
+		return errors.New("--out_json_file needs a file name")
+	}
+	if !p.Local && p.Device == "" {
+		return errors.New("no device: give -d <interface> (or --local to run both sides on lo)")
+	}
+	return p.forceDependencies()
+}
+
+// parseSize reads -s as perftest does: a number with an optional K or M suffix,
+// 1..UINT_MAX/2 bytes.
+func parseSize(s string) (uint64, error) {
+	f := uint64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		s, f = s[:len(s)-1], 1024
+	case strings.HasSuffix(s, "M"):
+		s, f = s[:len(s)-1], 1024*1024
+	}
+	n, err := strconv.ParseUint(s, 0, 32)
+	if err != nil || n*f < 1 || n*f > math.MaxUint32/2 {
+		return 0, fmt.Errorf("message size %q: should be between 1 and %d", s, uint32(math.MaxUint32/2))
+	}
+	return n * f, nil
+}
+
+// forceDependencies is perftest's force_dependecies for the options bench has.
+func (p *Params) forceDependencies() error {
+	t := p.Test
+	if t.Verb == VerbWrite {
+		p.RxDepth = defRxRDMA
+	}
+	if !p.DurationMode() {
+		p.TxDepth = int(min(uint64(p.TxDepth), p.Iters))
+		if t.Verb.hasRecvComp() && uint64(p.RxDepth) > p.Iters {
+			p.RxDepth = int(p.Iters)
+		}
+	}
+	if p.Size > msgSizeCQMod && !p.All {
+		if !p.reqCQMod {
+			p.CQMod = 1
+		} else if p.CQMod > 1 {
+			p.Warnings = append(p.Warnings, resultLine+"Warning: Large message requested and CQ moderation enabled\nWarning: It can lead to inaccurate results\n")
+		}
+	}
+	p.CQMod = min(p.CQMod, p.TxDepth)
+	if t.Verb == VerbRead || t.Verb == VerbAtomic {
+		p.Inline = 0
+	}
+	if p.All {
+		if p.DurationMode() {
+			return errors.New("duration mode currently doesn't support running on all sizes")
+		}
+		p.Size = maxSize
+	}
+	if t.Verb == VerbAtomic && p.Size != defSizeAtomic {
+		return errors.New("message size cannot be changed for Atomic tests")
+	}
+	if t.Kind == Lat && (p.Duplex || p.QPs > 1) {
+		return errors.New("bidirectional and multiple QPs are only available in BW tests")
+	}
+	if p.DurationMode() {
+		p.Iters = 0
+		if !p.NoPeak && t.Kind == BW {
+			p.Warnings = append(p.Warnings, " WARNING: BW peak won't be measured in this run.\n")
+		}
+		p.NoPeak = true
+		if p.Margin < 0 {
+			p.Margin = p.Duration / 4
+		}
+		if p.Duration <= 2*p.Margin {
+			return fmt.Errorf("duration %d must be longer than twice the margin %d", p.Duration, p.Margin)
+		}
+	}
+	if t.Verb.hasRecvComp() && t.Kind == BW && p.Server() && !p.Local && !p.Duplex {
+		if !p.NoPeak {
+			p.Warnings = append(p.Warnings, " WARNING: BW peak won't be measured in this run.\n")
+		}
+		p.NoPeak = true
+	}
+	// WA for a bug when rx_depth is odd in SEND.
+	if t.Verb.hasRecvComp() && p.RxDepth%2 == 1 && !p.All {
+		p.RxDepth++
+	}
+	if !p.DurationMode() && p.Iters > noPeakIters && !p.NoPeak && t.Kind == BW {
+		p.Warnings = append(p.Warnings, " WARNING: BW peak won't be measured in this run.\n")
+		p.NoPeak = true
+	}
+	return nil
+}
+
+// forRole returns a copy of p for one side of a --local run, with the
+// server-only dependencies applied to the server.
+func (p *Params) forRole(server bool, serverName string) *Params {
+	q := *p
+	q.Warnings = nil
+	q.Local = false
+	if !server {
+		q.ServerName = serverName
+		return &q
+	}
+	q.ServerName = ""
+	if q.Test.Verb.hasRecvComp() && q.Test.Kind == BW && !q.Duplex {
+		q.NoPeak = true
+	}
+	return &q
+}
+
+// Usage writes the help text of a test.
+func Usage(w io.Writer, test string) {
+	t, ok := LookupTest(test)
+	if !ok {
+		return
+	}
+	p := &Params{Test: t}
+	fs := newFlagSet(p)
+	fmt.Fprintf(w, "Usage:\n  bench %s -d <iface>            start a server and wait for connection\n", t.Name)
+	fmt.Fprintf(w, "  bench %s -d <iface> <host>     connect to server at <host>\n", t.Name)
+	fmt.Fprintf(w, "  bench %s --local               both sides in this process over lo (no root)\n\nOptions:\n", t.Name)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}

@@ -1,0 +1,587 @@
+// Running a test: one side over a device and a TCP connection (the order of
+// exchanges, prints and measurements of each perftest main), both sides in one
+// process over lo (--local), and the progress line.
+
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// Run runs one side of a test as perftest's binary of the same name would, or
+// with p.Local both sides, writing perftest's report to out. errw receives the
+// link choice and the progress line. Cancelling ctx ends the test: everything
+// it opened is closed before Run returns.
+func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
+	if p.Local {
+		return runLocal(ctx, p, out, errw)
+	}
+	for _, w := range p.Warnings {
+		io.WriteString(out, w)
+	}
+	dev, err := verbs.Open(verbs.Options{Interface: p.Device, LinkKind: p.LinkKind,
+		Logf:   linkLog(errw),
+		Engine: engine.Config{Logf: func(string, ...any) {}}})
+	if err != nil {
+		return fmt.Errorf("device %s: %w", p.Device, err)
+	}
+	var c net.Conn
+	if p.Server() {
+		var ln net.Listener
+		ln, err = net.Listen("tcp", ":"+strconv.Itoa(p.Port))
+		if err != nil {
+			dev.Close()
+			return fmt.Errorf("couldn't listen to port %d: %w", p.Port, unwrapOp(err))
+		}
+		io.WriteString(out, waitingBanner)
+		c, err = accept(ctx, ln)
+		ln.Close()
+	} else {
+		c, err = dial(ctx, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)))
+	}
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, c)
+}
+
+// linkLog passes on the link's report of its choice (AF_XDP, or why the UDP
+// fallback) and drops the goroutine start and stop lines.
+func linkLog(w io.Writer) func(string, ...any) {
+	return func(f string, a ...any) {
+		if m := fmt.Sprintf(f, a...); strings.HasPrefix(m, "xrnic: ") {
+			fmt.Fprintln(w, m)
+		}
+	}
+}
+
+// runConn runs a side over an open device and connection, and closes both.
+func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Device, closeDev func(), name string, c net.Conn) (err error) {
+	s := &session{p: p, out: out, errw: errw, dev: dev, name: name, conn: NewConn(c, !p.Server()), ctxErr: ctx.Err}
+	stop := context.AfterFunc(ctx, func() {
+		s.stop.Store(true)
+		c.Close()
+	})
+	defer func() {
+		stop()
+		c.Close()
+		s.close()
+		closeDev()
+		s.unmap()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+	}()
+	if progressOn(p, errw) {
+		s.progress = startProgress(errw, p.Test.Name)
+		defer s.progress.stop()
+	}
+	if err := s.setup(); err != nil {
+		return err
+	}
+	switch {
+	case p.Test.Kind == BW && p.Test.Verb == VerbSend:
+		return s.flowSendBW()
+	case p.Test.Kind == BW:
+		return s.flowRDMABW()
+	case p.Test.Verb == VerbWrite:
+		return s.flowWriteLat()
+	case p.Test.Verb == VerbSend:
+		return s.flowSendLat()
+	}
+	return s.flowReadLat()
+}
+
+// sizes are the message sizes of the run: -s, or 2..2^23 with -a.
+func (s *session) sizes() []uint64 {
+	if !s.p.All {
+		return []uint64{s.p.Size}
+	}
+	var v []uint64
+	for i := 1; i < 24; i++ {
+		v = append(v, 1<<i)
+	}
+	return v
+}
+
+// prelude is the common part from the test information to the last handshake
+// before the measurement. extraFirst adds the latency tests' leading handshake;
+// syncAfterConnect puts SEND tests' handshake between connect and the address
+// lines instead of after them.
+func (s *session) prelude(extraFirst, sendStyle bool) error {
+	PrintTestInfo(s.out, s.p, s.info())
+	if extraFirst {
+		d, err := s.conn.HandShake(&s.my[0], false)
+		if err != nil {
+			return err
+		}
+		s.rem[0] = d
+	}
+	if err := s.shakeAll(); err != nil {
+		return err
+	}
+	if err := s.connect(); err != nil {
+		return err
+	}
+	if sendStyle {
+		if err := s.sync(false); err != nil {
+			return err
+		}
+	}
+	s.printLocal()
+	if err := s.shakeAndPrintRemote(); err != nil {
+		return err
+	}
+	if !sendStyle {
+		return s.sync(false) // after the QPs reached RTR
+	}
+	return nil
+}
+
+// writeJSON writes the --out_json file, as perftest rewrites it for each size.
+func (s *session) writeJSON(text string) error {
+	if !s.p.OutJSON {
+		return nil
+	}
+	if err := os.WriteFile(s.p.OutJSONFile, []byte(text), 0o600); err != nil {
+		return fmt.Errorf("failed to write %s: %w", s.p.OutJSONFile, err)
+	}
+	return nil
+}
+
+func (s *session) printBW(my BWReport, rem *BWReport) error {
+	io.WriteString(s.out, BWLine(s.p.ReportGbits, my, rem))
+	return s.writeJSON(JSONBW(s.p, s.info(), my, rem))
+}
+
+func (s *session) bwReport(r bwResult, size uint64) BWReport {
+	return ComputeBW(&r.samples, size, r.n, s.p.CQMod, s.p.NoPeak, s.p.ReportGbits)
+}
+
+// flowRDMABW is write_bw, read_bw and atomic_bw.
+func (s *session) flowRDMABW() error {
+	p := s.p
+	if err := s.prelude(false, false); err != nil {
+		return err
+	}
+	PrintBWHeader(s.out, p.ReportGbits)
+	if p.Server() && !p.Duplex {
+		// The server waits for the client's run and prints the client's report.
+		if err := s.sync(true); err != nil {
+			return err
+		}
+		rem, err := s.conn.XchgBWReports(BWReport{})
+		if err != nil {
+			return err
+		}
+		if err := s.printBW(rem, nil); err != nil {
+			return err
+		}
+		if err := s.closeConnection(); err != nil {
+			return err
+		}
+		PrintResultLine(s.out)
+		return nil
+	}
+	var last BWReport
+	for _, size := range s.sizes() {
+		s.setSendWRs(size)
+		if p.Duplex {
+			if err := s.sync(false); err != nil {
+				return err
+			}
+		}
+		var r bwResult
+		err := s.watch(func() (err error) { r, err = s.runBW(size); return err })
+		if err != nil {
+			return err
+		}
+		if p.Duplex {
+			if err := s.sync(true); err != nil {
+				return err
+			}
+		}
+		last = s.bwReport(r, size)
+		if !p.Duplex {
+			if err := s.printBW(last, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		rem, err := s.conn.XchgBWReports(last)
+		if err != nil {
+			return err
+		}
+		if err := s.printBW(last, &rem); err != nil {
+			return err
+		}
+	}
+	PrintResultLine(s.out)
+	if !p.Server() && !p.Duplex {
+		if err := s.sync(false); err != nil {
+			return err
+		}
+		if _, err := s.conn.XchgBWReports(last); err != nil {
+			return err
+		}
+	}
+	return s.closeConnection()
+}
+
+// flowSendBW is send_bw.
+func (s *session) flowSendBW() error {
+	p := s.p
+	if err := s.prelude(false, true); err != nil {
+		return err
+	}
+	PrintBWHeader(s.out, p.ReportGbits)
+	for _, size := range s.sizes() {
+		if !p.Server() || p.Duplex {
+			s.setSendWRs(size)
+		}
+		if p.Server() || p.Duplex {
+			if err := s.postRecvs(size); err != nil {
+				return err
+			}
+		}
+		if err := s.sync(false); err != nil {
+			return err
+		}
+		var r bwResult
+		err := s.watch(func() (err error) {
+			switch {
+			case p.Duplex:
+				r, err = s.runBi(size)
+			case p.Server():
+				r, err = s.runBWServer(size)
+			default:
+				r, err = s.runBW(size)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		my := s.bwReport(r, size)
+		if !p.Duplex || p.DurationMode() {
+			if err := s.printBW(my, nil); err != nil {
+				return err
+			}
+		} else {
+			rem, err := s.conn.XchgBWReports(my)
+			if err != nil {
+				return err
+			}
+			if err := s.printBW(my, &rem); err != nil {
+				return err
+			}
+		}
+		if p.All {
+			if err := s.sync(true); err != nil {
+				return err
+			}
+		}
+	}
+	PrintResultLine(s.out)
+	return s.closeConnection()
+}
+
+// printLat prints one latency result (print_report_lat or its duration form).
+func (s *session) printLat(r latResult, size uint64) error {
+	p := s.p
+	rtt := p.Test.Verb != VerbRead && p.Test.Verb != VerbAtomic
+	if p.DurationMode() {
+		io.WriteString(s.out, LatDurLine(size, r.iters, r.sampleNs, rtt))
+		return s.writeJSON(JSONLatDur(p, s.info(), size, r.iters, r.sampleNs, rtt))
+	}
+	rep, unsorted, sorted := ComputeLat(r.posted, size, r.iters, rtt)
+	if p.Unsorted {
+		PrintSamples(s.out, unsorted)
+	}
+	if p.Histogram {
+		PrintSamples(s.out, sorted)
+	}
+	if p.Unsorted || p.Histogram {
+		PrintLatHeader(s.out, false)
+	}
+	io.WriteString(s.out, LatLine(rep))
+	return s.writeJSON(JSONLat(p, s.info(), rep))
+}
+
+// flowWriteLat is write_lat: both sides measure and print.
+func (s *session) flowWriteLat() error {
+	if err := s.prelude(true, false); err != nil {
+		return err
+	}
+	s.setSendWRs(s.p.Size)
+	PrintLatHeader(s.out, s.p.DurationMode())
+	for _, size := range s.sizes() {
+		s.w.sge[0].Length = uint32(size)
+		var r latResult
+		err := s.watch(func() (err error) { r, err = s.runLatWrite(size); return err })
+		if err != nil {
+			return err
+		}
+		if err := s.printLat(r, size); err != nil {
+			return err
+		}
+	}
+	PrintResultLine(s.out)
+	return s.conn.Close()
+}
+
+// flowReadLat is read_lat and atomic_lat: only the client measures.
+func (s *session) flowReadLat() error {
+	if err := s.prelude(true, false); err != nil {
+		return err
+	}
+	if s.p.Server() {
+		if err := s.closeConnection(); err != nil {
+			return err
+		}
+		PrintResultLine(s.out)
+		return nil
+	}
+	PrintLatHeader(s.out, s.p.DurationMode())
+	s.setSendWRs(s.p.Size)
+	for _, size := range s.sizes() {
+		s.w.sge[0].Length = uint32(size)
+		var r latResult
+		err := s.watch(func() (err error) { r, err = s.runLat(); return err })
+		if err != nil {
+			return err
+		}
+		if err := s.printLat(r, size); err != nil {
+			return err
+		}
+	}
+	if err := s.closeConnection(); err != nil {
+		return err
+	}
+	PrintResultLine(s.out)
+	return nil
+}
+
+// flowSendLat is send_lat.
+func (s *session) flowSendLat() error {
+	if err := s.prelude(false, true); err != nil {
+		return err
+	}
+	PrintLatHeader(s.out, s.p.DurationMode())
+	s.setSendWRs(s.p.Size)
+	for _, size := range s.sizes() {
+		s.w.sge[0].Length = uint32(size)
+		if err := s.postRecvs(size); err != nil {
+			return err
+		}
+		if err := s.sync(false); err != nil {
+			return err
+		}
+		var r latResult
+		err := s.watch(func() (err error) { r, err = s.runLatSend(size); return err })
+		if err != nil {
+			return err
+		}
+		if err := s.printLat(r, size); err != nil {
+			return err
+		}
+	}
+	PrintResultLine(s.out)
+	return s.closeConnection()
+}
+
+// Loopback addresses --local tries, server first: 127.0.0.1/127.0.0.2, then
+// other pairs in 127/8 when port 4791 is taken there.
+var localPairs = [][2]string{
+	{"127.0.0.1", "127.0.0.2"}, {"127.0.0.3", "127.0.0.4"}, {"127.0.0.5", "127.0.0.6"},
+	{"127.0.1.1", "127.0.1.2"}, {"127.0.2.1", "127.0.2.2"}, {"127.0.3.1", "127.0.3.2"},
+}
+
+// openLocalPair opens the two UDP links of --local.
+func openLocalPair() (srv, cli link.Link, addrs [2]netip.Addr, err error) {
+	for _, pr := range localPairs {
+		a, b := netip.MustParseAddr(pr[0]), netip.MustParseAddr(pr[1])
+		srv, err = link.NewUDP(link.UDPOptions{Interface: "lo", Addrs: []netip.Addr{a}})
+		if err != nil {
+			if inUse(err) {
+				continue
+			}
+			return nil, nil, addrs, err
+		}
+		cli, err = link.NewUDP(link.UDPOptions{Interface: "lo", Addrs: []netip.Addr{b}})
+		if err != nil {
+			srv.Close()
+			if inUse(err) {
+				continue
+			}
+			return nil, nil, addrs, err
+		}
+		return srv, cli, [2]netip.Addr{a, b}, nil
+	}
+	return nil, nil, addrs, fmt.Errorf("UDP port %d is in use on every loopback address tried: %w", link.RoCEv2Port, err)
+}
+
+// inUse reports an EADDRINUSE from the UDP link (which keeps only its text).
+func inUse(err error) bool {
+	return errors.Is(err, unix.EADDRINUSE) || strings.Contains(err.Error(), unix.EADDRINUSE.Error())
+}
+
+// runLocal runs the server in a goroutine and the client here, each on a UDP
+// link on lo, exchanging over TCP on 127.0.0.1 (an ephemeral port unless -p
+// was given). The client's report goes to out; the server's is dropped.
+func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
+	for _, w := range p.Warnings {
+		io.WriteString(out, w)
+	}
+	ls, lc, addrs, err := openLocalPair()
+	if err != nil {
+		return fmt.Errorf("--local: %w", err)
+	}
+	open := func(l link.Link, a netip.Addr) (*verbs.Device, error) {
+		d, err := verbs.Open(verbs.Options{Link: l, GIDs: []netdev.GID{netdev.GIDFromAddr(a)},
+			Engine: engine.Config{Logf: func(string, ...any) {}}})
+		if err != nil {
+			l.Close()
+		}
+		return d, err
+	}
+	ds, err := open(ls, addrs[0])
+	if err != nil {
+		lc.Close()
+		return fmt.Errorf("--local: %w", err)
+	}
+	closeS := func() { ds.Close(); ls.Close() }
+	dc, err := open(lc, addrs[1])
+	if err != nil {
+		closeS()
+		return fmt.Errorf("--local: %w", err)
+	}
+	closeC := func() { dc.Close(); lc.Close() }
+	port := 0
+	if p.portSet {
+		port = p.Port
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(addrs[0].String(), strconv.Itoa(port)))
+	if err != nil {
+		closeS()
+		closeC()
+		return fmt.Errorf("couldn't listen to port %d: %w", port, unwrapOp(err))
+	}
+	sp := p.forRole(true, "")
+	cp := p.forRole(false, addrs[0].String())
+	cp.Port = ln.Addr().(*net.TCPAddr).Port
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var serr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := accept(sctx, ln)
+		ln.Close()
+		if err != nil {
+			closeS()
+			serr = err
+			return
+		}
+		serr = runConn(sctx, sp, io.Discard, io.Discard, ds, closeS, "lo", c)
+	}()
+	c, err := dial(ctx, ln.Addr().String())
+	if err != nil {
+		closeC()
+	} else {
+		err = runConn(ctx, cp, out, errw, dc, closeC, "lo", c)
+	}
+	if err != nil {
+		cancel()
+	}
+	wg.Wait()
+	switch {
+	case err == nil && serr != nil && !errors.Is(serr, context.Canceled):
+		return fmt.Errorf("server: %w", serr)
+	case err != nil && errors.Is(err, ErrPeer) && serr != nil && !errors.Is(serr, ErrPeer) && !errors.Is(serr, context.Canceled):
+		return fmt.Errorf("server: %w", serr)
+	}
+	return err
+}
+
+// progress prints a line on stderr every second while a test runs.
+type progress struct {
+	n    atomic.Uint64
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func (pr *progress) add(n uint64) {
+	if pr != nil {
+		pr.n.Add(n)
+	}
+}
+
+func startProgress(w io.Writer, name string) *progress {
+	pr := &progress{done: make(chan struct{})}
+	pr.wg.Add(1)
+	go func() {
+		defer pr.wg.Done()
+		start := time.Now()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		var last uint64
+		for {
+			select {
+			case <-pr.done:
+				return
+			case <-t.C:
+				n := pr.n.Load()
+				if n != last {
+					fmt.Fprintf(w, "bench: %s: %.0f s, %d completions (%d/s)\n", name, time.Since(start).Seconds(), n, n-last)
+					last = n
+				}
+			}
+		}
+	}()
+	return pr
+}
+
+func (pr *progress) stop() {
+	if pr != nil {
+		close(pr.done)
+		pr.wg.Wait()
+	}
+}
+
+// progressOn decides --progress auto: on when stderr is a terminal.
+func progressOn(p *Params, errw io.Writer) bool {
+	switch p.Progress {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	f, ok := errw.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,311 @@
+package perftest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+var (
+	reAddr   = regexp.MustCompile(`^ (local|remote) address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN (0x[0-9a-f]{4,6}|000000)( OUT 0x[0-9a-f]{2})?( RKey 0x[0-9a-f]{6,8} VAddr 0x[0-9a-f]{14})?$`)
+	reGID    = regexp.MustCompile(`^ GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:\d\d:\d\d:\d\d$`)
+	reNumber = regexp.MustCompile(`^\d+(\.\d+)?$`)
+)
+
+// runLocalTest runs a test with --local and returns its output.
+func runLocalTest(t *testing.T, test string, args ...string) string {
+	t.Helper()
+	p := mustParse(t, test, append([]string{"--local", "--progress", "off"}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := Run(ctx, p, &out, io.Discard); err != nil {
+		t.Fatalf("%s %q: %v\n%s", test, args, err, out.String())
+	}
+	return out.String()
+}
+
+// checkShape checks perftest's layout: the information block, two address
+// lines per side, the table's header, results lines of positive numbers, and
+// the closing line.
+func checkShape(t *testing.T, test string, out string, results int) [][]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	fail := func(f string, a ...any) {
+		t.Helper()
+		t.Fatalf(test+": "+f+"\noutput:\n%s", append(a, out)...)
+	}
+	if lines[0] != strings.TrimSuffix(resultLine, "\n") {
+		fail("first line %q", lines[0])
+	}
+	i := 1
+	for i < len(lines) && lines[i] != strings.TrimSuffix(resultLine, "\n") {
+		i++
+	}
+	i++ // end of the information block
+	if i+4 > len(lines) {
+		fail("no address lines")
+	}
+	for k, side := range []string{"local", "remote"} {
+		m := reAddr.FindStringSubmatch(lines[i+2*k])
+		if m == nil || m[1] != side {
+			fail("address line %q", lines[i+2*k])
+		}
+		if !reGID.MatchString(lines[i+2*k+1]) {
+			fail("GID line %q", lines[i+2*k+1])
+		}
+	}
+	i += 4
+	if lines[i] != strings.TrimSuffix(resultLine, "\n") || !strings.HasPrefix(lines[i+1], " #bytes") {
+		fail("table header %q %q", lines[i], lines[i+1])
+	}
+	i += 2
+	var rows [][]string
+	for ; i < len(lines)-1; i++ {
+		f := strings.Fields(lines[i])
+		for _, x := range f {
+			if !reNumber.MatchString(x) {
+				fail("result line %q", lines[i])
+			}
+			if v, _ := strconv.ParseFloat(x, 64); v <= 0 {
+				fail("result line %q has a number <= 0", lines[i])
+			}
+		}
+		rows = append(rows, f)
+	}
+	if len(rows) != results {
+		fail("%d result lines, want %d", len(rows), results)
+	}
+	if lines[len(lines)-1] != strings.TrimSuffix(resultLine, "\n") {
+		fail("last line %q", lines[len(lines)-1])
+	}
+	return rows
+}
+
+// TestLocalAllTests runs the eight tests end to end over the UDP link on lo.
+func TestLocalAllTests(t *testing.T) {
+	for _, c := range []struct {
+		test string
+		cols int
+	}{
+		{"write_bw", 5}, {"read_bw", 5}, {"send_bw", 5}, {"atomic_bw", 5},
+		{"write_lat", 9}, {"read_lat", 9}, {"send_lat", 9}, {"atomic_lat", 9},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			out := runLocalTest(t, c.test, "-n", "100")
+			rows := checkShape(t, c.test, out, 1)
+			if len(rows[0]) != c.cols || rows[0][1] != "100" {
+				t.Errorf("result line %q: want %d columns, 100 iterations", rows[0], c.cols)
+			}
+		})
+	}
+}
+
+func TestLocalOptions(t *testing.T) {
+	// Several QPs, bidirectional, Gb/s, a small size and the JSON file.
+	js := filepath.Join(t.TempDir(), "r.json")
+	out := runLocalTest(t, "write_bw", "-q", "2", "-b", "-n", "50", "-s", "1024", "--report_gbits", "--out_json", "--out_json_file", js)
+	if !strings.Contains(out, "RDMA_Write Bidirectional BW Test") || !strings.Contains(out, "BW peak[Gb/sec]") {
+		t.Errorf("header:\n%s", out)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]map[string]any
+	if err := json.Unmarshal(b, &v); err != nil || v["results"]["n_iterations"] != 100.0 {
+		t.Errorf("JSON report %v: %s", err, b)
+	}
+	// Several sizes.
+	out = runLocalTest(t, "send_lat", "-a", "-n", "5")
+	if n := strings.Count(out, "\n 8388608 "); n != 1 {
+		t.Errorf("send_lat -a: no 8 MiB line:\n%s", out)
+	}
+	// Duration mode.
+	out = runLocalTest(t, "read_bw", "-D", "1")
+	if !strings.Contains(out, "WARNING: BW peak won't be measured") || !strings.Contains(out, " 65536 ") {
+		t.Errorf("read_bw -D 1:\n%s", out)
+	}
+}
+
+// openSide opens one side of a test by hand on a UDP link at addr on lo.
+func openSide(t *testing.T, a netip.Addr) (*verbs.Device, func()) {
+	t.Helper()
+	var l link.Link
+	var err error
+	for range 50 {
+		if l, err = link.NewUDP(link.UDPOptions{Interface: "lo", Addrs: []netip.Addr{a}}); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // another test's link holds the port
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := verbs.Open(verbs.Options{Link: l, GIDs: []netdev.GID{netdev.GIDFromAddr(a)}, Engine: engine.Config{Logf: func(string, ...any) {}}})
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	return d, func() { d.Close(); l.Close() }
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServerDiesMidRun: the server vanishes (device, QPs and connection gone)
+// while the client measures; the client returns an error, without hanging.
+func TestServerDiesMidRun(t *testing.T) {
+	for _, test := range []string{"write_bw", "send_bw", "write_lat"} {
+		t.Run(test, func(t *testing.T) {
+			sa, ca := netip.MustParseAddr("127.0.0.11"), netip.MustParseAddr("127.0.0.12")
+			ds, closeS := openSide(t, sa)
+			dc, closeC := openSide(t, ca)
+			ln, err := net.Listen("tcp", "127.0.0.11:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+			sp := mustParse(t, test, "-d", "lo", "-n", "100000000", "-p", port)
+			cp := mustParse(t, test, "-d", "lo", "127.0.0.11", "-n", "100000000", "-p", port)
+			sctx, kill := context.WithCancel(context.Background())
+			defer kill()
+			serr := make(chan error, 1)
+			var sout syncBuffer
+			go func() {
+				c, err := accept(sctx, ln)
+				ln.Close()
+				if err != nil {
+					closeS()
+					serr <- err
+					return
+				}
+				serr <- runConn(sctx, sp, &sout, io.Discard, ds, closeS, "lo", c)
+			}()
+			c, err := dial(context.Background(), ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				// Kill the server once the measurement has begun.
+				for !strings.Contains(sout.String(), "#bytes") {
+					time.Sleep(10 * time.Millisecond)
+				}
+				time.Sleep(300 * time.Millisecond)
+				kill()
+			}()
+			cerr := make(chan error, 1)
+			var cout syncBuffer
+			go func() { cerr <- runConn(context.Background(), cp, &cout, io.Discard, dc, closeC, "lo", c) }()
+			select {
+			case err := <-cerr:
+				if err == nil {
+					t.Fatalf("client succeeded against a dead server:\n%s", cout.String())
+				}
+				t.Logf("client: %v", err)
+				if strings.Contains(err.Error(), "\n") {
+					t.Errorf("error of more than one line: %q", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("client hangs after the server died")
+			}
+			if err := <-serr; !errors.Is(err, context.Canceled) {
+				t.Errorf("server: %v, want context.Canceled", err)
+			}
+		})
+	}
+}
+
+// TestCancelStopsEverything: cancelling a --local run mid-measurement returns
+// promptly and leaves nothing running (TestMain checks goroutines).
+func TestCancelStopsEverything(t *testing.T) {
+	p := mustParse(t, "send_bw", "--local", "-n", "100000000", "--progress", "off")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, p, &out, io.Discard) }()
+	for !strings.Contains(out.String(), "#bytes") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run after cancel: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run does not return after cancel")
+	}
+}
+
+// TestLoopsDoNotAllocate: ten times the iterations cost no more allocations
+// (the whole process counts, engine included: the measurement loops, the
+// engine's data path and the CQs must all stay allocation-free).
+func TestLoopsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	mallocs := func(test, n string) uint64 {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		runLocalTest(t, test, "-n", n, "-s", "64", "-I", "0")
+		runtime.ReadMemStats(&m1)
+		return m1.Mallocs - m0.Mallocs
+	}
+	for _, test := range []string{"write_bw", "send_lat"} {
+		small, big := mallocs(test, "1000"), mallocs(test, "10000")
+		t.Logf("%s: %d allocations for 1000 iterations, %d for 10000", test, small, big)
+		if big > small+500 {
+			t.Errorf("%s: %d allocations for 1000 iterations, %d for 10000: the loop allocates", test, small, big)
+		}
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	p := mustParse(t, "write_lat", "--local", "-D", "3", "--progress", "on")
+	var out, errw syncBuffer
+	if err := Run(context.Background(), p, &out, &errw); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^bench: write_lat: \d+ s, \d+ completions \(\d+/s\)$`).MatchString(errw.String()) {
+		t.Errorf("no progress line on stderr: %q", errw.String())
+	}
+	if !strings.Contains(out.String(), "t_avg[usec]    tps average") {
+		t.Errorf("duration table:\n%s", out.String())
+	}
+}

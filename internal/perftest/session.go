@@ -1,0 +1,405 @@
+// One side of a test: the device, its resources (perftest's ctx_init:
+// PD, one MR over page-aligned memory, CQs, RC QPs), the connection of the QPs
+// (ctx_connect), and the flow of exchanges and measurements each test's main()
+// follows.
+
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/wire"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// Limits of the resources a session creates.
+const (
+	pollBatch    = 16 // CTX_POLL_BATCH: completions per poll
+	minRNRTimer  = 12 // MIN_RNR_TIMER
+	retryCount   = 7  // DEF_RETRY_COUNT
+	rnrRetry     = 7
+	atomicAdd    = 1 // ATOMIC_ADD_VALUE
+	atomicSwap   = 0 // ATOMIC_SWAP_VALUE
+	gidScoreFam  = 100
+	gidScoreGlob = 10
+	gidScoreV2   = 2
+)
+
+// session is one side of a running test. It belongs to the goroutine that runs
+// the test; stop may be set from any goroutine.
+type session struct {
+	p    *Params
+	out  io.Writer
+	errw io.Writer
+	dev  *verbs.Device
+	name string // the device as the header names it
+	conn *Conn
+
+	cycleBuffer, cacheLine int
+	mtu                    qpstate.MTU
+	gidIndex               int
+	gid                    netdev.GID
+	outReads               int
+	inline                 int
+
+	pd       *verbs.PD
+	buf      []byte // MapAnonymous memory
+	mr       *verbs.MR
+	buffSize uint64 // BUFF_SIZE(size, cycle_buffer): one QP's half of buf
+	scq, rcq *verbs.CQ
+	qps      []*verbs.QP
+	my, rem  []Dest
+
+	w wrs // the work requests and counters of the loops
+
+	stop     atomic.Bool // set when the run must end: cancelled, or the peer left
+	peerGone atomic.Bool
+	ctxErr   func() error
+	progress *progress
+}
+
+// info is what PrintTestInfo shows of this session.
+func (s *session) info() Info {
+	return Info{Device: s.name, MTU: s.mtu.Bytes(), GIDIndex: s.gidIndex, OutReads: s.outReads, Inline: s.inline}
+}
+
+// bestGID is perftest's get_best_gid_index: the preferred address family first,
+// then global scope over link-local.
+func bestGID(gids []netdev.GID, ipv6 bool) int {
+	best, bestScore := -1, -1
+	for i, g := range gids {
+		if g.IsZero() {
+			continue
+		}
+		score := gidScoreV2
+		v4 := g.IsIPv4Mapped()
+		if ipv6 != v4 {
+			score += gidScoreFam
+		}
+		a := g.Addr()
+		if !a.IsLinkLocalUnicast() {
+			score += gidScoreGlob
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
+}
+
+// setup does what perftest's main does between opening the device and the
+// first handshake: the exchanges of versions, system data and MTU, then the
+// resources and this side's Dest of every QP.
+func (s *session) setup() error {
+	p := s.p
+	port := s.dev.QueryPort()
+	if port.State != engine.PortActive {
+		return fmt.Errorf("port 1 of %s is %v", s.name, port.State)
+	}
+	gids := port.GIDs
+	s.gidIndex = p.GIDIndex
+	if s.gidIndex < 0 {
+		s.gidIndex = bestGID(gids, p.IPv6)
+		if s.gidIndex < 0 {
+			return fmt.Errorf("%s has no usable GID", s.name)
+		}
+	} else if s.gidIndex >= len(gids) {
+		return fmt.Errorf("GID index %d: %s has %d GIDs", s.gidIndex, s.name, len(gids))
+	}
+	s.gid = gids[s.gidIndex]
+
+	// exchange_versions, check_version_compatibility, check_sys_data.
+	_, rv, err := s.conn.XchgVersions(Version)
+	if err != nil {
+		return err
+	}
+	if rv < 5.70 {
+		return fmt.Errorf("the other side runs perftest %.2f: not compatible with versions older than 5.70", rv)
+	}
+	s.cycleBuffer, s.cacheLine = defCycleBuffer, defCacheLine
+	rc, rl, err := s.conn.XchgSysData(s.cycleBuffer, s.cacheLine)
+	if err != nil {
+		return err
+	}
+	s.cycleBuffer, s.cacheLine = max(s.cycleBuffer, rc), max(s.cacheLine, rl)
+	if s.cycleBuffer <= 0 || s.cycleBuffer > 1<<30 || s.cacheLine <= 0 || s.cacheLine > s.cycleBuffer {
+		return fmt.Errorf("%w sent cycle buffer %d, cache line %d", ErrPeer, rc, rl)
+	}
+
+	// check_mtu: ours (the -m request or the port's), then the smaller of the two.
+	cur := port.ActiveMTU
+	if p.MTU != 0 {
+		m, _ := qpstate.MTUFromBytes(p.MTU)
+		if m > cur {
+			fmt.Fprintf(s.out, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", cur)
+		} else {
+			cur = m
+		}
+	}
+	rm, err := s.conn.XchgMTU(int(cur))
+	if err != nil {
+		return err
+	}
+	if r := qpstate.MTU(rm); r.Valid() && r < cur {
+		cur = r
+	}
+	s.mtu = cur
+
+	// check_link: outstanding reads and inline size.
+	s.outReads = 1
+	if p.Test.Verb == VerbRead || p.Test.Verb == VerbAtomic {
+		maxR := s.dev.Query().MaxQPRdAtom
+		s.outReads = p.OutReads
+		if s.outReads > maxR {
+			fmt.Fprintf(s.out, "%s Number of outstanding reads is above max = %d\n Changing to that max value\n", resultLine, maxR)
+			s.outReads = maxR
+		} else if s.outReads <= 0 {
+			s.outReads = maxR
+		}
+	}
+	s.inline = p.Inline
+	if s.inline < 0 {
+		s.inline = 0
+		if p.Test.Kind == Lat {
+			switch p.Test.Verb {
+			case VerbWrite:
+				s.inline = defInlineWrite
+			case VerbSend:
+				s.inline = defInlineSend
+			}
+		}
+	}
+	if err := s.createResources(); err != nil {
+		return err
+	}
+	// set_up_connection.
+	s.my = make([]Dest, p.QPs)
+	s.rem = make([]Dest, p.QPs)
+	for i, qp := range s.qps {
+		s.my[i] = Dest{OutReads: uint16(s.outReads), QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff,
+			RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64(p.QPs+i)*s.buffSize, GID: s.gid}
+	}
+	return nil
+}
+
+// createResources is ctx_init: memory, PD, MR, CQs, and the QPs moved to INIT.
+func (s *session) createResources() error {
+	p := s.p
+	s.buffSize = max(p.Size, uint64(s.cycleBuffer))
+	var err error
+	if s.buf, err = mr.MapAnonymous(int(2 * uint64(p.QPs) * s.buffSize)); err != nil {
+		return err
+	}
+	if s.pd, err = s.dev.AllocPD(); err != nil {
+		return err
+	}
+	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if s.mr, err = s.pd.RegMR(s.buf, 0, acc); err != nil {
+		return err
+	}
+	scqe := p.TxDepth * p.QPs
+	rcqe := p.RxDepth * p.QPs
+	if s.scq, err = s.dev.CreateCQ(max(scqe, 1), verbs.CQOptions{}); err != nil {
+		return err
+	}
+	if s.rcq, err = s.dev.CreateCQ(max(rcqe, 1), verbs.CQOptions{}); err != nil {
+		return err
+	}
+	var access uint32
+	switch p.Test.Verb {
+	case VerbAtomic:
+		access = qpstate.AccessRemoteAtomic
+	case VerbRead:
+		access = qpstate.AccessRemoteRead
+	case VerbWrite:
+		access = qpstate.AccessRemoteWrite
+	case VerbSend:
+		access = qpstate.AccessRemoteWrite | qpstate.AccessLocalWrite
+	}
+	for range p.QPs {
+		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.scq, RecvCQ: s.rcq,
+			Cap: verbs.QPCap{MaxSendWR: uint32(p.TxDepth), MaxRecvWR: uint32(p.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1,
+				MaxInlineData: uint32(s.inline)}})
+		if err != nil {
+			return err
+		}
+		s.qps = append(s.qps, qp)
+		a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.Init, PKeyIndex: 0, Port: 1, AccessFlags: access}}
+		if err := qp.ModifySync(&a, qpstate.AttrState|qpstate.AttrPKeyIndex|qpstate.AttrPort|qpstate.AttrAccessFlags); err != nil {
+			return fmt.Errorf("failed to modify QP to INIT: %w", err)
+		}
+	}
+	return nil
+}
+
+// connect is ctx_connect: RTR towards the peer's QP, and RTS on the sides that
+// send (latency tests, the client, both when bidirectional).
+func (s *session) connect() error {
+	p := s.p
+	for i, qp := range s.qps {
+		my, rem := &s.my[i], &s.rem[i]
+		if netdev.GID(rem.GID).IsIPv4Mapped() != s.gid.IsIPv4Mapped() {
+			return errors.New("found incompatibility issue with GID types: try a different IP version (-x)")
+		}
+		a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: s.mtu, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
+			MaxDestRdAtomic: uint8(my.OutReads), MinRNRTimer: minRNRTimer},
+			AV: engine.AV{DGID: rem.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: 0xFF, Port: 1}}
+		mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
+			qpstate.AttrMinRNRTimer | qpstate.AttrMaxDestRdAtomic
+		if err := qp.ModifySync(&a, mask); err != nil {
+			return fmt.Errorf("failed to modify QP %#x to RTR: %w", qp.QPN(), err)
+		}
+		if p.Test.Kind == Lat || !p.Server() || p.Duplex {
+			a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, SQPSN: wire.PSN(my.PSN), Timeout: uint8(p.QPTimeout),
+				RetryCnt: retryCount, RNRRetry: rnrRetry, MaxRdAtomic: uint8(rem.OutReads)}}
+			mask := qpstate.AttrState | qpstate.AttrSQPSN | qpstate.AttrTimeout | qpstate.AttrRetryCnt |
+				qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic
+			if err := qp.ModifySync(&a, mask); err != nil {
+				return fmt.Errorf("failed to modify QP %#x to RTS: %w", qp.QPN(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// close releases the resources in reverse order; the device is the caller's.
+func (s *session) close() {
+	for _, qp := range s.qps {
+		_ = qp.Destroy().Wait()
+	}
+	if s.mr != nil {
+		_ = s.mr.Dereg()
+	}
+	if s.scq != nil {
+		_ = s.scq.Close()
+	}
+	if s.rcq != nil {
+		_ = s.rcq.Close()
+	}
+	if s.pd != nil {
+		_ = s.pd.Dealloc()
+	}
+}
+
+// unmap frees the memory once the device is closed (no engine holds a slice).
+func (s *session) unmap() {
+	if s.buf != nil {
+		_ = mr.Unmap(s.buf)
+		s.buf = nil
+	}
+}
+
+// shakeAll is the per-QP handshake loop.
+func (s *session) shakeAll() error {
+	for i := range s.my {
+		d, err := s.conn.HandShake(&s.my[i], false)
+		if err != nil {
+			return err
+		}
+		s.rem[i] = d
+	}
+	return nil
+}
+
+// sync is a handshake on QP 0, the barrier perftest puts between phases. long
+// marks one that waits for the other side's measurement.
+func (s *session) sync(long bool) error {
+	_, err := s.conn.HandShake(&s.my[0], long)
+	return err
+}
+
+// printDests prints the local, then (after the second handshake) the remote
+// address lines.
+func (s *session) printLocal() {
+	for i := range s.my {
+		PrintDest(s.out, "local", s.p.Test.Verb, &s.my[i])
+	}
+}
+
+func (s *session) shakeAndPrintRemote() error {
+	for i := range s.my {
+		d, err := s.conn.HandShake(&s.my[i], false)
+		if err != nil {
+			return err
+		}
+		s.rem[i] = d
+		PrintDest(s.out, "remote", s.p.Test.Verb, &s.rem[i])
+	}
+	return nil
+}
+
+// closeConnection is ctx_close_connection: a last handshake, then close.
+func (s *session) closeConnection() error {
+	if err := s.sync(true); err != nil {
+		return err
+	}
+	return s.conn.Close()
+}
+
+// aborted returns why the run was stopped.
+func (s *session) aborted() error {
+	if err := s.ctxErr(); err != nil {
+		return err
+	}
+	if s.peerGone.Load() {
+		return fmt.Errorf("%w (%v) closed the connection during the test", ErrPeer, s.conn.RemoteAddr())
+	}
+	return errors.New("test stopped")
+}
+
+// watch runs fn while a watcher notices the peer leaving (it sets peerGone,
+// which the measurement loops check whenever they find nothing to do).
+func (s *session) watch(fn func() error) error {
+	stopWatch := s.conn.WatchPeer(&s.peerGone)
+	err := fn()
+	stopWatch()
+	return err
+}
+
+// halted reports whether the measurement must end early.
+func (s *session) halted() bool { return s.stop.Load() || s.peerGone.Load() }
+
+// dial and listen open the exchange's TCP connection.
+func dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("couldn't connect to %s: %w", addr, unwrapOp(err))
+	}
+	return c, nil
+}
+
+func accept(ctx context.Context, ln net.Listener) (net.Conn, error) {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	c, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("accept on %v: %w", ln.Addr(), err)
+	}
+	return c, nil
+}
+
+// unwrapOp drops net.OpError's repetition of the addresses.
+func unwrapOp(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
+}
