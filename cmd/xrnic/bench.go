@@ -1,0 +1,196 @@
+// The bench server: perftest's server side for any number of clients at once, each
+// session with its own resources on the daemon's device.
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xrnic/xrnic/internal/perftest"
+)
+
+// maxSessions bounds the bench sessions that run at once; more clients are
+// turned away (each session holds QPs, CQs and a buffer of at least 2 x 64 KiB).
+const maxSessions = 64
+
+// keyMsgLen is the length of perftest's key message with a GID
+// (KEY_MSG_SIZE_GID): what the server writes for each QP in a handshake.
+const keyMsgLen = 108
+
+// benchSession is one client of the bench server. id, peer, test and start are
+// set before the session is listed; mu guards qpns.
+type benchSession struct {
+	id    int
+	peer  string
+	test  string
+	start time.Time
+
+	mu   sync.Mutex
+	qpns []uint32 // the session's QPs, as its key messages announced them
+}
+
+func (s *benchSession) addQPN(qpn uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slices.Contains(s.qpns, qpn) {
+		s.qpns = append(s.qpns, qpn)
+	}
+}
+
+// info is the session as the control socket reports it.
+func (s *benchSession) info() sessionInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sessionInfo{ID: s.id, Peer: s.peer, Test: s.test, Start: s.start, QPNs: slices.Clone(s.qpns)}
+}
+
+// keySniffer passes a session's connection through and notes the QPNs of the
+// key messages the server writes, so that introspection can name each QP's
+// session.
+type keySniffer struct {
+	net.Conn
+	s *benchSession
+}
+
+func (k *keySniffer) Write(p []byte) (int, error) {
+	if len(p) == keyMsgLen {
+		if d, err := perftest.ParseKey(p, true); err == nil {
+			k.s.addQPN(d.QPN)
+		}
+	}
+	return k.Conn.Write(p)
+}
+
+// benchServer accepts the clients and runs their sessions until stop.
+type benchServer struct {
+	d      *daemon
+	ln     net.Listener
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // RoutineBenchAccept and the sessions
+}
+
+// serveBench starts RoutineBenchAccept on ln.
+func (d *daemon) serveBench(ln net.Listener) *benchServer {
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &benchServer{d: d, ln: ln, cancel: cancel}
+	for _, w := range d.cfg.bench.Warnings {
+		for _, line := range strings.Split(strings.TrimSpace(w), "\n") {
+			d.lg.printf("bench server: %s", strings.TrimSpace(strings.Trim(line, "-")))
+		}
+	}
+	b.wg.Add(1)
+	go b.routineAccept(ctx)
+	return b
+}
+
+// stop closes the listener, ends the sessions (their QPs flush: each
+// outstanding work request completes with WR_FLUSH_ERR) and waits for them.
+func (b *benchServer) stop() {
+	b.ln.Close()
+	b.cancel()
+	b.wg.Wait()
+}
+
+func (b *benchServer) routineAccept(ctx context.Context) {
+	defer b.wg.Done()
+	b.d.lg.printf("RoutineBenchAccept started on %v", b.ln.Addr())
+	defer b.d.lg.printf("RoutineBenchAccept stopped")
+	for {
+		c, err := b.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+				return
+			}
+			// Out of descriptors or the like: say so, and do not spin.
+			b.d.lg.printf("bench server: accept: %v", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		s := b.d.addSession(c.RemoteAddr().String())
+		if s == nil {
+			b.d.lg.printf("bench server: turning %v away: %d sessions are running", c.RemoteAddr(), maxSessions)
+			c.Close()
+			continue
+		}
+		b.wg.Add(1)
+		go b.routineSession(ctx, s, c)
+	}
+}
+
+// routineSession serves one client.
+func (b *benchServer) routineSession(ctx context.Context, s *benchSession, c net.Conn) {
+	defer b.wg.Done()
+	d := b.d
+	d.lg.printf("bench session %d from %s: %s", s.id, s.peer, s.test)
+	if tc, ok := c.(*net.TCPConn); ok {
+		// What perftest.NewConn does for a bare TCP connection.
+		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 5})
+		_ = tc.SetNoDelay(true)
+	}
+	var rep bytes.Buffer
+	err := perftest.RunConn(ctx, d.cfg.bench, &rep, io.Discard, d.dev, d.cfg.iface, &keySniffer{Conn: c, s: s})
+	d.endSession(s, err == nil)
+	switch {
+	case ctx.Err() != nil:
+		d.lg.printf("bench session %d from %s: closed (the daemon is stopping)", s.id, s.peer)
+	case err != nil:
+		d.lg.printf("bench session %d from %s: %v", s.id, s.peer, err)
+	default:
+		d.lg.printf("bench session %d from %s: done", s.id, s.peer)
+		fmt.Fprintf(d.out, "bench session %d from %s (%s):\n%s", s.id, s.peer, s.test, rep.String())
+	}
+}
+
+// addSession lists a new session, or returns nil when maxSessions are running.
+func (d *daemon) addSession(peer string) *benchSession {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.sessions) >= maxSessions {
+		return nil
+	}
+	d.nextID++
+	s := &benchSession{id: d.nextID, peer: peer, test: d.cfg.bench.Test.Name, start: time.Now()}
+	d.sessions[s.id] = s
+	return s
+}
+
+func (d *daemon) endSession(s *benchSession, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.sessions, s.id)
+	if ok {
+		d.ended[0]++
+	} else {
+		d.ended[1]++
+	}
+}
+
+// sessionInfos lists the running sessions by ID, and how many ended (ok, failed).
+func (d *daemon) sessionInfos() ([]sessionInfo, [2]uint64) {
+	d.mu.Lock()
+	ss := make([]*benchSession, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		ss = append(ss, s)
+	}
+	ended := d.ended
+	d.mu.Unlock()
+	infos := make([]sessionInfo, len(ss))
+	for i, s := range ss {
+		infos[i] = s.info()
+	}
+	slices.SortFunc(infos, func(a, b sessionInfo) int { return a.ID - b.ID })
+	return infos, ended
+}

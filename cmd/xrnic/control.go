@@ -1,0 +1,229 @@
+// The control socket: a unix socket on which the daemon answers introspection
+// requests with a JSON snapshot of its device, and the client side of it.
+//
+// The protocol is one request line, "snapshot", and one JSON object in reply,
+// after which the daemon closes the connection. A reply with "error" set is a
+// failure.
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/nic/link"
+)
+
+// controlTimeout bounds one control exchange, both sides.
+const controlTimeout = 5 * time.Second
+
+// snapshot is the daemon's device as the introspection commands print it. A
+// plain value, JSON on the control socket.
+type snapshot struct {
+	Error     string           `json:"error,omitempty"`
+	Device    string           `json:"device"`
+	Port      int              `json:"port"`
+	Interface string           `json:"interface"`
+	Link      string           `json:"link"`
+	XDPMode   string           `json:"xdp_mode,omitempty"`
+	PortState string           `json:"port_state"`
+	PID       int              `json:"pid"`
+	Comm      string           `json:"comm"`
+	Counters  []namedValue     `json:"counters"` // in the order of engine.Counter
+	LinkStats link.Stats       `json:"link_stats"`
+	XDP       *bpf.Counters    `json:"xdp,omitempty"` // AF_XDP links only
+	Resources engine.Resources `json:"resources"`
+	Sessions  []sessionInfo    `json:"sessions"`
+	Ended     [2]uint64        `json:"sessions_ended"` // ok, failed
+}
+
+type namedValue struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+}
+
+// sessionInfo is a running bench session.
+type sessionInfo struct {
+	ID    int       `json:"id"`
+	Peer  string    `json:"peer"`
+	Test  string    `json:"test"`
+	Start time.Time `json:"start"`
+	QPNs  []uint32  `json:"qpns"`
+}
+
+// snapshot takes the device's snapshot.
+func (d *daemon) snapshot() (snapshot, error) {
+	res, err := d.dev.Engine().Resources()
+	if err != nil {
+		return snapshot{}, err
+	}
+	info := d.l.Info()
+	s := snapshot{
+		Device: d.dev.Name(), Port: 1, Interface: info.Name, Link: info.Kind.String(),
+		PortState: d.dev.QueryPort().State.String(), PID: d.pid, Comm: d.comm,
+		LinkStats: d.l.Stats(), Resources: res,
+	}
+	cnt := d.dev.Counters()
+	for i, v := range cnt {
+		s.Counters = append(s.Counters, namedValue{engine.Counter(i).String(), v})
+	}
+	if x, ok := d.l.(*link.AFXDP); ok {
+		s.XDPMode = d.cfg.mode.String()
+		if pc, err := x.ProgramCounters(); err == nil {
+			s.XDP = &pc
+		}
+	}
+	s.Sessions, s.Ended = d.sessionInfos()
+	return s, nil
+}
+
+// listenControl creates the control socket. A socket file nobody listens on is
+// a leftover and is replaced; one a daemon answers on is refused.
+func listenControl(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("control socket: %w (give --control PATH, or --control \"\" for none)", err)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("control socket %s: another xrnic daemon is listening on it (give --control)", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("control socket %s exists and is not a daemon's: %w", path, unwrapOp(err))
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("control socket: removing the leftover %s: %w", path, err)
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w (give --control PATH, or --control \"\" for none)", path, unwrapOp(err))
+	}
+	return ln, nil
+}
+
+// serveControl starts RoutineControl on ln; stop closes the socket (removing its
+// file) and waits for the requests in progress.
+func (d *daemon) serveControl(ln *net.UnixListener, wg *sync.WaitGroup) (stop func()) {
+	var reqs sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.lg.printf("RoutineControl started on %s", ln.Addr())
+		defer d.lg.printf("RoutineControl stopped")
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					d.lg.printf("control socket: %v", err)
+				}
+				return
+			}
+			reqs.Add(1)
+			go func() {
+				defer reqs.Done()
+				d.handleControl(c)
+			}()
+		}
+	}()
+	return func() {
+		ln.Close()
+		reqs.Wait()
+	}
+}
+
+func (d *daemon) handleControl(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(controlTimeout))
+	line, err := bufio.NewReader(io.LimitReader(c, 256)).ReadString('\n')
+	if err != nil {
+		return
+	}
+	var s snapshot
+	switch req := strings.TrimSpace(line); req {
+	case "snapshot":
+		if s, err = d.snapshot(); err != nil {
+			s = snapshot{Error: err.Error()}
+		}
+	default:
+		s.Error = fmt.Sprintf("unknown request %q", req)
+	}
+	_ = json.NewEncoder(c).Encode(&s)
+}
+
+// fetchSnapshot asks the daemon on socket for its snapshot.
+func fetchSnapshot(socket string) (snapshot, error) {
+	c, err := net.DialTimeout("unix", socket, controlTimeout)
+	if err != nil {
+		return snapshot{}, fmt.Errorf("control socket %s: no daemon answers (%v)", socket, unwrapOp(err))
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(controlTimeout))
+	if _, err := io.WriteString(c, "snapshot\n"); err != nil {
+		return snapshot{}, fmt.Errorf("control socket %s: %v", socket, unwrapOp(err))
+	}
+	var s snapshot
+	if err := json.NewDecoder(c).Decode(&s); err != nil {
+		return snapshot{}, fmt.Errorf("control socket %s: bad reply: %v", socket, unwrapOp(err))
+	}
+	if s.Error != "" {
+		return snapshot{}, fmt.Errorf("daemon on %s: %s", socket, s.Error)
+	}
+	return s, nil
+}
+
+// findSocket picks the control socket when the command names none: the only
+// one in controlDir.
+func findSocket() (string, error) {
+	m, _ := filepath.Glob(filepath.Join(controlDir, "*.sock"))
+	switch len(m) {
+	case 0:
+		return "", fmt.Errorf("no daemon: %s has no control socket (start xrnic -i IFACE, or give -s SOCKET)", controlDir)
+	case 1:
+		return m[0], nil
+	}
+	return "", fmt.Errorf("%d daemons (%s): give -i IFACE or -s SOCKET", len(m), strings.Join(m, ", "))
+}
+
+// runClient runs an introspection command.
+func runClient(c clientConfig, out, errOut io.Writer) error {
+	if c.socket == "" {
+		var err error
+		if c.socket, err = findSocket(); err != nil {
+			return err
+		}
+	}
+	s, err := fetchSnapshot(c.socket)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	switch {
+	case c.cmd == "statistic":
+		formatStatistic(&b, &s, c.details)
+	case c.object == "qp":
+		formatQPs(&b, &s)
+	case c.object == "cq":
+		formatCQs(&b, &s)
+	case c.object == "mr":
+		formatMRs(&b, &s)
+		fmt.Fprintln(errOut, "xrnic: memory regions are counted, not listed: the engine keeps no list of them")
+	default:
+		formatResources(&b, &s)
+	}
+	_, err = io.WriteString(out, b.String())
+	return err
+}

@@ -1,0 +1,319 @@
+// The daemon: its listeners, the device, its goroutines, and the orderly shutdown.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// daemon is one running xrnic daemon. Its fields are set before its goroutines
+// start and read-only afterwards, but for the session table, guarded by mu.
+type daemon struct {
+	cfg  config
+	pid  int
+	comm string
+	lg   *logger
+	out  *lockedWriter
+	l    link.Link
+	dev  *verbs.Device
+
+	mu       sync.Mutex
+	sessions map[int]*benchSession // running bench sessions by ID
+	nextID   int
+	ended    [2]uint64 // sessions that ended: ok, failed
+}
+
+// logger writes the daemon's log lines, "xrnic: ...", one whole line at a time.
+type logger struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *logger) printf(format string, a ...any) {
+	m := fmt.Sprintf(format, a...)
+	if !strings.HasPrefix(m, "xrnic: ") {
+		m = "xrnic: " + m
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintln(l.w, m)
+}
+
+// lockedWriter serialises whole writes to the daemon's standard output.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// closers runs cleanups in reverse order of registration.
+type closers []func()
+
+func (c *closers) add(f func()) { *c = append(*c, f) }
+
+func (c *closers) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+	*c = nil
+}
+
+// runDaemon runs the daemon until ctx ends (nil) or its interface goes away (an
+// error). Everything it opens is opened on the calling goroutine, so in the
+// calling thread's network namespace; when it returns, nothing it started is
+// running or attached.
+func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error) {
+	d := &daemon{cfg: c, pid: os.Getpid(), comm: filepath.Base(os.Args[0]), lg: &logger{w: errOut},
+		out: &lockedWriter{w: out}, sessions: map[int]*benchSession{}}
+	if d.comm == "" || strings.HasSuffix(d.comm, ".test") {
+		d.comm = "xrnic"
+	}
+	if _, err := netdev.Lookup(c.iface); err != nil {
+		if errors.Is(err, netdev.ErrNoInterface) {
+			return fmt.Errorf("interface %s: no such interface in this network namespace", c.iface)
+		}
+		return fmt.Errorf("interface %s: %w", c.iface, err)
+	}
+	var cl closers
+	defer cl.run()
+
+	// The listeners come first, so that a port in use fails before anything is
+	// attached to the interface.
+	var benchLn, metricsLn net.Listener
+	var ctl *net.UnixListener
+	if c.benchPort > 0 {
+		if benchLn, err = net.Listen("tcp", ":"+strconv.Itoa(c.benchPort)); err != nil {
+			return fmt.Errorf("bench server: couldn't listen on TCP port %d: %w", c.benchPort, unwrapOp(err))
+		}
+		cl.add(func() { benchLn.Close() })
+	}
+	if c.metrics != "" {
+		if metricsLn, err = net.Listen("tcp", c.metrics); err != nil {
+			return fmt.Errorf("metrics: couldn't listen on %s: %w", c.metrics, unwrapOp(err))
+		}
+		cl.add(func() { metricsLn.Close() })
+	}
+	if c.control != "" {
+		if ctl, err = listenControl(c.control); err != nil {
+			return err
+		}
+		cl.add(func() { ctl.Close() })
+	}
+
+	// The link and the device.
+	l, err := link.Open(link.Options{Kind: c.kind, Interface: c.iface, Mode: c.mode, Logf: d.lg.printf})
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.iface, err)
+	}
+	d.l = l
+	cl.add(func() {
+		switch err := l.Close(); {
+		case err != nil:
+			d.lg.printf("%s: closing the link: %v", c.iface, err)
+		case l.Info().Kind == link.KindAFXDP:
+			d.lg.printf("%s: XDP program detached", c.iface)
+		}
+	})
+	ecfg := engine.Config{}
+	if l.Info().Kind == link.KindAFXDP {
+		resolve, closeNS, err := neighborResolver()
+		if err != nil {
+			return err
+		}
+		cl.add(closeNS)
+		ecfg.ResolveMAC = resolve
+	}
+	dev, err := verbs.Open(verbs.Options{Link: l, Engine: ecfg, Logf: d.lg.printf})
+	if err != nil {
+		return fmt.Errorf("device on %s: %w", c.iface, err)
+	}
+	d.dev = dev
+	cl.add(func() {
+		if err := dev.Close(); err != nil {
+			d.lg.printf("closing %s: %v", dev.Name(), err)
+		}
+	})
+
+	// The goroutines. A fatal condition (the interface removed) ends the daemon
+	// with an error, as a signal ends it without one.
+	ctx, fatal := context.WithCancelCause(ctx)
+	defer fatal(nil)
+	var wg sync.WaitGroup
+	cl.add(wg.Wait)
+	if err := d.watchPort(ctx, &wg, fatal); err != nil {
+		return err
+	}
+	var srv *metricsServer
+	if metricsLn != nil {
+		srv = d.serveMetrics(metricsLn, &wg)
+		cl.add(srv.stop)
+	}
+	if ctl != nil {
+		stop := d.serveControl(ctl, &wg)
+		cl.add(stop)
+	}
+	var bench *benchServer
+	if benchLn != nil {
+		bench = d.serveBench(benchLn)
+	}
+	if c.interval > 0 {
+		wg.Add(1)
+		go d.routineInterval(ctx, &wg)
+	}
+	d.lg.printf("%s", d.readyLine(benchLn, metricsLn))
+
+	<-ctx.Done()
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		cause = nil
+	}
+	d.lg.printf("stopping")
+	if bench != nil {
+		bench.stop() // no new clients; the sessions' QPs flush and close
+	}
+	cl.run() // metrics, control, goroutines, device, link, listeners
+	return cause
+}
+
+// readyLine says what the daemon serves where.
+func (d *daemon) readyLine(benchLn, metricsLn net.Listener) string {
+	var b strings.Builder
+	info := d.l.Info()
+	fmt.Fprintf(&b, "ready: %s on %s (%s link", d.dev.Name(), info.Name, info.Kind)
+	if info.Kind == link.KindAFXDP {
+		fmt.Fprintf(&b, ", XDP %s mode", d.cfg.mode)
+	}
+	b.WriteString(")")
+	if benchLn != nil {
+		fmt.Fprintf(&b, "; bench %s server on TCP port %d", d.cfg.bench.Test.Name, benchLn.Addr().(*net.TCPAddr).Port)
+	}
+	if metricsLn != nil {
+		fmt.Fprintf(&b, "; metrics on http://%s/metrics", metricsLn.Addr())
+	}
+	if d.cfg.control != "" {
+		fmt.Fprintf(&b, "; control socket %s", d.cfg.control)
+	}
+	return b.String()
+}
+
+// watchPort follows the interface's operational state into the port's
+// (QueryPort, EventPortErr/EventPortActive); the interface's removal is fatal.
+// The subscription is made here, in the daemon's namespace.
+func (d *daemon) watchPort(ctx context.Context, wg *sync.WaitGroup, fatal context.CancelCauseFunc) error {
+	info := d.l.Info()
+	evs, err := netdev.SubscribeLinkEvents(ctx, info.Index)
+	if err != nil {
+		return fmt.Errorf("port events of %s: %w", info.Name, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.lg.printf("RoutinePortEvents started on %s", info.Name)
+		defer d.lg.printf("RoutinePortEvents stopped")
+		up := true
+		for ev := range evs {
+			switch {
+			case ev.Err != nil:
+				d.lg.printf("%s: port events end: %v", info.Name, ev.Err)
+			case ev.Removed:
+				d.dev.Engine().SetPortState(false)
+				fatal(fmt.Errorf("interface %s was removed", info.Name))
+			case ev.Up != up:
+				up = ev.Up
+				d.dev.Engine().SetPortState(up)
+				d.lg.printf("%s: port 1 %s", info.Name, d.dev.QueryPort().State)
+			}
+		}
+	}()
+	return nil
+}
+
+// routineInterval prints the counters every interval.
+func (d *daemon) routineInterval(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	t := time.NewTicker(d.cfg.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if s, err := d.snapshot(); err == nil {
+				var b strings.Builder
+				formatStatistic(&b, &s, false)
+				io.WriteString(d.out, b.String())
+			}
+		}
+	}
+}
+
+// neighborResolver returns the engine's ResolveMAC for a daemon that may run in
+// another network namespace than the rest of its process (a test runs it on one
+// thread that entered a namespace): the neighbour lookup runs on a fresh thread
+// switched into the namespace of the calling thread, whichever goroutine modifies
+// a QP. It costs a thread per lookup, which happens once per connected QP. close
+// releases the namespace handle.
+func neighborResolver() (resolve func(context.Context, netip.Addr) (net.HardwareAddr, error), close func(), err error) {
+	cur, err := netns.Get()
+	if err != nil {
+		return nil, nil, fmt.Errorf("current network namespace: %w", err)
+	}
+	resolve = func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+		type result struct {
+			mac net.HardwareAddr
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			// Never unlocked: the thread, switched into the namespace, dies with
+			// the goroutine.
+			runtime.LockOSThread()
+			if err := netns.Set(cur); err != nil {
+				ch <- result{err: err}
+				return
+			}
+			n, err := netdev.ResolveNeighbor(ctx, ip)
+			ch <- result{n.MAC, err}
+		}()
+		r := <-ch
+		return r.mac, r.err
+	}
+	return resolve, func() { cur.Close() }, nil
+}
+
+// unwrapOp drops net.OpError's repetition of the addresses.
+func unwrapOp(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err
+	}
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	return err
+}

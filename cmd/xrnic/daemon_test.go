@@ -1,0 +1,548 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/vishvananda/netlink"
+
+	"github.com/xrnic/xrnic/internal/perftest"
+	"github.com/xrnic/xrnic/internal/testutil"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/testenv"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// testDaemon is the daemon run in-process in the A end's namespace.
+type testDaemon struct {
+	p           *testenv.Pair
+	sock        string
+	metrics     string
+	cancel      context.CancelFunc
+	done        chan error
+	out, errOut syncBuffer
+	stopOnce    sync.Once
+	stopErr     error
+}
+
+// startDaemon runs the daemon on p.A as `xrnic -i A` would, with a control
+// socket in a temporary folder and metrics on 127.0.0.1:9479 of A's namespace,
+// and waits until it answers on its control socket.
+func startDaemon(t *testing.T, p *testenv.Pair, args ...string) *testDaemon {
+	t.Helper()
+	d := &testDaemon{p: p, sock: filepath.Join(t.TempDir(), "xrnic.sock"), metrics: "127.0.0.1:9479", done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	args = append([]string{"-i", p.A.Name, "--control", d.sock, "--metrics", d.metrics}, args...)
+	if err := p.A.NS.Go(func() { d.done <- run(ctx, args, &d.out, &d.errOut) }); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.stop() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := fetchSnapshot(d.sock); err == nil {
+			return d
+		}
+		select {
+		case err := <-d.done:
+			d.done <- err
+			t.Fatalf("daemon exited: %v\n%s", err, d.errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not ready after 15 s:\n%s", d.errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop does what SIGINT and SIGTERM do (main cancels run's context) and
+// returns run's result.
+func (d *testDaemon) stop() error {
+	d.stopOnce.Do(func() {
+		d.cancel()
+		select {
+		case d.stopErr = <-d.done:
+		case <-time.After(30 * time.Second):
+			d.stopErr = errors.New("the daemon did not stop within 30 s")
+		}
+	})
+	return d.stopErr
+}
+
+// cmd runs an introspection command against the daemon.
+func (d *testDaemon) cmd(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), append(args, "-s", d.sock), &out, &errOut); err != nil {
+		t.Fatalf("xrnic %q: %v", args, err)
+	}
+	return out.String()
+}
+
+// scrape reads the daemon's metrics from inside its namespace and parses them.
+func (d *testDaemon) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		err = d.p.A.Do(func() (err error) {
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("http://" + d.metrics + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse the metrics: %v", err)
+	}
+	return mfs
+}
+
+// metric returns the value of the sample of family name whose labels include
+// want (label=value pairs).
+func metric(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	t.Helper()
+	mf := mfs[name]
+	if mf == nil {
+		t.Fatalf("no metric %s", name)
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for i := 0; i+1 < len(want); i += 2 {
+			if labels[want[i]] != want[i+1] {
+				continue next
+			}
+		}
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			return m.GetCounter().GetValue()
+		case dto.MetricType_GAUGE:
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no sample of %s with %q", name, want)
+	return 0
+}
+
+// clientDevice opens the B end as bench's client does; the clients of a test
+// share it.
+func clientDevice(t *testing.T, p *testenv.Pair) *verbs.Device {
+	t.Helper()
+	var dev *verbs.Device
+	if err := p.B.Do(func() (err error) {
+		dev, err = verbs.Open(verbs.Options{Interface: p.B.Name, LinkKind: link.KindAFXDP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// client runs a bench client in B's namespace over dev, as `bench TEST -d B
+// ARGS... A` would, and sends its result on the returned channel.
+func client(t *testing.T, ctx context.Context, p *testenv.Pair, dev *verbs.Device, out io.Writer, test string, args ...string) <-chan error {
+	t.Helper()
+	pp, err := perftest.Parse(test, append(args, "-d", p.B.Name, p.A.IPv4.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	if err := p.B.NS.Go(func() {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.A.IPv4.String(), "18515"))
+		if err != nil {
+			res <- err
+			return
+		}
+		res <- perftest.RunConn(ctx, pp, out, io.Discard, dev, p.B.Name, c)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func wait(t *testing.T, what string, ch <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(90 * time.Second):
+		t.Fatalf("%s: no result within 90 s", what)
+	}
+	return nil
+}
+
+// resultRow is the numbers row of a bandwidth report.
+func resultRow(out string) []string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2 {
+		return nil
+	}
+	return strings.Fields(lines[len(lines)-2])
+}
+
+// TestDaemonOnVeth runs the daemon on one end of a veth pair and two bench
+// clients at once from the other; while one runs, `resource show qp` lists its
+// session's QP; afterwards the metrics and `statistic` show the traffic; the stop
+// SIGTERM causes leaves no XDP program and no control socket.
+func TestDaemonOnVeth(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	d := startDaemon(t, p)
+	if e := d.errOut.String(); !strings.Contains(e, "AF_XDP link on queue 0") || !strings.Contains(e, "ready: xrnic") {
+		t.Errorf("the daemon does not say which link it runs on:\n%s", e)
+	}
+	if !xdpAttached(t, &p.A) {
+		t.Fatalf("no XDP program on %s while the daemon runs", p.A.Name)
+	}
+	dev := clientDevice(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	// A long client (duration mode) and a short one, at once.
+	var long, short syncBuffer
+	longRes := client(t, ctx, p, dev, &long, "write_bw", "-s", "4096", "-D", "3")
+	var qps string
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(qps, "session 1 ") && time.Now().Before(deadline) {
+		qps = d.cmd(t, "resource", "show", "qp")
+		time.Sleep(20 * time.Millisecond)
+	}
+	shortRes := client(t, ctx, p, dev, &short, "write_bw", "-s", "65536", "-n", "2000")
+	if err := wait(t, "short client", shortRes); err != nil {
+		t.Fatalf("short client: %v\n%s\ndaemon:\n%s", err, short.String(), d.errOut.String())
+	}
+	if err := wait(t, "long client", longRes); err != nil {
+		t.Fatalf("long client: %v\n%s\ndaemon:\n%s", err, long.String(), d.errOut.String())
+	}
+
+	// The server side ends after its client: wait for both sessions' ends.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		s, err := fetchSnapshot(d.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Ended[0]+s.Ended[1] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sessions did not end:\n%s", d.errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// The QP of session 1, a write_bw server: RTR towards the client's QP.
+	var qpLine string
+	for _, l := range strings.Split(qps, "\n") {
+		if strings.Contains(l, "session 1 ") {
+			qpLine = l
+		}
+	}
+	if !strings.HasPrefix(qpLine, "link xrnic0/1 lqpn ") || !strings.Contains(qpLine, " type RC state RTR ") ||
+		!strings.Contains(qpLine, " comm xrnic session 1 peer "+p.B.IPv4.String()+":") {
+		t.Errorf("resource show qp while session 1 runs:\n%s", qps)
+	}
+	for name, out := range map[string]string{"long": long.String(), "short": short.String()} {
+		row := resultRow(out)
+		if len(row) != 5 || (row[0] != "4096" && row[0] != "65536") {
+			t.Errorf("%s client's result row %q:\n%s", name, row, out)
+			continue
+		}
+		if bw, _ := strconv.ParseFloat(row[3], 64); bw <= 0 {
+			t.Errorf("%s client: average bandwidth %s", name, row[3])
+		}
+	}
+	if o := d.out.String(); strings.Count(o, "BW average[MiB/sec]") != 2 {
+		t.Errorf("the daemon's output lacks the two sessions' reports:\n%s", o)
+	}
+
+	// Metrics and statistic agree that traffic went through.
+	mfs := d.scrape(t)
+	sent := metric(t, mfs, "xrnic_sent_pkts_total", "device", "xrnic0", "port", "1")
+	rcvd := metric(t, mfs, "xrnic_rcvd_pkts_total", "device", "xrnic0", "port", "1")
+	if sent <= 0 || rcvd < 2000 {
+		t.Errorf("sent_pkts %v, rcvd_pkts %v: want traffic", sent, rcvd)
+	}
+	if v := metric(t, mfs, "xrnic_xdp_redirected_total", "interface", p.A.Name); v < rcvd {
+		t.Errorf("xdp_redirected %v < rcvd_pkts %v", v, rcvd)
+	}
+	if v := metric(t, mfs, "xrnic_bench_sessions_ended_total", "result", "ok"); v != 2 {
+		t.Errorf("bench sessions ended ok: %v, want 2", v)
+	}
+	if v := metric(t, mfs, "xrnic_port_state", "port", "1"); v != 4 {
+		t.Errorf("port state %v, want 4 (ACTIVE)", v)
+	}
+	for _, name := range []string{"xrnic_retry_exceeded_err_total", "xrnic_rcvd_bad_icrc_total", "xrnic_device_info",
+		"xrnic_objects", "xrnic_link_rx_dropped_total", "go_goroutines"} {
+		if mfs[name] == nil {
+			t.Errorf("no metric %s", name)
+		}
+	}
+	stat := d.cmd(t, "statistic", "-d")
+	if !strings.HasPrefix(stat, "link xrnic0/1 sent_pkts ") || !strings.Contains(stat, fmt.Sprintf(" rcvd_pkts %d ", uint64(rcvd))) ||
+		!strings.Contains(stat, "\n    xdp seen ") || !strings.Contains(stat, "bench sessions 0 ended-ok 2 ended-failed 0") {
+		t.Errorf("statistic -d:\n%s", stat)
+	}
+	if r := d.cmd(t, "resource"); r != "0: xrnic0: pd 0 cq 0 qp 0 mr 0 srq 0 ah 0 sessions 0\n" {
+		t.Errorf("resource after the sessions: %q", r)
+	}
+
+	if err := d.stop(); err != nil {
+		t.Fatalf("run: %v\n%s", err, d.errOut.String())
+	}
+	if xdpAttached(t, &p.A) {
+		t.Errorf("XDP program left attached after the daemon stopped")
+	}
+	if _, err := os.Stat(d.sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("control socket left behind: %v", err)
+	}
+	if e := d.errOut.String(); !strings.Contains(e, "XDP program detached") {
+		t.Errorf("the daemon does not say it detached:\n%s", e)
+	}
+}
+
+// TestStopMidSession stops the daemon while a client runs: the session ends (its
+// QPs flush), the daemon returns nil, the client fails with a clear error, and
+// nothing stays attached.
+func TestStopMidSession(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	d := startDaemon(t, p)
+	dev := clientDevice(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out syncBuffer
+	res := client(t, ctx, p, dev, &out, "write_bw", "-s", "4096", "-D", "20")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.cmd(t, "resource"), "sessions 1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session never started:\n%s", d.errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatalf("run: %v\n%s", err, d.errOut.String())
+	}
+	err := wait(t, "client", res)
+	if err == nil || !errors.Is(err, perftest.ErrPeer) {
+		t.Errorf("client of a daemon that stopped: %v, want an error wrapping ErrPeer", err)
+	}
+	if !strings.Contains(d.errOut.String(), "closed (the daemon is stopping)") {
+		t.Errorf("the daemon's log:\n%s", d.errOut.String())
+	}
+	if xdpAttached(t, &p.A) {
+		t.Errorf("XDP program left attached")
+	}
+}
+
+// TestSignal runs the real binary in the namespace (`ip netns exec`), sends it
+// SIGTERM and checks it exits 0 with no XDP program left; SIGINT likewise.
+func TestSignal(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "ip")
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		sock := filepath.Join(t.TempDir(), "xrnic.sock")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := p.A.NS.Exec(ctx, os.Args[0], "-i", p.A.Name, "--control", sock)
+		cmd.Env = append(os.Environ(), "XRNIC_TEST_MAIN=1")
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if _, err := fetchSnapshot(sock); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				cancel()
+				t.Fatalf("not ready:\n%s", stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !xdpAttached(t, &p.A) {
+			t.Errorf("%v: no XDP program while the daemon runs", sig)
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		cancel()
+		if err != nil {
+			t.Errorf("%v: %v (want exit 0)\n%s", sig, err, stderr.String())
+		}
+		if xdpAttached(t, &p.A) {
+			t.Errorf("%v: XDP program left attached", sig)
+		}
+		if !strings.Contains(stderr.String(), "XDP program detached") {
+			t.Errorf("%v: stderr:\n%s", sig, stderr.String())
+		}
+	}
+}
+
+// TestUDPLink runs the daemon on the UDP link (--link udp), as it runs where
+// AF_XDP cannot: a client still completes, and no program is attached.
+func TestUDPLink(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	d := startDaemon(t, p, "--link", "udp", "--interval", "20ms")
+	if xdpAttached(t, &p.A) {
+		t.Errorf("XDP program attached with --link udp")
+	}
+	var dev *verbs.Device
+	if err := p.B.Do(func() (err error) {
+		dev, err = verbs.Open(verbs.Options{Interface: p.B.Name, LinkKind: link.KindUDP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out syncBuffer
+	if err := wait(t, "client", client(t, ctx, p, dev, &out, "write_bw", "-s", "8192", "-n", "500")); err != nil {
+		t.Fatalf("client: %v\n%s\n%s", err, out.String(), d.errOut.String())
+	}
+	mfs := d.scrape(t)
+	if v := metric(t, mfs, "xrnic_link_rx_frames_total", "link", "udp"); v < 500 {
+		t.Errorf("link rx frames %v", v)
+	}
+	if mfs["xrnic_xdp_seen_total"] != nil {
+		t.Errorf("XDP metrics on a UDP link")
+	}
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if e := d.errOut.String(); !strings.Contains(e, "udp link") {
+		t.Errorf("the daemon does not say which link it runs on:\n%s", e)
+	}
+	// --interval: the counters line, and the session's report.
+	if o := d.out.String(); !strings.Contains(o, "link xrnic0/1 sent_pkts ") || !strings.Contains(o, "bench session 1 from ") {
+		t.Errorf("the daemon's output:\n%s", o)
+	}
+}
+
+// TestInterfaceRemoved: the daemon's interface going away ends it with an error
+// that says so, and it cleans up.
+func TestInterfaceRemoved(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	d := startDaemon(t, p)
+	h, err := p.A.NS.NewHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(p.A.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkDel(l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-d.done:
+		d.done <- err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the daemon still runs 15 s after its interface went away:\n%s", d.errOut.String())
+	}
+	if err := d.stop(); err == nil || err.Error() != "interface "+p.A.Name+" was removed" {
+		t.Errorf("run = %v, want the interface's removal", err)
+	}
+	if _, err := os.Stat(d.sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("control socket left behind: %v", err)
+	}
+}
+
+// TestDemo runs scripts/demo.sh end to end: it builds xrnic and bench, and its
+// output carries perftest's table.
+func TestDemo(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "ip")
+	if testing.Short() {
+		t.Skip("builds two binaries; skipped in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(testutil.RepoRoot(t), "scripts", "demo.sh"))
+	cmd.Dir = testutil.RepoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo.sh: %v\n%s", err, out)
+	}
+	o := string(out)
+	for _, want := range []string{
+		" #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]",
+		"link xrnic0/1 lqpn ", "link xrnic0/1 sent_pkts ", "xrnic_sent_pkts_total{",
+		"daemon exited 0; no XDP program on ", "demo: OK",
+	} {
+		if !strings.Contains(o, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	var row bool
+	for _, l := range strings.Split(o, "\n") {
+		if f := strings.Fields(l); len(f) == 5 && f[0] == "65536" && f[1] == "2000" {
+			row = true
+		}
+	}
+	if !row {
+		t.Errorf("demo output lacks the 65536-byte result row")
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", o)
+	}
+}
+
+func xdpAttached(t *testing.T, e *testenv.Endpoint) bool {
+	t.Helper()
+	var on bool
+	if err := e.Do(func() error {
+		l, err := netlink.LinkByName(e.Name)
+		if err != nil {
+			return err
+		}
+		on = l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return on
+}

@@ -1,0 +1,200 @@
+// Command lines: the daemon's flags and the introspection commands'.
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	flag "github.com/spf13/pflag"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/internal/perftest"
+	"github.com/xrnic/xrnic/nic/link"
+)
+
+// Defaults of the daemon.
+const (
+	defaultMetrics   = "127.0.0.1:9479"
+	defaultBenchTest = "write_bw"
+	controlDir       = "/run/xrnic"
+)
+
+// config is the daemon's command line, checked. A plain value.
+type config struct {
+	iface     string
+	kind      link.Kind
+	mode      bpf.AttachMode
+	metrics   string // listen address; "" = no metrics
+	benchPort int    // 0 = no bench server
+	bench     *perftest.Params
+	control   string // unix socket path; "" = none
+	interval  time.Duration
+
+	// Raw flag values, before checking.
+	kindS, modeS, benchTest, benchOpts string
+}
+
+// defaultControl is the control socket of the daemon on iface.
+func defaultControl(iface string) string { return filepath.Join(controlDir, iface+".sock") }
+
+func daemonFlags(c *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("xrnic", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SortFlags = false
+	fs.StringVarP(&c.iface, "interface", "i", "", "interface to run on (required)")
+	fs.StringVar(&c.kindS, "link", "auto", "link: auto (AF_XDP, else UDP), af_xdp or udp")
+	fs.StringVar(&c.modeS, "xdp-mode", "generic", "XDP attach mode: generic or native")
+	fs.StringVar(&c.metrics, "metrics", defaultMetrics, `Prometheus metrics listen address ("" turns them off)`)
+	fs.IntVar(&c.benchPort, "bench-port", perftest.DefaultPort, "TCP port of the bench server (0 turns it off)")
+	fs.StringVar(&c.benchTest, "bench-test", defaultBenchTest, "the test the bench server runs for its clients")
+	fs.StringVar(&c.benchOpts, "bench-opts", "", `bench options of the server side, as for "bench TEST -d IFACE" (e.g. "-s 1M -q 2")`)
+	fs.StringVar(&c.control, "control", "", `control socket (default `+controlDir+`/IFACE.sock; "" turns it off)`)
+	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
+	fs.BoolP("help", "h", false, "show this help")
+	return fs
+}
+
+// parse reads the daemon's command line.
+func parse(args []string) (config, error) {
+	var c config
+	fs := daemonFlags(&c)
+	if err := fs.Parse(args); err != nil {
+		return c, fmt.Errorf("%v (xrnic -h lists the options)", err)
+	}
+	if h, _ := fs.GetBool("help"); h {
+		return c, errHelp
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (xrnic -h lists the options)", fs.Arg(0))
+	}
+	if c.iface == "" {
+		return c, errors.New("missing -i INTERFACE (xrnic -h lists the options)")
+	}
+	var err error
+	if c.kind, err = link.ParseKind(c.kindS); err != nil || c.kind == link.KindMemory {
+		return c, fmt.Errorf("unknown --link %q (want auto, af_xdp or udp)", c.kindS)
+	}
+	switch c.modeS {
+	case "generic":
+		c.mode = bpf.AttachGeneric
+	case "native":
+		c.mode = bpf.AttachNative
+	default:
+		return c, fmt.Errorf("unknown --xdp-mode %q (want generic or native)", c.modeS)
+	}
+	if c.metrics != "" {
+		if _, port, err := net.SplitHostPort(c.metrics); err != nil {
+			return c, fmt.Errorf("--metrics %q: want HOST:PORT (%v)", c.metrics, err)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return c, fmt.Errorf("--metrics %q: bad port", c.metrics)
+		}
+	}
+	if c.benchPort < 0 || c.benchPort > 65535 {
+		return c, fmt.Errorf("--bench-port %d outside 0..65535", c.benchPort)
+	}
+	if c.benchPort > 0 {
+		if c.bench, err = benchParams(c.benchTest, c.benchOpts, c.iface); err != nil {
+			return c, err
+		}
+	}
+	if !fs.Changed("control") {
+		c.control = defaultControl(c.iface)
+	}
+	if c.interval < 0 {
+		return c, fmt.Errorf("negative --interval %s", c.interval)
+	}
+	return c, nil
+}
+
+// benchParams parses the server side's test and options as bench would.
+func benchParams(test, opts, iface string) (*perftest.Params, error) {
+	if _, ok := perftest.LookupTest(test); !ok {
+		names := make([]string, len(perftest.Tests))
+		for i, t := range perftest.Tests {
+			names[i] = t.Name
+		}
+		return nil, fmt.Errorf("unknown --bench-test %q (want one of %s)", test, strings.Join(names, ", "))
+	}
+	args := append(strings.Fields(opts), "-d", iface)
+	p, err := perftest.Parse(test, args)
+	if err != nil {
+		return nil, fmt.Errorf("--bench-opts: %w", err)
+	}
+	switch {
+	case p.Help || p.Version:
+		return nil, errors.New("--bench-opts: -h and -V are bench's, not the server's")
+	case !p.Server():
+		return nil, fmt.Errorf("--bench-opts: the daemon is the server: no server address (%q)", p.ServerName)
+	case p.Local:
+		return nil, errors.New("--bench-opts: --local runs both sides in bench, not in the daemon")
+	case p.Port != perftest.DefaultPort:
+		return nil, errors.New("--bench-opts: give the port with --bench-port")
+	}
+	return p, nil
+}
+
+// clientConfig is an introspection command. A plain value.
+type clientConfig struct {
+	cmd     string // "statistic" or "resource"
+	object  string // resource: "", "qp", "cq" or "mr"
+	socket  string // "" = find the one daemon's
+	details bool
+}
+
+// parseClient reads `statistic ...` and `resource [show [qp|cq|mr]] ...`.
+func parseClient(args []string) (clientConfig, error) {
+	var c clientConfig
+	switch args[0] {
+	case "statistic", "stat", "s":
+		c.cmd = "statistic"
+	case "resource", "res", "r":
+		c.cmd = "resource"
+	case "help":
+		return c, errHelp
+	default:
+		return c, fmt.Errorf("unknown command %q (want statistic or resource; xrnic -h lists them)", args[0])
+	}
+	fs := flag.NewFlagSet("xrnic "+c.cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	iface := fs.StringP("interface", "i", "", "the daemon's interface (its socket is "+controlDir+"/IFACE.sock)")
+	fs.StringVarP(&c.socket, "socket", "s", "", "the daemon's control socket")
+	if c.cmd == "statistic" {
+		fs.BoolVarP(&c.details, "details", "d", false, "add the link's and the XDP program's counters")
+	}
+	help := fs.BoolP("help", "h", false, "show this help")
+	if err := fs.Parse(args[1:]); err != nil {
+		return c, fmt.Errorf("%s: %v", c.cmd, err)
+	}
+	if *help {
+		return c, errHelp
+	}
+	rest := fs.Args()
+	if len(rest) > 0 && rest[0] == "show" {
+		rest = rest[1:]
+	}
+	if c.cmd == "resource" && len(rest) > 0 {
+		switch rest[0] {
+		case "qp", "cq", "mr":
+			c.object, rest = rest[0], rest[1:]
+		default:
+			return c, fmt.Errorf("resource: unknown object %q (want qp, cq or mr)", rest[0])
+		}
+	}
+	if len(rest) > 0 {
+		return c, fmt.Errorf("%s: unexpected argument %q", c.cmd, rest[0])
+	}
+	switch {
+	case *iface != "" && c.socket != "":
+		return c, fmt.Errorf("%s: give -i or -s, not both", c.cmd)
+	case *iface != "":
+		c.socket = defaultControl(*iface)
+	}
+	return c, nil
+}

@@ -1,0 +1,130 @@
+// The introspection tables, in the manner of iproute2's rdma tool: one line per
+// object, "key value" pairs.
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/xrnic/xrnic/nic/qpstate"
+)
+
+// formatStatistic is `rdma statistic`: the port's counters on one line; details
+// add the link's and the XDP program's counters and the bench sessions.
+func formatStatistic(w io.Writer, s *snapshot, details bool) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "link %s/%d", s.Device, s.Port)
+	for _, c := range s.Counters {
+		fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
+	}
+	b.WriteString("\n")
+	if details {
+		ls := s.LinkStats
+		fmt.Fprintf(&b, "    netdev %s link %s", s.Interface, s.Link)
+		if s.XDPMode != "" {
+			fmt.Fprintf(&b, " xdp-mode %s", s.XDPMode)
+		}
+		fmt.Fprintf(&b, " state %s", s.PortState)
+		if s.Link != "af_xdp" {
+			// The AF_XDP link counts no frames of its own: the XDP program and
+			// the engine do.
+			fmt.Fprintf(&b, " rx_frames %d rx_bytes %d tx_frames %d tx_bytes %d", ls.RxFrames, ls.RxBytes, ls.TxFrames, ls.TxBytes)
+		}
+		fmt.Fprintf(&b, " rx_dropped %d tx_dropped %d tx_errors %d\n", ls.RxDropped, ls.TxDropped, ls.TxErrors)
+		if x := s.XDP; x != nil {
+			fmt.Fprintf(&b, "    xdp seen %d redirected %d passed %d malformed %d\n", x.Seen, x.Redirected, x.Passed, x.Malformed)
+		}
+		fmt.Fprintf(&b, "    bench sessions %d ended-ok %d ended-failed %d\n", len(s.Sessions), s.Ended[0], s.Ended[1])
+	}
+	io.WriteString(w, b.String())
+}
+
+// formatResources is `rdma resource show`: the objects counted.
+func formatResources(w io.Writer, s *snapshot) {
+	r := &s.Resources
+	fmt.Fprintf(w, "0: %s: pd %d cq %d qp %d mr %d srq %d ah %d sessions %d\n",
+		s.Device, r.PDs, len(r.CQs), len(r.QPs), r.MRs, r.SRQs, r.AHs, len(s.Sessions))
+}
+
+// owners maps QPNs and CQNs to the bench session that created them.
+type owners struct {
+	qp map[uint32]*sessionInfo
+	cq map[uint32]*sessionInfo
+}
+
+func ownersOf(s *snapshot) owners {
+	o := owners{qp: map[uint32]*sessionInfo{}, cq: map[uint32]*sessionInfo{}}
+	for i := range s.Sessions {
+		for _, q := range s.Sessions[i].QPNs {
+			o.qp[q] = &s.Sessions[i]
+		}
+	}
+	for _, q := range s.Resources.QPs {
+		if ss := o.qp[q.QPN]; ss != nil {
+			o.cq[q.SendCQ] = ss
+			o.cq[q.RecvCQ] = ss
+		}
+	}
+	return o
+}
+
+// comm ends a line: the process, and the bench session when there is one.
+func comm(b *strings.Builder, s *snapshot, ss *sessionInfo) {
+	fmt.Fprintf(b, " pid %d comm %s", s.PID, s.Comm)
+	if ss != nil {
+		fmt.Fprintf(b, " session %d peer %s", ss.ID, ss.Peer)
+	}
+	b.WriteString("\n")
+}
+
+// formatQPs is `rdma resource show qp`, with the rings' occupancy.
+func formatQPs(w io.Writer, s *snapshot) {
+	o := ownersOf(s)
+	var b strings.Builder
+	for _, q := range s.Resources.QPs {
+		connected := q.Type == qpstate.RC || q.Type == qpstate.UC
+		fmt.Fprintf(&b, "link %s/%d lqpn %d", s.Device, s.Port, q.QPN)
+		if connected && q.State != qpstate.Reset && q.State != qpstate.Init {
+			fmt.Fprintf(&b, " rqpn %d", q.DestQPN)
+		}
+		fmt.Fprintf(&b, " type %s state %s", q.Type, q.State)
+		if connected {
+			fmt.Fprintf(&b, " rq-psn %#x", uint32(q.RQPSN))
+		}
+		fmt.Fprintf(&b, " sq-psn %#x", uint32(q.SQPSN))
+		if q.PathMTU > 0 {
+			fmt.Fprintf(&b, " path-mtu %d", q.PathMTU)
+		}
+		fmt.Fprintf(&b, " pdn %d sq %d/%d", q.PD, q.SQOutstanding, q.SQCap)
+		if q.SRQ {
+			b.WriteString(" rq srq")
+		} else {
+			fmt.Fprintf(&b, " rq %d/%d", q.RQPosted, q.RQCap)
+		}
+		comm(&b, s, o.qp[q.QPN])
+	}
+	io.WriteString(w, b.String())
+}
+
+// formatCQs is `rdma resource show cq`, with the CQs' counters.
+func formatCQs(w io.Writer, s *snapshot) {
+	o := ownersOf(s)
+	var b strings.Builder
+	for _, c := range s.Resources.CQs {
+		fmt.Fprintf(&b, "dev %s cqn %d cqe %d users %d queued %d completions %d polled %d lost %d",
+			s.Device, c.CQN, c.CQE, c.Users, c.Queued, c.Stats.Completions, c.Stats.Polled, c.Stats.Lost)
+		if c.Stats.Overruns > 0 {
+			b.WriteString(" overflowed")
+		}
+		comm(&b, s, o.cq[c.CQN])
+	}
+	io.WriteString(w, b.String())
+}
+
+// formatMRs is what the daemon knows of `rdma resource show mr`: the engine
+// counts memory regions but keeps no list of them.
+func formatMRs(w io.Writer, s *snapshot) {
+	fmt.Fprintf(w, "dev %s mr %d pd %d\n", s.Device, s.Resources.MRs, s.Resources.PDs)
+}

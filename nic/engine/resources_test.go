@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/xrnic/xrnic/nic/qpstate"
+)
+
+// TestResources: the snapshot lists the QPs with their transport state and
+// rings, the CQs they use under stable numbers, and counts the rest.
+func TestResources(t *testing.T) {
+	p, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{psnA: 0x100, psnB: 0x200})
+	recv(t, b, 1, 0, 64)
+	recv(t, b, 2, 0, 64)
+	send(t, a, SendWR{WRID: 9, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}})
+	pollOne(t, a.cq)
+	pollOne(t, b.cq)
+
+	r, err := p.b.Resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.QPs) != 1 || len(r.CQs) != 1 || r.PDs != 1 || r.MRs != 1 || r.SRQs != 0 || r.AHs != 0 {
+		t.Fatalf("B's resources: %+v", r)
+	}
+	q := r.QPs[0]
+	want := QPInfo{QPN: b.qp.QPN(), Type: qpstate.RC, State: qpstate.RTS, DestQPN: a.qp.QPN(), SQPSN: 0x200, RQPSN: 0x101,
+		PathMTU: 1024, PD: b.pd.Handle(), SendCQ: q.SendCQ, RecvCQ: q.SendCQ, DGID: a.gid(),
+		SQOutstanding: 0, SQCap: 128, RQPosted: 1, RQCap: 128}
+	if q != want {
+		t.Errorf("B's QP:\n got %+v\nwant %+v", q, want)
+	}
+	c := r.CQs[0]
+	if c.CQN != q.SendCQ || c.CQN == 0 || c.Users != 1 || c.CQE != b.cq.Cqe() || c.Queued != 0 ||
+		c.Stats.Completions != 1 || c.Stats.Polled != 1 {
+		t.Errorf("B's CQ: %+v", c)
+	}
+	ra, err := p.a.Resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ra.CQs) != 1 || ra.CQs[0].CQN == c.CQN || ra.QPs[0].SQPSN != 0x101 {
+		t.Errorf("A's resources: %+v (B's CQ is %d)", ra, c.CQN)
+	}
+	if again, _ := p.b.Resources(); again.CQs[0].CQN != c.CQN {
+		t.Errorf("CQ number changed from %d to %d", c.CQN, again.CQs[0].CQN)
+	}
+
+	b.qp.Destroy().Wait()
+	if r, _ := p.b.Resources(); len(r.QPs) != 0 || len(r.CQs) != 0 || r.MRs != 1 {
+		t.Errorf("after destroying the QP: %+v", r)
+	}
+	p.b.Close()
+	if _, err := p.b.Resources(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Resources of a closed device: %v", err)
+	}
+}
