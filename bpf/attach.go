@@ -288,6 +288,10 @@ func (a *Attachment) UnregisterSocket(queue int) error {
 // Counters returns the program's counters summed over CPUs.
 func (a *Attachment) Counters() (Counters, error) { return a.prog.Counters() }
 
+// SetFaults sets the faults the program injects into the interface's RoCEv2
+// frames; see Program.SetFaults.
+func (a *Attachment) SetFaults(f Faults) error { return a.prog.SetFaults(f) }
+
 // Close detaches the program and unloads it. Close is idempotent.
 func (a *Attachment) Close() error {
 	a.mu.Lock()

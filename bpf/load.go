@@ -5,12 +5,14 @@
 // The program redirects RoCEv2 frames (UDP to port 4791 over IPv4 or IPv6,
 // optionally behind one VLAN tag) to the AF_XDP socket registered for the frame's
 // receive queue, and passes everything else, or RoCEv2 on a queue without a
-// socket, to the kernel.
+// socket, to the kernel. For tests it can drop or corrupt RoCEv2 frames at seeded
+// rates (SetFaults).
 package bpf
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -25,20 +27,67 @@ var (
 	ErrXDPBusy       = errors.New("interface already has an XDP program")
 	ErrMTUTooLarge   = errors.New("MTU too large for XDP")
 	ErrAttach        = errors.New("kernel refused to attach XDP program")
+	ErrFaultRate     = errors.New("fault rate outside [0, 1]")
 )
 
 // Counters are the program's counters summed over CPUs. Every frame counts in
-// Seen and in exactly one of Redirected and Passed; Malformed counts frames that
-// looked like IPv4/IPv6/UDP but were truncated or inconsistent (the kernel drops
-// them), and these are passed too. Redirected counts the program's verdict: a
-// frame the socket then drops (ring full) shows in the socket's XDP_STATISTICS.
+// Seen and in exactly one of Redirected, Passed and DroppedInjected; Malformed
+// counts frames that looked like IPv4/IPv6/UDP but were truncated or inconsistent
+// (the kernel drops them), and these are passed too. Redirected counts the
+// program's verdict: a frame the socket then drops (ring full) shows in the
+// socket's XDP_STATISTICS. DroppedInjected and CorruptedInjected count the faults
+// SetFaults asked for; a corrupted frame is also redirected or passed.
 //
 // Concurrency: a plain value, safe to copy and share.
 type Counters struct {
-	Seen       uint64
-	Redirected uint64
-	Passed     uint64
-	Malformed  uint64
+	Seen              uint64
+	Redirected        uint64
+	Passed            uint64
+	Malformed         uint64
+	DroppedInjected   uint64
+	CorruptedInjected uint64
+}
+
+// Faults are the program's injected faults, for testing recovery on the real
+// data path. Only RoCEv2 frames (those the program steers) are hit. Each rate is
+// a probability per frame in [0, 1]: Drop makes the verdict XDP_DROP; Corrupt
+// flips one bit in one byte after the BTH (extension headers, payload or ICRC), so
+// the receiver's ICRC check fails, and the frame is then steered as usual. A
+// frame is considered for corruption only if it was not dropped.
+//
+// There is no duplication: an XDP program cannot turn one frame into two.
+// Duplicates come from the memory link's fault model (nic/link.Faults) and,
+// on a real link, from the transport's own retransmissions.
+//
+// Seed makes the faults reproducible per CPU: each CPU draws from its own PRNG,
+// seeded with Seed and its CPU id whenever SetFaults runs (even with the same
+// Seed), so the n-th RoCEv2 frame a CPU sees after SetFaults always gets the same
+// fault. Which CPU sees which frame is up to the kernel and the traffic, so a
+// multi-CPU run is reproducible only in its rates.
+//
+// Concurrency: a plain value, safe to copy and share.
+type Faults struct {
+	Drop    float64
+	Corrupt float64
+	Seed    uint64
+}
+
+// threshold turns a probability into the program's per-2^32 threshold: a draw's
+// top 32 bits below it hit, so 1 always hits and 0 never does.
+func threshold(rate float64) uint64 {
+	return uint64(math.Round(rate * (1 << 32)))
+}
+
+func (f Faults) validate() error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"drop", f.Drop}, {"corrupt", f.Corrupt}} {
+		if !(r.v >= 0 && r.v <= 1) { // NaN too
+			return fmt.Errorf("bpf: set faults: %s rate %v: %w", r.name, r.v, ErrFaultRate)
+		}
+	}
+	return nil
 }
 
 // Program is the loaded XDP program: its multi-buffer and single-buffer entry
@@ -48,9 +97,11 @@ type Counters struct {
 // Concurrency: all methods are safe for concurrent use. Close waits for map
 // operations in progress; after it, they return ErrClosed.
 type Program struct {
-	mu     sync.RWMutex // guards closed against the objects' file descriptors
-	closed bool
-	objs   xrnicObjects
+	mu        sync.RWMutex // guards closed against the objects' file descriptors
+	closed    bool
+	objs      xrnicObjects
+	faultsMu  sync.Mutex // orders SetFaults calls: each writes a newer generation
+	faultsGen uint64     // generation of the last SetFaults, under faultsMu
 }
 
 // Load loads the XDP program and its maps into the kernel. The caller must Close
@@ -137,8 +188,33 @@ func (p *Program) Counters() (Counters, error) {
 		c.Redirected += v.Redirected
 		c.Passed += v.Passed
 		c.Malformed += v.Malformed
+		c.DroppedInjected += v.DroppedInjected
+		c.CorruptedInjected += v.CorruptedInjected
 	}
 	return c, nil
+}
+
+// SetFaults sets the faults the program injects from its next frame on, and
+// restarts every CPU's PRNG from f.Seed; the zero Faults turns injection off. A
+// rate outside [0, 1] is refused with ErrFaultRate. A frame that races the update
+// may see the old settings.
+func (p *Program) SetFaults(f Faults) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return fmt.Errorf("bpf: set faults: %w", ErrClosed)
+	}
+	p.faultsMu.Lock()
+	defer p.faultsMu.Unlock()
+	v := xrnicFaults{Drop: threshold(f.Drop), Corrupt: threshold(f.Corrupt), Seed: f.Seed, Gen: p.faultsGen + 1}
+	if err := p.objs.Faults.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bpf: set faults: %w", err)
+	}
+	p.faultsGen = v.Gen
+	return nil
 }
 
 // Close unloads the program and its maps (an attached program stays in the

@@ -215,11 +215,18 @@ func run(t *testing.T, p *Program, prog *ebpf.Program, frame []byte, ns *testenv
 	if err != nil {
 		t.Fatal(err)
 	}
-	return verdict, Counters{
-		Seen:       after.Seen - before.Seen,
-		Redirected: after.Redirected - before.Redirected,
-		Passed:     after.Passed - before.Passed,
-		Malformed:  after.Malformed - before.Malformed,
+	return verdict, delta(after, before)
+}
+
+// delta returns the counters' growth from before to after.
+func delta(after, before Counters) Counters {
+	return Counters{
+		Seen:              after.Seen - before.Seen,
+		Redirected:        after.Redirected - before.Redirected,
+		Passed:            after.Passed - before.Passed,
+		Malformed:         after.Malformed - before.Malformed,
+		DroppedInjected:   after.DroppedInjected - before.DroppedInjected,
+		CorruptedInjected: after.CorruptedInjected - before.CorruptedInjected,
 	}
 }
 

@@ -10,6 +10,12 @@
 //
 // Steered frames have a fixed layout the engine can rely on: Ethernet, at most one
 // tag, a 20-byte IPv4 header or a 40-byte IPv6 header, then UDP.
+//
+// Fault injection, for testing the transport's recovery on the real data path: a
+// config map set from Go (bpf.Faults) makes the program drop or corrupt RoCEv2
+// frames at seeded rates before they are steered. XDP cannot emit two frames for
+// one, so it does not duplicate; duplicates on a real link come from the memory
+// link's fault model and from the engine's own go-back-N retransmissions.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -37,13 +43,31 @@ struct vlan_tag {
 };
 
 // Counters of one CPU, kept in one PERCPU_ARRAY slot so a frame costs one map
-// lookup. Invariant: seen == redirected + passed; malformed frames are also passed.
-// A later fault-injection issue adds its counters here.
+// lookup. Invariant: seen == redirected + passed + dropped_injected; malformed
+// frames are also passed, corrupted ones also redirected or passed. The slot also
+// holds the CPU's fault PRNG, so one lookup serves both.
 struct counters {
 	__u64 seen;
 	__u64 redirected;
 	__u64 passed;
 	__u64 malformed;
+	__u64 dropped_injected;
+	__u64 corrupted_injected;
+	__u64 rng;	// xorshift64 state, never 0 once seeded
+	__u64 rng_gen; // faults.gen the state was seeded from
+};
+
+// Fault injection settings, one ARRAY slot written from Go. A rate is a threshold
+// per 2^32: a frame is hit when the top 32 bits of a PRNG draw are below it, so 0
+// never and 1<<32 always. Each CPU runs its own xorshift64, seeded from seed and
+// the CPU's id whenever gen changes (Go bumps it on every update, so setting the
+// same seed again restarts the sequences): what one CPU does to its n-th frame is
+// fixed by the seed, how frames spread over CPUs is not.
+struct faults {
+	__u64 drop;
+	__u64 corrupt;
+	__u64 seed;
+	__u64 gen;
 };
 
 struct {
@@ -60,14 +84,29 @@ struct {
 	__type(value, struct counters);
 } counters SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct faults);
+} faults SEC(".maps");
+
 enum frame_kind {
 	KIND_OTHER,	 // not RoCEv2: the kernel's
 	KIND_ROCE,	 // UDP to 4791, steer
 	KIND_MALFORMED, // looks like IP/UDP but the kernel would drop it: count, pass
 };
 
+// Where a steered frame's UDP header is and how long the datagram is, for fault
+// injection.
+struct roce_loc {
+	__u32 udp_off; // from the start of the frame
+	__u32 udp_len; // UDP header and payload: BTH ... ICRC
+};
+
 // classify_udp checks the UDP header at udp; l4len is the IP payload length.
-static __always_inline enum frame_kind classify_udp(struct udphdr *udp, void *data_end, __u32 l4len)
+static __always_inline enum frame_kind classify_udp(struct udphdr *udp, void *data_end, __u32 l4len,
+						    struct roce_loc *loc)
 {
 	__u32 ulen;
 
@@ -81,12 +120,14 @@ static __always_inline enum frame_kind classify_udp(struct udphdr *udp, void *da
 	// kernel's (RoCEv2 requests and responses both go to 4791).
 	if (udp->dest != bpf_htons(ROCE_V2_UDP_PORT))
 		return KIND_OTHER;
+	loc->udp_len = ulen;
 	return KIND_ROCE;
 }
 
 // classify_ipv4 checks the IPv4 header at ip; l3len is the frame's length from ip
 // on, fragments included.
-static __always_inline enum frame_kind classify_ipv4(struct iphdr *ip, void *data_end, __u64 l3len)
+static __always_inline enum frame_kind classify_ipv4(struct iphdr *ip, void *data_end, __u64 l3len,
+						     struct roce_loc *loc)
 {
 	__u32 hlen, tot;
 
@@ -110,11 +151,13 @@ static __always_inline enum frame_kind classify_ipv4(struct iphdr *ip, void *dat
 	// as with IPv6 extension headers below.
 	if (hlen != sizeof(*ip))
 		return KIND_OTHER;
-	return classify_udp((void *)(ip + 1), data_end, tot - hlen);
+	loc->udp_off += sizeof(*ip);
+	return classify_udp((void *)(ip + 1), data_end, tot - hlen, loc);
 }
 
 // classify_ipv6 checks the IPv6 header at ip6; l3len as for IPv4.
-static __always_inline enum frame_kind classify_ipv6(struct ipv6hdr *ip6, void *data_end, __u64 l3len)
+static __always_inline enum frame_kind classify_ipv6(struct ipv6hdr *ip6, void *data_end, __u64 l3len,
+						     struct roce_loc *loc)
 {
 	__u32 plen;
 
@@ -129,13 +172,14 @@ static __always_inline enum frame_kind classify_ipv6(struct ipv6hdr *ip6, void *
 	// included) go to the kernel, see the IPv4 options above.
 	if (ip6->nexthdr != IPPROTO_UDP)
 		return KIND_OTHER;
-	return classify_udp((void *)(ip6 + 1), data_end, plen);
+	loc->udp_off += sizeof(*ip6);
+	return classify_udp((void *)(ip6 + 1), data_end, plen, loc);
 }
 
 // classify parses the headers in the linear part of the frame with direct packet
 // access. Drivers put at least the headers there (veth: 3840 bytes), so a header
-// cut at data_end is treated as truncated.
-static __always_inline enum frame_kind classify(struct xdp_md *ctx)
+// cut at data_end is treated as truncated. For KIND_ROCE it fills loc.
+static __always_inline enum frame_kind classify(struct xdp_md *ctx, struct roce_loc *loc)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -161,38 +205,125 @@ static __always_inline enum frame_kind classify(struct xdp_md *ctx)
 		l3 = tag + 1;
 		l2len += sizeof(*tag);
 	}
+	loc->udp_off = l2len;
 	if (proto == bpf_htons(ETH_P_IP))
-		return classify_ipv4(l3, data_end, len - l2len);
+		return classify_ipv4(l3, data_end, len - l2len, loc);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return classify_ipv6(l3, data_end, len - l2len);
+		return classify_ipv6(l3, data_end, len - l2len, loc);
 	return KIND_OTHER;
+}
+
+// Fault injection.
+
+// Bytes of the base transport header: corruption starts after it, so that a hit
+// frame still parses and fails the ICRC check rather than the opcode table.
+#define BTH_LEN 12
+
+enum fault {
+	FAULT_NONE,
+	FAULT_DROP,
+	FAULT_CORRUPT,
+};
+
+// splitmix64 turns a seed into a well-mixed PRNG state (Steele et al., 2014).
+static __always_inline __u64 splitmix64(__u64 z)
+{
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+// next_rand steps this CPU's xorshift64 (Marsaglia, 2003), seeding it first when
+// the settings changed since it was last seeded.
+static __always_inline __u64 next_rand(struct counters *c, const struct faults *f)
+{
+	__u64 x = c->rng;
+
+	if (c->rng_gen != f->gen || x == 0) {
+		x = splitmix64(f->seed + bpf_get_smp_processor_id());
+		if (x == 0)
+			x = 0x9e3779b97f4a7c15ULL;
+		c->rng_gen = f->gen;
+	}
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	c->rng = x;
+	return x;
+}
+
+// inject decides a RoCEv2 frame's fault: one draw for the drop, and for a frame
+// that stays, one for the corruption, whose low 32 bits pick the byte. Corruption
+// flips one bit (chosen by the first draw's low bits) of one byte after the BTH:
+// in extension headers, payload, pad or ICRC, all of which the ICRC covers, so the
+// receiver's check must fail (a CRC-32 catches every burst of up to 32 bits).
+// bpf_xdp_{load,store}_bytes reach bytes in fragments too, and check bounds.
+static __always_inline enum fault inject(struct xdp_md *ctx, struct counters *c, const struct roce_loc *loc)
+{
+	__u32 zero = 0, start, span, off;
+	struct faults *f;
+	__u64 r1, r2;
+	__u8 b;
+
+	f = bpf_map_lookup_elem(&faults, &zero);
+	if (!f || (f->drop == 0 && f->corrupt == 0))
+		return FAULT_NONE;
+	r1 = next_rand(c, f);
+	if ((r1 >> 32) < f->drop)
+		return FAULT_DROP;
+	if (f->corrupt == 0)
+		return FAULT_NONE;
+	r2 = next_rand(c, f);
+	if ((r2 >> 32) >= f->corrupt)
+		return FAULT_NONE;
+	if (loc->udp_len <= sizeof(struct udphdr) + BTH_LEN)
+		return FAULT_NONE; // nothing after the BTH to corrupt
+	start = loc->udp_off + sizeof(struct udphdr) + BTH_LEN;
+	span = loc->udp_len - sizeof(struct udphdr) - BTH_LEN;
+	off = start + (__u32)r2 % span;
+	if (bpf_xdp_load_bytes(ctx, off, &b, 1))
+		return FAULT_NONE;
+	b ^= 1 << (r1 & 7);
+	if (bpf_xdp_store_bytes(ctx, off, &b, 1))
+		return FAULT_NONE;
+	return FAULT_CORRUPT;
 }
 
 static __always_inline int xrnic(struct xdp_md *ctx)
 {
-	enum frame_kind kind = classify(ctx);
+	struct roce_loc loc = {};
+	enum frame_kind kind = classify(ctx, &loc);
+	enum fault fault = FAULT_NONE;
 	__u32 zero = 0;
 	struct counters *c;
 	int verdict = XDP_PASS;
 
-	if (kind == KIND_ROCE) {
-		// Hook for fault injection (a later issue): a config map read here may drop,
-		// duplicate or corrupt the frame at a seeded rate before it is steered.
-		//
-		// The low bits of the flags are the verdict when no socket is at this queue.
-		verdict = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
-	}
-
 	// Per-CPU slot: plain increments, no atomics.
 	c = bpf_map_lookup_elem(&counters, &zero);
+	if (kind == KIND_ROCE) {
+		if (c)
+			fault = inject(ctx, c, &loc);
+		if (fault == FAULT_DROP)
+			verdict = XDP_DROP;
+		else
+			// The low bits of the flags are the verdict when no socket is at
+			// this queue.
+			verdict = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	}
+
 	if (c) {
 		c->seen++;
 		if (verdict == XDP_REDIRECT)
 			c->redirected++;
+		else if (verdict == XDP_DROP)
+			c->dropped_injected++;
 		else
 			c->passed++;
 		if (kind == KIND_MALFORMED)
 			c->malformed++;
+		if (fault == FAULT_CORRUPT)
+			c->corrupted_injected++;
 	}
 	return verdict;
 }

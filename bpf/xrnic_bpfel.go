@@ -14,11 +14,23 @@ import (
 )
 
 type xrnicCounters struct {
-	_          structs.HostLayout
-	Seen       uint64
-	Redirected uint64
-	Passed     uint64
-	Malformed  uint64
+	_                 structs.HostLayout
+	Seen              uint64
+	Redirected        uint64
+	Passed            uint64
+	Malformed         uint64
+	DroppedInjected   uint64
+	CorruptedInjected uint64
+	Rng               uint64
+	RngGen            uint64
+}
+
+type xrnicFaults struct {
+	_       structs.HostLayout
+	Drop    uint64
+	Corrupt uint64
+	Seed    uint64
+	Gen     uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -26,6 +38,7 @@ type xrnicCounters struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	xrnicMapCounters        = "counters"
+	xrnicMapFaults          = "faults"
 	xrnicMapXsks            = "xsks"
 	xrnicProgXrnicXdp       = "xrnic_xdp"
 	xrnicProgXrnicXdpSingle = "xrnic_xdp_single"
@@ -82,6 +95,7 @@ type xrnicProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xrnicMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
+	Faults   *ebpf.MapSpec `ebpf:"faults"`
 	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
 }
 
@@ -112,12 +126,14 @@ func (o *xrnicObjects) Close() error {
 // It can be passed to loadXrnicObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xrnicMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
+	Faults   *ebpf.Map `ebpf:"faults"`
 	Xsks     *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *xrnicMaps) Close() error {
 	return _XrnicClose(
 		m.Counters,
+		m.Faults,
 		m.Xsks,
 	)
 }

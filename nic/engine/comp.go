@@ -78,9 +78,23 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 		case compAtomic:
 			step = e.compAtomic(qp, p, w)
 		case compWriteSend:
-			if w.state == wqePending && w.lastPSN == p.BTH.PSN() {
+			switch {
+			case w.lastPSN != p.BTH.PSN():
+				step = compUpdateComp
+			case w.state == wqePending:
 				step = compCompAck
-			} else {
+			case w.state == wqeProcessing:
+				// A go-back-N retry is resending w, and the ACK of its last
+				// packet, sent before the retry, arrives now: the responder has
+				// all of w (an ACK covers every earlier PSN). Complete it here and
+				// move the requester past it. Left in place, w would stay
+				// incomplete while comp.psn moves past it, and a later retry would
+				// resend it from comp.psn: one packet beyond its last PSN, which
+				// shifts every later WQE onto PSNs the responder has already
+				// executed as other requests.
+				e.reqSkipAcked(qp, w)
+				step = compCompAck
+			default:
 				step = compUpdateComp
 			}
 		case compCompAck:
@@ -189,6 +203,11 @@ func (e *engine) compCheckPSN(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 		// The response is past the oldest WQE: a coalesced ACK completes a SEND or
 		// WRITE (an ACK covers every earlier PSN); for a READ or atomic it means lost
 		// responses.
+		if w.state == wqeProcessing {
+			// A retry is resending w, yet the responder is past it: all of w
+			// arrived before the retry (see compWriteSend).
+			e.reqSkipAcked(qp, w)
+		}
 		if w.state == wqePending {
 			if w.mask&(wire.MaskRead|wire.MaskAtomic) != 0 {
 				return compErrorRetry
@@ -225,6 +244,12 @@ func (e *engine) compCheckAck(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 			return compError
 		}
 	case int(wire.RCRDMAReadResponseFirst), int(wire.RCRDMAReadResponseMiddle):
+		// An ACK or NAK may come between READ responses: the responder answers a
+		// duplicate request with an ACK of its latest PSN, and a NAK reports an
+		// error (rxe check_ack lets RC_ACKNOWLEDGE through here too).
+		if op == wire.RCAcknowledge {
+			break
+		}
 		if op != wire.RCRDMAReadResponseMiddle && op != wire.RCRDMAReadResponseLast {
 			// A retried READ may restart with FIRST or ONLY.
 			if !(psn == w.firstPSN && op == wire.RCRDMAReadResponseFirst) &&
@@ -258,6 +283,14 @@ func (e *engine) compCheckAck(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 		syn := p.AETH.Syndrome()
 		switch syn.Kind() {
 		case wire.KindACK:
+			if w.mask&(wire.MaskRead|wire.MaskAtomic) != 0 {
+				// A plain ACK at the PSN we wait on, held by a READ or atomic: the
+				// responder executed the request (it acknowledges every PSN up to
+				// this one) but its READ response or atomic ACK was lost. Retry, as
+				// for a coalesced ACK past them (compCheckPSN); completing the WQE
+				// here would report data or a result that never arrived.
+				return compErrorRetry
+			}
 			e.resetRetryCounters(qp)
 			return compWriteSend
 		case wire.KindRNRNAK:
@@ -270,6 +303,15 @@ func (e *engine) compCheckAck(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 				e.d.cnt.inc(CntRcvSeqErr)
 				if psn.Sub(c.psn) > 0 {
 					c.psn = psn
+					// Forward progress, so the retry budget is restored and the
+					// retry starts now even if one is under way. After a sequence
+					// error NAK the responder sends no other until a request at its
+					// ePSN arrives (IBTA ch. 9, class B error), so a NAK past comp.psn
+					// reports a new gap, found after the earlier retry filled the old
+					// one. Left to the timer, each loss in a retried message would
+					// cost a timeout and a retry, and at high loss exhaust retry_cnt
+					// while the message advances.
+					e.resetRetryCounters(qp)
 					e.reqWake(qp)
 				}
 				return compErrorRetry

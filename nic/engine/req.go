@@ -49,6 +49,12 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 			rq.waitPSN = true
 			return false
 		}
+		// Room in the batch first: a READ or atomic takes its initiator slot only
+		// as it is sent, so every WQE holding one has gone out (reqRetry relies on
+		// this to give the slots back).
+		if !e.txReserve() {
+			return true
+		}
 		if w.mask&(wire.MaskRead|wire.MaskAtomic) != 0 && !w.hasRdAtomic {
 			if qp.attr.MaxRdAtomic == 0 {
 				// No initiator depth was negotiated: the WR can never go.
@@ -61,9 +67,6 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 			}
 			rq.rdInflight++
 			w.hasRdAtomic = true
-		}
-		if !e.txReserve() {
-			return true
 		}
 		if !e.sendRequest(qp, w) {
 			return false
@@ -308,6 +311,14 @@ func (e *engine) reqRetry(qp *QP) {
 			continue
 		}
 		w.iova = w.remoteAddr
+		if w.hasRdAtomic {
+			// A READ or atomic from the rewind point on counts as unsent again and
+			// takes an initiator slot anew when resent. Otherwise a fenced WQE
+			// before it would wait for it (reqNextWQE counts rdInflight), while it
+			// can only complete after that WQE: the QP would hang.
+			w.hasRdAtomic = false
+			rq.rdInflight--
+		}
 		isRead := w.mask&wire.MaskRead != 0
 		if !first || !isRead {
 			w.dma = dmaCursor{resid: w.length}
@@ -334,6 +345,19 @@ func (e *engine) reqRetry(qp *QP) {
 		}
 		w.state = wqePosted
 	}
+}
+
+// reqSkipAcked moves the requester past w, the oldest WQE, which it was resending
+// after a retry when the ACK of w's last packet came: what is left of w is
+// acknowledged, and the requester goes on with the next WQE at the PSN after w.
+func (e *engine) reqSkipAcked(qp *QP, w *sendWQE) {
+	rq := &qp.req
+	w.state = wqePending
+	rq.opcode = -1
+	if next := w.lastPSN.Next(); rq.psn.Sub(next) < 0 {
+		rq.psn = next
+	}
+	// completeSend moves wqeIndex past w: it is the oldest.
 }
 
 // skipData advances w's data cursor by n bytes without copying.

@@ -123,12 +123,16 @@ func (r *respState) setResources(n int) {
 	}
 }
 
-// push queues a response; false when the queue is full.
+// push queues a response; false when the queue is full. Responses that hold no
+// responder resource (ACKs, NAKs, answers to duplicates) may not take the last
+// len(r.res) slots: those are kept for the new READs and atomics that
+// max_dest_rd_atomic allows, so that a burst of duplicates never makes the
+// responder refuse a valid request.
 func (r *respState) push(o respOut) bool {
 	if len(r.out) == 0 {
 		r.setResources(1)
 	}
-	if r.outLen == len(r.out) {
+	if r.outLen == len(r.out) || (!o.counted && r.outLen-r.rdAtomic >= len(r.out)-len(r.res)) {
 		return false
 	}
 	r.out[(r.outHead+r.outLen)%len(r.out)] = o
@@ -230,8 +234,11 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 	if mask&(wire.MaskRead|wire.MaskAtomic) != 0 {
 		// The requester must not exceed the negotiated depth (rxe
 		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
+		// Only new requests count: a duplicate is answered from the resource its
+		// first execution took. push keeps queue room for every new one allowed,
+		// so a queue full of ACKs and duplicate answers is no reason to refuse.
 		lim := int(qp.attr.MaxDestRdAtomic)
-		if lim == 0 || r.rdAtomic >= lim || r.outLen >= len(r.out)-2 {
+		if lim == 0 || r.rdAtomic >= lim || r.rdAtomic >= len(r.res) {
 			return errTooManyRdAtomic
 		}
 	}
@@ -659,12 +666,20 @@ func (e *engine) completeRecv(qp *QP, p *wire.Packet) {
 }
 
 // respFlush sends queued responses in order, one packet at a time, while the
-// transmit batch has room; it reports whether responses remain.
+// transmit batch has room; it reports whether responses remain that only room
+// can let out. It sends at most the engine's budget of packets per turn, as the
+// requester does: a long READ response must not hold the link while other QPs'
+// ACKs wait past their peers' local ACK timeouts. Past the budget it puts the QP
+// back in line and reports false, so the QP's own requester still gets its turn.
 func (e *engine) respFlush(qp *QP) bool {
 	r := &qp.resp
-	for r.outLen > 0 {
+	for sent := 0; r.outLen > 0; sent++ {
 		if qp.rt == nil || !qpstate.ProcessesIncoming(qp.state) {
 			r.dropOut() // no path (reset) or ERR: nothing more leaves
+			return false
+		}
+		if sent >= e.budget {
+			e.schedule(qp)
 			return false
 		}
 		if !e.txReserve() {
