@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -34,7 +35,8 @@ type Options struct {
 	// Engine tunes the engine (clock, MTU, batch, ...); its GIDs and EventHandler
 	// are set by Open.
 	Engine engine.Config
-	// Logf reports the link choice and the engine's goroutines.
+	// Logf reports the link choice and the start and stop of the device's
+	// goroutines.
 	Logf func(format string, args ...any)
 }
 
@@ -42,11 +44,27 @@ type Options struct {
 // clients see it). It is fully initialized before it is registered and stays usable
 // until Close, its unregistration, returns (MID8). All methods are safe from any
 // goroutine.
+//
+// Port events: when Open opens the link itself (Options.Interface), it watches the
+// interface's operational state (netdev.SubscribeLinkEvents, in the calling
+// thread's network namespace) on the goroutine RoutineLinkEvents: the link going
+// down or up makes the port DOWN or ACTIVE (QueryPort) and raises EventPortErr or
+// EventPortActive; the interface's removal (deletion, or a move to another
+// namespace) raises EventPortErr and then EventDeviceFatal, once, after which the
+// device moves no frames and should be closed. The device is not unregistered on
+// its own: clients learn of a removal through their Remove when the application
+// calls Close. A caller-supplied Options.Link is not watched (its namespace is not
+// known here); report its state with Engine().SetPortState. If the subscription
+// fails later (netlink overflow), Logf says so and the port keeps its last state.
 type Device struct {
 	name    string
 	eng     *engine.Device
 	link    link.Link
 	ownLink bool
+	logf    func(string, ...any)
+
+	watchStop context.CancelFunc // nil when the link is not watched
+	watchDone chan struct{}      // closed when RoutineLinkEvents returns
 
 	evMu     sync.Mutex
 	handlers map[int]func(AsyncEvent)
@@ -59,7 +77,10 @@ type Device struct {
 // Open starts a device and registers it: every registered client's Add runs before
 // Open returns (MID10: clients may use the device from then on).
 func Open(o Options) (*Device, error) {
-	d := &Device{handlers: map[int]func(AsyncEvent){}}
+	d := &Device{handlers: map[int]func(AsyncEvent){}, logf: o.Logf}
+	if d.logf == nil {
+		d.logf = func(string, ...any) {}
+	}
 	l := o.Link
 	if l == nil {
 		if o.Interface == "" {
@@ -96,12 +117,68 @@ func Open(o Options) (*Device, error) {
 		return nil, err
 	}
 	d.eng = eng
+	if d.ownLink {
+		if info := l.Info(); info.Index > 0 && info.Kind != link.KindMemory {
+			if err := d.watchLink(info); err != nil {
+				eng.Close()
+				d.closeLink()
+				return nil, err
+			}
+		}
+	}
 	if err := registry.addDevice(d, o.Name); err != nil {
+		d.stopWatch()
 		eng.Close()
 		d.closeLink()
 		return nil, err
 	}
 	return d, nil
+}
+
+// watchLink subscribes to the state of the link's interface, in the calling
+// thread's namespace, and starts RoutineLinkEvents.
+func (d *Device) watchLink(info link.Info) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	evs, err := netdev.SubscribeLinkEvents(ctx, info.Index)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("verbs: port events of %s: %w", info.Name, err)
+	}
+	d.watchStop = cancel
+	d.watchDone = make(chan struct{})
+	go d.routineLinkEvents(info.Name, evs)
+	return nil
+}
+
+// routineLinkEvents turns the interface's state changes into port events until
+// the subscription ends. Its first event is the state at Open.
+func (d *Device) routineLinkEvents(ifname string, evs <-chan netdev.LinkEvent) {
+	defer close(d.watchDone)
+	d.logf("verbs: RoutineLinkEvents started on %s", ifname)
+	defer d.logf("verbs: RoutineLinkEvents stopped on %s", ifname)
+	removed := false
+	for ev := range evs {
+		switch {
+		case ev.Err != nil:
+			d.logf("verbs: %s: port events end: %v", ifname, ev.Err)
+		case removed:
+		case ev.Removed:
+			removed = true
+			d.eng.SetPortState(false)
+			d.eng.DispatchEvent(AsyncEvent{Type: engine.EventDeviceFatal})
+		default:
+			d.eng.SetPortState(ev.Up)
+		}
+	}
+}
+
+// stopWatch ends RoutineLinkEvents and waits for it (and the netlink socket's
+// goroutines behind it).
+func (d *Device) stopWatch() {
+	if d.watchStop != nil {
+		d.watchStop()
+		<-d.watchDone
+	}
 }
 
 func (d *Device) closeLink() {
@@ -111,11 +188,14 @@ func (d *Device) closeLink() {
 }
 
 // Close unregisters the device: every client's Remove runs and returns first
-// (MID10), then the engine stops (flushing what is outstanding), then the link
-// closes if Open opened it. Idempotent.
+// (MID10), then the link watch ends, then the engine stops (flushing what is
+// outstanding) and so do its event handler calls, then the link closes if Open
+// opened it. Idempotent; later calls return the first result. It must not be
+// called from an event handler of this device (it waits for the handlers' end).
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
 		registry.removeDevice(d)
+		d.stopWatch()
 		d.closeErr = d.eng.Close()
 		d.closeLink()
 	})
@@ -136,6 +216,19 @@ func (d *Device) Query() DeviceAttr { return d.eng.Query() }
 
 // QueryPort returns port 1's attributes (ibv_query_port).
 func (d *Device) QueryPort() PortAttr { return d.eng.QueryPort() }
+
+// QueryGID returns entry index of the port's GID table (ibv_query_gid). An index
+// outside the table fails with an error wrapping ErrInvalid.
+func (d *Device) QueryGID(index int) (netdev.GID, error) {
+	gids := d.eng.GIDs()
+	if index < 0 || index >= len(gids) {
+		return netdev.GID{}, fmt.Errorf("%w: GID index %d (table of %d)", ErrInvalid, index, len(gids))
+	}
+	return gids[index], nil
+}
+
+// GIDs returns a copy of the port's GID table: entry i is GID index i.
+func (d *Device) GIDs() []netdev.GID { return d.eng.GIDs() }
 
 // Counters returns the device's counters, named like rxe's hw counters.
 func (d *Device) Counters() Counters { return d.eng.Counters() }

@@ -5,7 +5,8 @@
 // MID1-MID10): posting, polling and arming never block and are safe from any
 // goroutine; completion and event handlers run on goroutines of their own, never in
 // the caller's call chain; devices register with the package and clients are told
-// when a device comes and goes.
+// when a device comes and goes. A device opened on an interface follows the
+// interface's link state with port events (see Device).
 //
 // The objects are the engine's (nic/engine), named here as libibverbs names them.
 // Control operations that change a QP (Modify, Destroy) complete asynchronously and
@@ -66,6 +67,9 @@ type (
 	MTU         = qpstate.MTU
 	QPCap       = qpstate.Cap
 	Access      = mr.Access
+	ReregFlags  = mr.ReregFlags
+	SRQAttrMask = engine.SRQAttrMask
+	PortState   = engine.PortState
 )
 
 // QP types.
@@ -82,6 +86,94 @@ const (
 	AccessRemoteWrite  = mr.RemoteWrite
 	AccessRemoteRead   = mr.RemoteRead
 	AccessRemoteAtomic = mr.RemoteAtomic
+)
+
+// Memory region re-registration flags (enum ibv_rereg_mr_flags), for MR.Rereg.
+const (
+	ReregTranslation = mr.ReregTranslation
+	ReregPD          = mr.ReregPD
+	ReregAccess      = mr.ReregAccess
+)
+
+// QP states (enum ibv_qp_state).
+const (
+	QPSReset = qpstate.Reset
+	QPSInit  = qpstate.Init
+	QPSRTR   = qpstate.RTR
+	QPSRTS   = qpstate.RTS
+	QPSSQD   = qpstate.SQD
+	QPSSQE   = qpstate.SQE
+	QPSErr   = qpstate.Err
+)
+
+// Send work request opcodes (enum ibv_wr_opcode) and flags (enum ibv_send_flags).
+const (
+	WRRDMAWrite        = engine.WRRDMAWrite
+	WRRDMAWriteWithImm = engine.WRRDMAWriteWithImm
+	WRSend             = engine.WRSend
+	WRSendWithImm      = engine.WRSendWithImm
+	WRRDMARead         = engine.WRRDMARead
+	WRAtomicCmpSwp     = engine.WRAtomicCmpSwp
+	WRAtomicFetchAdd   = engine.WRAtomicFetchAdd
+	WRSendWithInv      = engine.WRSendWithInv
+
+	SendFence     = engine.SendFence
+	SendSignaled  = engine.SendSignaled
+	SendSolicited = engine.SendSolicited
+	SendInline    = engine.SendInline
+)
+
+// Work completion statuses (enum ibv_wc_status), opcodes (enum ibv_wc_opcode) and
+// flags (enum ibv_wc_flags); the rest are in nic/cq.
+const (
+	WCSuccess        = cq.Success
+	WCLocLenErr      = cq.LocLenErr
+	WCLocProtErr     = cq.LocProtErr
+	WCWRFlushErr     = cq.WRFlushErr
+	WCRemInvReqErr   = cq.RemInvReqErr
+	WCRemAccessErr   = cq.RemAccessErr
+	WCRemOpErr       = cq.RemOpErr
+	WCRetryExcErr    = cq.RetryExcErr
+	WCRNRRetryExcErr = cq.RNRRetryExcErr
+
+	WCSend            = cq.Send
+	WCRDMAWrite       = cq.RDMAWrite
+	WCRDMARead        = cq.RDMARead
+	WCCompSwap        = cq.CompSwap
+	WCFetchAdd        = cq.FetchAdd
+	WCRecv            = cq.Recv
+	WCRecvRDMAWithImm = cq.RecvRDMAWithImm
+
+	WCGRH     = cq.GRH
+	WCWithImm = cq.WithImm
+	WCWithInv = cq.WithInv
+)
+
+// SRQ attribute mask bits (enum ibv_srq_attr_mask), for SRQ.Modify.
+const (
+	SRQMaxWR = engine.SRQMaxWR
+	SRQLimit = engine.SRQLimit
+)
+
+// Port states (enum ibv_port_state), PortAttr.State.
+const (
+	PortDown   = engine.PortDown
+	PortActive = engine.PortActive
+)
+
+// Asynchronous event types (enum ibv_event_type) that xrnic raises.
+const (
+	EventCQErr            = engine.EventCQErr
+	EventQPFatal          = engine.EventQPFatal
+	EventQPReqErr         = engine.EventQPReqErr
+	EventQPAccessErr      = engine.EventQPAccessErr
+	EventCommEst          = engine.EventCommEst
+	EventSQDrained        = engine.EventSQDrained
+	EventDeviceFatal      = engine.EventDeviceFatal
+	EventPortActive       = engine.EventPortActive
+	EventPortErr          = engine.EventPortErr
+	EventSRQLimitReached  = engine.EventSRQLimitReached
+	EventQPLastWQEReached = engine.EventQPLastWQEReached
 )
 
 // NewCompChannel returns a completion channel (ibv_create_comp_channel).

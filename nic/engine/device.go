@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,6 +172,11 @@ type Device struct {
 	// Doorbells: a lock-free stack of QPs with newly posted work.
 	dbHead atomic.Pointer[QP]
 
+	// The port's administrative state, as SetPortState reports it. portMu orders a
+	// change with its event, so events follow the changes in order.
+	portMu   sync.Mutex
+	portDown atomic.Bool
+
 	mu      sync.Mutex // guards the object bookkeeping below
 	qpns    map[uint32]*QP
 	nextQPN uint32
@@ -328,7 +334,7 @@ func (d *Device) Query() DeviceAttr {
 // QueryPort returns the attributes of port 1 (ibv_query_port).
 func (d *Device) QueryPort() PortAttr {
 	st := PortActive
-	if d.e.linkDead.Load() {
+	if d.e.linkDead.Load() || d.portDown.Load() {
 		st = PortDown
 	}
 	maxMTU, _ := qpstate.MTUFloor(activeMTU(d.info.MTU))
@@ -342,6 +348,43 @@ func (d *Device) QueryPort() PortAttr {
 
 // Counters returns a snapshot of the device's counters.
 func (d *Device) Counters() Counters { return d.cnt.snapshot() }
+
+// GIDs returns a copy of the port's GID table: index i is GID index i of address
+// vectors (ibv_query_gid). Safe from any goroutine; the table never changes.
+func (d *Device) GIDs() []netdev.GID { return slices.Clone(d.cfg.GIDs) }
+
+// SetPortState reports a change of the port's link, as a netdev notifier does
+// for rxe (rxe_port_up, rxe_port_down): QueryPort's State becomes ACTIVE or DOWN
+// and EventPortActive or EventPortErr is raised, once per change, in the order of
+// the changes. A call that changes nothing raises nothing; after a link failure
+// (the engine's own EventPortErr) the port stays DOWN and raises nothing more.
+// The data path is not touched: a down link carries no frames, and RC QPs recover
+// or fail by their own retry rules. Safe from any goroutine, including handlers;
+// it never blocks (MID1, MID2).
+func (d *Device) SetPortState(up bool) {
+	d.portMu.Lock()
+	defer d.portMu.Unlock()
+	if d.portDown.Load() != up {
+		return
+	}
+	d.portDown.Store(!up)
+	if d.e.linkDead.Load() {
+		return
+	}
+	ev := AsyncEvent{Type: EventPortErr, Port: 1}
+	if up {
+		ev.Type = EventPortActive
+	}
+	d.evq.post(ev)
+}
+
+// DispatchEvent queues ev for the event handler behind the events the engine
+// raised before it (ib_dispatch_event). It is for the layers above the engine that
+// see conditions the engine cannot, such as the removal of the link's interface
+// (EventDeviceFatal). Safe from any goroutine, including handlers; it never blocks
+// and never calls the handler itself (MID2, MID5). Events posted after Close are
+// dropped.
+func (d *Device) DispatchEvent(ev AsyncEvent) { d.evq.post(ev) }
 
 // MRTable is the device's memory region table, for lookups outside the engine.
 func (d *Device) MRTable() *mr.Table { return d.mrs }

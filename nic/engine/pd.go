@@ -4,6 +4,8 @@
 package engine
 
 import (
+	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/xrnic/xrnic/nic/cq"
@@ -74,8 +76,11 @@ func (pd *PD) use() error {
 
 func (pd *PD) unuse() { pd.refs.Add(-1) }
 
-// MR is a registered memory region (ibv_mr). Safe for concurrent use.
+// MR is a registered memory region (ibv_mr). Safe for concurrent use: Rereg and
+// Dereg serialise on the MR's own mutex; the accessors read the current
+// registration atomically.
 type MR struct {
+	mu   sync.Mutex // guards pd against Rereg; held by Rereg and Dereg
 	pd   *PD
 	r    *mr.Region
 	dead atomic.Bool
@@ -143,8 +148,60 @@ func (m *MR) SGE(off uint64, length uint32) SGE {
 	return SGE{Addr: m.Addr() + off, Length: length, LKey: m.LKey()}
 }
 
+// PD returns the MR's protection domain (the new one after a Rereg with ReregPD).
+func (m *MR) PD() *PD {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pd
+}
+
+// Rereg changes what the region describes (ibv_rereg_mr): flags says which of pd,
+// the translation (buf, whose first byte gets IOVA iova) and access to take; the
+// other arguments are ignored (a non-zero access without ReregAccess is an error,
+// as in libibverbs). The region keeps its index but gets a new key byte: its old
+// L_Key and R_Key stop working at once (a peer's RDMA with the old R_Key fails
+// with REM_ACCESS_ERR) and LKey and RKey return the new ones. Work requests
+// already posted with the old L_Key fail when the engine reaches them. On error
+// nothing changes; errors wrap ErrInvalidArg and the mr package's sentinel,
+// ErrDestroyed, or ErrWrongPD for a PD of another device.
+func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf []byte, iova uint64, access mr.Access) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead.Load() {
+		return errorf(ErrDestroyed, "MR %#x", m.r.LKey())
+	}
+	npd := m.pd
+	if flags&mr.ReregPD != 0 {
+		if pd == nil {
+			return errorf(ErrInvalidArg, "rereg to a nil PD")
+		}
+		if pd.d != m.pd.d {
+			return errorf(ErrWrongPD, "the PD belongs to another device")
+		}
+		if pd != m.pd {
+			if err := pd.use(); err != nil {
+				return err
+			}
+			npd = pd
+		}
+	}
+	if _, err := m.pd.d.mrs.Reregister(m.r, flags, npd.handle, buf, iova, access); err != nil {
+		if npd != m.pd {
+			npd.unuse()
+		}
+		return fmt.Errorf("engine: rereg MR %#x: %w: %w", m.r.LKey(), ErrInvalidArg, err)
+	}
+	if npd != m.pd {
+		m.pd.unuse()
+		m.pd = npd
+	}
+	return nil
+}
+
 // Dereg deregisters the region (ibv_dereg_mr): its keys stop working at once.
 func (m *MR) Dereg() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.dead.Swap(true) {
 		return errorf(ErrDestroyed, "MR %#x", m.r.LKey())
 	}
