@@ -48,12 +48,11 @@ generate-check:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./nic/...
 
-# Today's demo: two namespaces and a veth pair, RoCEv2 frames across them through the
-# XDP program and AF_XDP sockets, against the UDP link, in one run. It becomes the
-# daemon + perftest-shaped bench demo when the verbs API lands.
+# The demo: two namespaces and a veth pair, the xrnic daemon on one end (XDP +
+# AF_XDP), perftest-shaped bench against it from the other, the daemon's counters,
+# objects and metrics, and a clean stop with no XDP program left. Needs root.
 demo:
-	@command -v ip >/dev/null || { apt-get update -qq && apt-get install -y -qq iproute2; }
-	$(GO) run ./cmd/bench link
+	bash scripts/demo.sh
 
 clean:
 	$(GO) clean -testcache
