@@ -41,7 +41,8 @@ type snapshot struct {
 	PortState string           `json:"port_state"`
 	PID       int              `json:"pid"`
 	Comm      string           `json:"comm"`
-	Counters  []namedValue     `json:"counters"` // in the order of engine.Counter
+	Counters  []namedValue     `json:"counters"`        // in the order of engine.Counter
+	Engine    []namedValue     `json:"engine_counters"` // in the order of engine.EngineCounter
 	LinkStats link.Stats       `json:"link_stats"`
 	XDP       *bpf.Counters    `json:"xdp,omitempty"` // AF_XDP links only
 	Resources engine.Resources `json:"resources"`
@@ -78,6 +79,9 @@ func (d *daemon) snapshot() (snapshot, error) {
 	cnt := d.dev.Counters()
 	for i, v := range cnt {
 		s.Counters = append(s.Counters, namedValue{engine.Counter(i).String(), v})
+	}
+	for i, v := range d.dev.Engine().EngineCounters() {
+		s.Engine = append(s.Engine, namedValue{engine.EngineCounter(i).String(), v})
 	}
 	if x, ok := d.l.(*link.AFXDP); ok {
 		s.XDPMode = d.cfg.mode.String()
@@ -220,7 +224,6 @@ func runClient(c clientConfig, out, errOut io.Writer) error {
 		formatCQs(&b, &s)
 	case c.object == "mr":
 		formatMRs(&b, &s)
-		fmt.Fprintln(errOut, "xrnic: memory regions are counted, not listed: the engine keeps no list of them")
 	default:
 		formatResources(&b, &s)
 	}

@@ -240,6 +240,7 @@ func TestDaemonOnVeth(t *testing.T) {
 		qps = d.cmd(t, "resource", "show", "qp")
 		time.Sleep(20 * time.Millisecond)
 	}
+	mrs := d.cmd(t, "resource", "show", "mr") // session 1 runs for 3 s
 	shortRes := client(t, ctx, p, dev, &short, "write_bw", "-s", "65536", "-n", "2000")
 	if err := wait(t, "short client", shortRes); err != nil {
 		t.Fatalf("short client: %v\n%s\ndaemon:\n%s", err, short.String(), d.errOut.String())
@@ -274,6 +275,10 @@ func TestDaemonOnVeth(t *testing.T) {
 		!strings.Contains(qpLine, " comm xrnic session 1 peer "+p.B.IPv4.String()+":") {
 		t.Errorf("resource show qp while session 1 runs:\n%s", qps)
 	}
+	if !strings.HasPrefix(mrs, "dev xrnic0 mrn ") || !strings.Contains(mrs, "|RemoteWrite|") ||
+		!strings.Contains(mrs, " comm xrnic session 1 peer "+p.B.IPv4.String()+":") {
+		t.Errorf("resource show mr while session 1 runs:\n%s", mrs)
+	}
 	for name, out := range map[string]string{"long": long.String(), "short": short.String()} {
 		row := resultRow(out)
 		if len(row) != 5 || (row[0] != "4096" && row[0] != "65536") {
@@ -301,18 +306,25 @@ func TestDaemonOnVeth(t *testing.T) {
 	if v := metric(t, mfs, "xrnic_bench_sessions_ended_total", "result", "ok"); v != 2 {
 		t.Errorf("bench sessions ended ok: %v, want 2", v)
 	}
+	if v := metric(t, mfs, "xrnic_engine_rx_frames_total", "device", "xrnic0"); v < rcvd {
+		t.Errorf("engine_rx_frames %v < rcvd_pkts %v", v, rcvd)
+	}
+	if v := metric(t, mfs, "xrnic_engine_tx_frames_total", "device", "xrnic0"); v != sent {
+		t.Errorf("engine_tx_frames %v != sent_pkts %v", v, sent)
+	}
 	if v := metric(t, mfs, "xrnic_port_state", "port", "1"); v != 4 {
 		t.Errorf("port state %v, want 4 (ACTIVE)", v)
 	}
 	for _, name := range []string{"xrnic_retry_exceeded_err_total", "xrnic_rcvd_bad_icrc_total", "xrnic_device_info",
-		"xrnic_objects", "xrnic_link_rx_dropped_total", "go_goroutines"} {
+		"xrnic_objects", "xrnic_link_rx_dropped_total", "xrnic_engine_loops_total", "xrnic_engine_idle_waits_total",
+		"xrnic_engine_rx_batches_total", "xrnic_engine_tx_batches_total", "xrnic_engine_timers_fired_total", "go_goroutines"} {
 		if mfs[name] == nil {
 			t.Errorf("no metric %s", name)
 		}
 	}
 	stat := d.cmd(t, "statistic", "-d")
 	if !strings.HasPrefix(stat, "link xrnic0/1 sent_pkts ") || !strings.Contains(stat, fmt.Sprintf(" rcvd_pkts %d ", uint64(rcvd))) ||
-		!strings.Contains(stat, "\n    xdp seen ") || !strings.Contains(stat, "bench sessions 0 ended-ok 2 ended-failed 0") {
+		!strings.Contains(stat, "\n    xdp seen ") || !strings.Contains(stat, "\n    engine loops ") || !strings.Contains(stat, "bench sessions 0 ended-ok 2 ended-failed 0") {
 		t.Errorf("statistic -d:\n%s", stat)
 	}
 	if r := d.cmd(t, "resource"); r != "0: xrnic0: pd 0 cq 0 qp 0 mr 0 srq 0 ah 0 sessions 0\n" {

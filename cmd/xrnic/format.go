@@ -12,7 +12,8 @@ import (
 )
 
 // formatStatistic is `rdma statistic`: the port's counters on one line; details
-// add the link's and the XDP program's counters and the bench sessions.
+// add the link's, the XDP program's and the engine loop's counters and the bench
+// sessions.
 func formatStatistic(w io.Writer, s *snapshot, details bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "link %s/%d", s.Device, s.Port)
@@ -36,6 +37,14 @@ func formatStatistic(w io.Writer, s *snapshot, details bool) {
 		if x := s.XDP; x != nil {
 			fmt.Fprintf(&b, "    xdp seen %d redirected %d passed %d malformed %d\n", x.Seen, x.Redirected, x.Passed, x.Malformed)
 		}
+		if len(s.Engine) > 0 {
+			// Not rxe counters: the engine goroutine's own, without their prefix.
+			b.WriteString("    engine")
+			for _, c := range s.Engine {
+				fmt.Fprintf(&b, " %s %d", strings.TrimPrefix(c.Name, "engine_"), c.Value)
+			}
+			b.WriteString("\n")
+		}
 		fmt.Fprintf(&b, "    bench sessions %d ended-ok %d ended-failed %d\n", len(s.Sessions), s.Ended[0], s.Ended[1])
 	}
 	io.WriteString(w, b.String())
@@ -45,17 +54,18 @@ func formatStatistic(w io.Writer, s *snapshot, details bool) {
 func formatResources(w io.Writer, s *snapshot) {
 	r := &s.Resources
 	fmt.Fprintf(w, "0: %s: pd %d cq %d qp %d mr %d srq %d ah %d sessions %d\n",
-		s.Device, r.PDs, len(r.CQs), len(r.QPs), r.MRs, r.SRQs, r.AHs, len(s.Sessions))
+		s.Device, r.PDs, len(r.CQs), len(r.QPs), len(r.MRs), r.SRQs, r.AHs, len(s.Sessions))
 }
 
-// owners maps QPNs and CQNs to the bench session that created them.
+// owners maps QPNs, CQNs and PD handles to the bench session that created them.
 type owners struct {
 	qp map[uint32]*sessionInfo
 	cq map[uint32]*sessionInfo
+	pd map[uint32]*sessionInfo
 }
 
 func ownersOf(s *snapshot) owners {
-	o := owners{qp: map[uint32]*sessionInfo{}, cq: map[uint32]*sessionInfo{}}
+	o := owners{qp: map[uint32]*sessionInfo{}, cq: map[uint32]*sessionInfo{}, pd: map[uint32]*sessionInfo{}}
 	for i := range s.Sessions {
 		for _, q := range s.Sessions[i].QPNs {
 			o.qp[q] = &s.Sessions[i]
@@ -65,6 +75,7 @@ func ownersOf(s *snapshot) owners {
 		if ss := o.qp[q.QPN]; ss != nil {
 			o.cq[q.SendCQ] = ss
 			o.cq[q.RecvCQ] = ss
+			o.pd[q.PD] = ss
 		}
 	}
 	return o
@@ -123,8 +134,22 @@ func formatCQs(w io.Writer, s *snapshot) {
 	io.WriteString(w, b.String())
 }
 
-// formatMRs is what the daemon knows of `rdma resource show mr`: the engine
-// counts memory regions but keeps no list of them.
+// formatMRs is `rdma resource show mr`, with the keys, IOVA and access flags
+// that `rdma resource show mr -d` would add. A fast-reg region is marked, and so
+// is one whose keys do not work now (unbound or invalidated).
 func formatMRs(w io.Writer, s *snapshot) {
-	fmt.Fprintf(w, "dev %s mr %d pd %d\n", s.Device, s.Resources.MRs, s.Resources.PDs)
+	o := ownersOf(s)
+	var b strings.Builder
+	for _, m := range s.Resources.MRs {
+		fmt.Fprintf(&b, "dev %s mrn %d mrlen %d lkey %#x rkey %#x iova %#x access %s pdn %d",
+			s.Device, m.MRN(), m.Len, m.LKey, m.RKey, m.Addr, m.Access, m.PD)
+		if m.FastReg {
+			b.WriteString(" fastreg")
+		}
+		if !m.Valid {
+			b.WriteString(" invalid")
+		}
+		comm(&b, s, o.pd[m.PD])
+	}
+	io.WriteString(w, b.String())
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/qpstate"
 )
 
@@ -150,6 +151,9 @@ func fixture() snapshot {
 	for i := range engine.NumCounters {
 		s.Counters = append(s.Counters, namedValue{engine.Counter(i).String(), uint64(i) * 10})
 	}
+	for i := range engine.NumEngineCounters {
+		s.Engine = append(s.Engine, namedValue{engine.EngineCounter(i).String(), uint64(i)*1000 + 7})
+	}
 	s.Resources = engine.Resources{
 		QPs: []engine.QPInfo{
 			{QPN: 17, Type: qpstate.RC, State: qpstate.RTS, DestQPN: 18, SQPSN: 0x9b45f6, RQPSN: 0x40f91b, PathMTU: 4096,
@@ -162,7 +166,12 @@ func fixture() snapshot {
 			{CQN: 2, CQE: 1, Users: 1},
 			{CQN: 3, CQE: 63, Users: 2, Stats: cqStats(70, 6, 4, 1)},
 		},
-		PDs: 2, MRs: 3, SRQs: 1,
+		MRs: []engine.MRInfo{
+			{LKey: 0x1a7, RKey: 0x1a7, Addr: 0x7f3a00000000, Len: 65536, Access: mr.LocalWrite | mr.RemoteWrite, PD: 1, Valid: true},
+			{LKey: 0x2c0, RKey: 0x2c0, Addr: 0, Len: 4096, Access: mr.LocalWrite | mr.RemoteRead | mr.ZeroBased, PD: 2, Valid: true},
+			{LKey: 0x355, RKey: 0x355, PD: 2, FastReg: true},
+		},
+		PDs: 2, SRQs: 1,
 	}
 	s.Sessions = []sessionInfo{{ID: 7, Peer: "192.0.2.2:41234", Test: "write_bw", QPNs: []uint32{17}}}
 	s.Ended = [2]uint64{3, 1}

@@ -1,7 +1,8 @@
 // Prometheus metrics: a collector that reads the daemon's snapshot at each scrape.
 //
 // The port's counters keep rxe's names (rxe_hw_counters.c): xrnic_<name>_total
-// with labels device and port. The link's, the XDP program's, the QPs' rings and
+// with labels device and port. The engine loop's counters, not rxe's, are
+// xrnic_engine_<name>_total with label device. The link's, the XDP program's, the QPs' rings and
 // the CQs' statistics, and the bench sessions, follow under their own names.
 
 package main
@@ -58,10 +59,23 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("xrnic_"+name, help, labels, nil)
 }
 
+// engineHelp explains each engine loop counter; these are not rxe's.
+var engineHelp = map[string]string{
+	"engine_loops":        "Passes of the engine loop.",
+	"engine_rx_polls":     "ReadBatch calls on the link.",
+	"engine_rx_batches":   "ReadBatch calls that returned frames.",
+	"engine_rx_frames":    "Frames ReadBatch returned.",
+	"engine_tx_batches":   "WriteBatch calls on the link.",
+	"engine_tx_frames":    "Frames WriteBatch took.",
+	"engine_idle_waits":   "Waits of the idle engine for frames, a doorbell, a control operation or a timer.",
+	"engine_timers_fired": "Retransmit and RNR timers that fired.",
+}
+
 // collector reads the daemon at each scrape. Safe for concurrent scrapes.
 type collector struct {
 	d        *daemon
 	counters [engine.NumCounters]*prometheus.Desc
+	engine   [engine.NumEngineCounters]*prometheus.Desc
 
 	info, portState, up                      *prometheus.Desc
 	linkRx, linkRxBytes, linkTx, linkTxBytes *prometheus.Desc
@@ -82,6 +96,14 @@ func newCollector(d *daemon) *collector {
 			h = "Engine counter " + n + "."
 		}
 		c.counters[i] = desc(n+"_total", h+" (rxe hw counter "+n+")", "device", "port")
+	}
+	for i := range c.engine {
+		n := engine.EngineCounter(i).String()
+		h := engineHelp[n]
+		if h == "" {
+			h = "Engine loop counter " + n + "."
+		}
+		c.engine[i] = desc(n+"_total", h+" (engine loop, not an rxe counter)", "device")
 	}
 	dl, il := []string{"device"}, []string{"device", "interface", "link"}
 	c.up = desc("up", "1 when the daemon could read its device, else 0.", "device")
@@ -117,6 +139,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
 		ch <- d
 	}
+	for _, d := range c.engine {
+		ch <- d
+	}
 	for _, d := range []*prometheus.Desc{c.info, c.portState, c.up, c.linkRx, c.linkRxBytes, c.linkTx, c.linkTxBytes,
 		c.linkRxDrop, c.linkTxDrop, c.linkTxErr, c.xdpSeen, c.xdpRedir, c.xdpPass, c.xdpBad, c.objects, c.qps,
 		c.sqOut, c.rqPosted, c.cqQueued, c.cqComp, c.cqPolled, c.cqLost, c.sessions, c.sessionsEnded} {
@@ -143,6 +168,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for i, n := range s.Counters {
 		counter(c.counters[i], n.Value, dev, port)
 	}
+	for i, n := range s.Engine {
+		if i < len(c.engine) {
+			counter(c.engine[i], n.Value, dev)
+		}
+	}
 	gauge(c.info, 1, dev, s.Interface, s.Link, s.XDPMode)
 	gauge(c.portState, int(c.d.dev.QueryPort().State), dev, port)
 
@@ -167,7 +197,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, o := range []struct {
 		kind string
 		n    int
-	}{{"pd", r.PDs}, {"mr", r.MRs}, {"cq", len(r.CQs)}, {"qp", len(r.QPs)}, {"srq", r.SRQs}, {"ah", r.AHs}} {
+	}{{"pd", r.PDs}, {"mr", len(r.MRs)}, {"cq", len(r.CQs)}, {"qp", len(r.QPs)}, {"srq", r.SRQs}, {"ah", r.AHs}} {
 		gauge(c.objects, o.n, dev, o.kind)
 	}
 	type ts struct{ t, s string }

@@ -83,3 +83,63 @@ func (c *counters) snapshot() (s Counters) {
 	}
 	return s
 }
+
+// EngineCounter names one counter of the engine loop. These are not rxe's: they
+// describe the engine goroutine's work (passes of its loop, the link's batches,
+// its idle waits, its timers), and are kept apart from Counter so that the
+// rxe-named set stays rxe-shaped. Their names carry the prefix "engine_". A
+// plain value.
+type EngineCounter int
+
+// The engine loop counters.
+const (
+	EngLoops       EngineCounter = iota // engine_loops: passes of the engine loop
+	EngRxPolls                          // engine_rx_polls: ReadBatch calls
+	EngRxBatches                        // engine_rx_batches: ReadBatch calls that returned frames
+	EngRxFrames                         // engine_rx_frames: frames ReadBatch returned
+	EngTxBatches                        // engine_tx_batches: WriteBatch calls
+	EngTxFrames                         // engine_tx_frames: frames WriteBatch took
+	EngIdleWaits                        // engine_idle_waits: waits for frames, a doorbell or a timer (link.Wait)
+	EngTimersFired                      // engine_timers_fired: retransmit and RNR timers that fired
+	NumEngineCounters
+)
+
+var engineCounterNames = [NumEngineCounters]string{
+	"engine_loops", "engine_rx_polls", "engine_rx_batches", "engine_rx_frames",
+	"engine_tx_batches", "engine_tx_frames", "engine_idle_waits", "engine_timers_fired",
+}
+
+func (c EngineCounter) String() string {
+	if c >= 0 && c < NumEngineCounters {
+		return engineCounterNames[c]
+	}
+	return "engine_counter(?)"
+}
+
+// EngineCounters is a snapshot of a device's engine loop counters, indexed by
+// EngineCounter. A plain value.
+type EngineCounters [NumEngineCounters]uint64
+
+// Map returns the snapshot keyed by counter name.
+func (c *EngineCounters) Map() map[string]uint64 {
+	m := make(map[string]uint64, NumEngineCounters)
+	for i, v := range c {
+		m[EngineCounter(i).String()] = v
+	}
+	return m
+}
+
+// engineCounters are written by the engine goroutine only and read from
+// anywhere. With one writer, add is a load and a store rather than a locked
+// read-modify-write: the loop pays no more than a plain increment, and readers
+// still see whole values.
+type engineCounters [NumEngineCounters]atomic.Uint64
+
+func (c *engineCounters) inc(n EngineCounter)           { c[n].Store(c[n].Load() + 1) }
+func (c *engineCounters) add(n EngineCounter, v uint64) { c[n].Store(c[n].Load() + v) }
+func (c *engineCounters) snapshot() (s EngineCounters) {
+	for i := range c {
+		s[i] = c[i].Load()
+	}
+	return s
+}

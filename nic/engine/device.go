@@ -157,6 +157,7 @@ type Device struct {
 	mrs   *mr.Table
 	lim   qpstate.Limits
 	cnt   counters
+	ecnt  engineCounters // the engine loop's own, not rxe's
 	evq   eventQueue
 
 	// Control operations for the engine.
@@ -349,6 +350,9 @@ func (d *Device) QueryPort() PortAttr {
 // Counters returns a snapshot of the device's counters.
 func (d *Device) Counters() Counters { return d.cnt.snapshot() }
 
+// EngineCounters returns a snapshot of the engine loop's counters (not rxe's).
+func (d *Device) EngineCounters() EngineCounters { return d.ecnt.snapshot() }
+
 // GIDs returns a copy of the port's GID table: index i is GID index i of address
 // vectors (ibv_query_gid). Safe from any goroutine; the table never changes.
 func (d *Device) GIDs() []netdev.GID { return slices.Clone(d.cfg.GIDs) }
@@ -404,6 +408,7 @@ func (d *Device) routineEngine() {
 		}
 	}()
 	for {
+		d.ecnt.inc(EngLoops)
 		e.now = d.since()
 		if !e.runControl() {
 			return
@@ -499,7 +504,7 @@ func (e *engine) shutdown() {
 	for _, qp := range e.qps {
 		e.destroyQP(qp)
 	}
-	e.tx.flush(e.d.link, &e.d.cnt)
+	e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt)
 	e.d.ctlMu.Lock()
 	e.d.stopped = true
 	e.d.ctlMu.Unlock()
@@ -511,9 +516,14 @@ func (e *engine) receive() bool {
 		return false
 	}
 	n, err := e.d.link.ReadBatch(e.rxBufs, e.rxSizes)
+	e.d.ecnt.inc(EngRxPolls)
 	if err != nil {
 		e.linkFailed()
 		return false
+	}
+	if n > 0 {
+		e.d.ecnt.inc(EngRxBatches)
+		e.d.ecnt.add(EngRxFrames, uint64(n))
 	}
 	for i := 0; i < n; i++ {
 		e.handleFrame(e.rxBufs[i][:e.rxSizes[i]])
@@ -543,6 +553,7 @@ func (e *engine) idle(blocked bool) {
 	if timeout == 0 {
 		return
 	}
+	e.d.ecnt.inc(EngIdleWaits)
 	if e.linkDead.Load() {
 		var tc <-chan time.Time
 		if timeout > 0 {
@@ -564,6 +575,7 @@ func (e *engine) idle(blocked bool) {
 // fireTimers runs every timer that is due.
 func (e *engine) fireTimers() {
 	for t := e.timers.popDue(e.now); t != nil; t = e.timers.popDue(e.now) {
+		e.d.ecnt.inc(EngTimersFired)
 		qp := t.qp
 		switch t.kind {
 		case timerRetransmit:
@@ -616,12 +628,12 @@ func (e *engine) transmit() (blocked bool) {
 		if e.respFlush(qp) || e.runRequester(qp, e.budget) {
 			e.schedule(qp)
 		}
-		if e.tx.full() && e.tx.flush(e.d.link, &e.d.cnt) == 0 {
+		if e.tx.full() && e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt) == 0 {
 			blocked = true
 		}
 	}
 	e.next = list[:0]
-	e.tx.flush(e.d.link, &e.d.cnt)
+	e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt)
 	return blocked || e.tx.n > 0
 }
 
@@ -631,6 +643,6 @@ func (e *engine) txReserve() bool {
 	if !e.tx.full() {
 		return true
 	}
-	e.tx.flush(e.d.link, &e.d.cnt)
+	e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt)
 	return !e.tx.full()
 }

@@ -140,11 +140,12 @@ func (t *txBatch) commit(n int) {
 
 // flush hands the queued frames to the link and keeps what it did not take, in
 // order, at the front. It returns how many frames the link took.
-func (t *txBatch) flush(l link.Link, c *counters) int {
+func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
 	if t.n == 0 {
 		return 0
 	}
 	k, err := l.WriteBatch(t.frames[:t.n])
+	ec.inc(EngTxBatches)
 	if err != nil {
 		// A closed or failed link takes nothing; the frames are lost, as on a wire.
 		c.add(CntSendErr, uint64(t.n))
@@ -153,6 +154,7 @@ func (t *txBatch) flush(l link.Link, c *counters) int {
 		return 0
 	}
 	c.add(CntSentPkts, uint64(k))
+	ec.add(EngTxFrames, uint64(k))
 	for i := k; i < t.n; i++ {
 		t.bufs[i-k], t.bufs[i] = t.bufs[i], t.bufs[i-k]
 		t.frames[i-k] = t.frames[i]

@@ -11,6 +11,7 @@ import (
 	"weak"
 
 	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpstate"
 	"github.com/xrnic/xrnic/nic/wire"
@@ -46,16 +47,32 @@ type CQInfo struct {
 	Stats  cq.Stats
 }
 
+// MRInfo is one memory region, as `rdma resource show mr` shows it. A plain
+// value.
+type MRInfo struct {
+	LKey, RKey uint32
+	Addr       uint64 // IOVA of the first byte
+	Len        int    // bytes; 0 for a fast-reg region not yet bound
+	Access     mr.Access
+	PD         uint32 // PD handle (pdn)
+	FastReg    bool   // from AllocFastRegMR
+	Valid      bool   // its keys work now (false for a fast-reg region unbound or invalidated)
+}
+
+// MRN is the region's number, the index in its keys (rxe's mrn).
+func (m MRInfo) MRN() uint32 { return m.LKey >> mr.KeyIndexShift }
+
 // Resources is a snapshot of a device's objects. The engine keeps QPs in a table,
-// so QPs are listed one by one; CQs are not registered with the device (any
-// cq.CQ works with it), so the CQs listed are those the listed QPs use; protection
-// domains, memory regions, SRQs and AHs are counted, not listed, because the
-// device keeps only their number. A plain value.
+// so QPs are listed one by one, and memory regions live in the device's mr.Table,
+// so they are listed too; CQs are not registered with the device (any cq.CQ works
+// with it), so the CQs listed are those the listed QPs use; protection domains,
+// SRQs and AHs are counted, not listed, because the device keeps only their
+// number. A plain value.
 type Resources struct {
 	QPs  []QPInfo // by QPN
 	CQs  []CQInfo // by CQN
+	MRs  []MRInfo // by MRN
 	PDs  int
-	MRs  int
 	SRQs int
 	AHs  int
 }
@@ -101,7 +118,11 @@ func (d *Device) Resources() (Resources, error) {
 	d.mu.Lock()
 	r.PDs, r.SRQs, r.AHs = d.npd, d.nsrq, d.nah
 	d.mu.Unlock()
-	r.MRs = d.mrs.Len()
+	// The table's mutex keeps each region's registration still while it is read.
+	for m := range d.mrs.Regions {
+		r.MRs = append(r.MRs, MRInfo{LKey: m.LKey(), RKey: m.RKey(), Addr: m.Addr(), Len: m.Len(),
+			Access: m.Access(), PD: m.PD(), FastReg: m.FastReg(), Valid: m.Valid()})
+	}
 	return r, nil
 }
 

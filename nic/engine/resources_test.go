@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/qpstate"
 )
 
@@ -21,8 +22,13 @@ func TestResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.QPs) != 1 || len(r.CQs) != 1 || r.PDs != 1 || r.MRs != 1 || r.SRQs != 0 || r.AHs != 0 {
+	if len(r.QPs) != 1 || len(r.CQs) != 1 || r.PDs != 1 || len(r.MRs) != 1 || r.SRQs != 0 || r.AHs != 0 {
 		t.Fatalf("B's resources: %+v", r)
+	}
+	wantMR := MRInfo{LKey: b.mr.LKey(), RKey: b.mr.RKey(), Addr: 0x10000, Len: len(b.buf),
+		Access: mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic, PD: b.pd.Handle(), Valid: true}
+	if r.MRs[0] != wantMR || r.MRs[0].MRN() != b.mr.LKey()>>8 {
+		t.Errorf("B's MR:\n got %+v\nwant %+v", r.MRs[0], wantMR)
 	}
 	q := r.QPs[0]
 	want := QPInfo{QPN: b.qp.QPN(), Type: qpstate.RC, State: qpstate.RTS, DestQPN: a.qp.QPN(), SQPSN: 0x200, RQPSN: 0x101,
@@ -48,8 +54,18 @@ func TestResources(t *testing.T) {
 	}
 
 	b.qp.Destroy().Wait()
-	if r, _ := p.b.Resources(); len(r.QPs) != 0 || len(r.CQs) != 0 || r.MRs != 1 {
+	if r, _ := p.b.Resources(); len(r.QPs) != 0 || len(r.CQs) != 0 || len(r.MRs) != 1 {
 		t.Errorf("after destroying the QP: %+v", r)
+	}
+	f, err := b.pd.AllocFastRegMR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := p.b.Resources(); len(r.MRs) != 1 || r.MRs[0].LKey != f.LKey() || !r.MRs[0].FastReg || r.MRs[0].Valid || r.MRs[0].Len != 0 {
+		t.Errorf("after deregistering the MR and allocating a fast-reg one: %+v", r.MRs)
 	}
 	p.b.Close()
 	if _, err := p.b.Resources(); !errors.Is(err, ErrClosed) {

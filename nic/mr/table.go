@@ -12,8 +12,8 @@ import (
 // Table holds the memory regions of one device, indexed by the upper 24 bits of
 // their keys.
 //
-// Concurrency: Register, Reregister, Deregister, AllocFastReg and FastReg may be
-// called from any goroutine; they serialise on the table's mutex. Lookup,
+// Concurrency: Register, Reregister, Deregister, AllocFastReg, FastReg and Regions
+// may be called from any goroutine; they serialise on the table's mutex. Lookup,
 // LookupAtomic, LookupAtomicWrite and Invalidate take no lock and may run from any
 // number of goroutines concurrently with everything else: they read a slot's
 // current view with one atomic load, and every view is immutable but for its
@@ -74,6 +74,33 @@ func (t *Table) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.n
+}
+
+// Regions calls yield for each region in the table, in index order, until yield
+// returns false; it has the shape of an iter.Seq, so `for r := range t.Regions`
+// works. It is for introspection (`rdma resource show mr`): it holds the table's
+// mutex throughout, so no Register, Reregister, Deregister or FastReg runs
+// meanwhile and each region's accessors agree with one another during yield
+// (Invalidate, which takes no lock, may still make a region not Valid). yield
+// must not call the table's control methods (it would deadlock); the lookups and
+// the region's accessors are fine. It allocates nothing and costs one atomic load
+// per index handed out so far.
+func (t *Table) Regions(yield func(*Region) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for idx := uint32(MinIndex); idx < t.next; {
+		c := t.chunks[idx>>chunkShift].Load()
+		end := min((idx>>chunkShift+1)<<chunkShift, t.next)
+		if c == nil {
+			idx = end
+			continue
+		}
+		for ; idx < end; idx++ {
+			if v := c[idx&(chunkSize-1)].v.Load(); v != nil && !yield(v.r) {
+				return
+			}
+		}
+	}
 }
 
 // ReregFlags says what Reregister changes: the bits of enum ibv_rereg_mr_flags.

@@ -408,3 +408,52 @@ func TestFastReg(t *testing.T) {
 		}
 	}
 }
+
+// TestRegions: the walk yields the regions in the table, in index order, across
+// chunks, skips deregistered ones, includes fast-reg ones, stops when told and
+// allocates nothing.
+func TestRegions(t *testing.T) {
+	tb := NewTable(3 * chunkSize)
+	var live []*Region
+	for i := range chunkSize + 10 {
+		r := mustRegister(t, tb, uint32(i%3), make([]byte, 8), 0, LocalWrite)
+		if i%7 == 3 {
+			if err := tb.Deregister(r); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		live = append(live, r)
+	}
+	f, err := tb.AllocFastReg(9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live = append(live, f)
+	var got []*Region
+	for r := range tb.Regions {
+		got = append(got, r)
+	}
+	if len(got) != len(live) || len(got) != tb.Len() {
+		t.Fatalf("Regions yielded %d regions, want %d (Len %d)", len(got), len(live), tb.Len())
+	}
+	for i := range got {
+		if got[i] != live[i] {
+			t.Fatalf("region %d: LKey %#x, want %#x", i, got[i].LKey(), live[i].LKey())
+		}
+	}
+	if !got[len(got)-1].FastReg() || got[len(got)-1].PD() != 9 {
+		t.Errorf("the fast-reg region is missing from the walk")
+	}
+	n := 0
+	tb.Regions(func(*Region) bool { n++; return n < 5 })
+	if n != 5 {
+		t.Errorf("yield returning false: %d calls, want 5", n)
+	}
+	if a := testing.AllocsPerRun(10, func() { tb.Regions(func(*Region) bool { return true }) }); a != 0 {
+		t.Errorf("Regions allocates %v times per walk", a)
+	}
+	for range NewTable(4).Regions {
+		t.Errorf("an empty table yields a region")
+	}
+}
