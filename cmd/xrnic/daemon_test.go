@@ -234,9 +234,19 @@ func TestDaemonOnVeth(t *testing.T) {
 	// A long client (duration mode) and a short one, at once.
 	var long, short syncBuffer
 	longRes := client(t, ctx, p, dev, &long, "write_bw", "-s", "4096", "-D", "3")
+	// The session's QP is listed from its creation (RESET, INIT) on; wait until the
+	// exchange has taken it to RTR.
 	var qps string
+	sessionRTR := func() bool {
+		for _, l := range strings.Split(qps, "\n") {
+			if strings.Contains(l, "session 1 ") && strings.Contains(l, " state RTR ") {
+				return true
+			}
+		}
+		return false
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(qps, "session 1 ") && time.Now().Before(deadline) {
+	for !sessionRTR() && time.Now().Before(deadline) {
 		qps = d.cmd(t, "resource", "show", "qp")
 		time.Sleep(20 * time.Millisecond)
 	}
