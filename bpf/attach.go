@@ -165,6 +165,9 @@ func checkInterface(ifname string, opts AttachOptions) (netlink.Link, error) {
 		return nil, fmt.Errorf("bpf: attach to %q: %w (set it up first)", ifname, ErrInterfaceDown)
 	}
 	if x := attrs.Xdp; x != nil && x.Attached {
+		if isOurs(x.ProgId) {
+			return nil, fmt.Errorf("bpf: attach to %q: %w: %w (%s)", ifname, ErrXDPBusy, ErrXDPOurs, describeXDP(x))
+		}
 		return nil, fmt.Errorf("bpf: attach to %q: %w: %s", ifname, ErrXDPBusy, describeXDP(x))
 	}
 	if opts.SingleBuffer && opts.Mode != AttachGeneric && l.Type() == "veth" {
@@ -178,6 +181,21 @@ func checkInterface(ifname string, opts AttachOptions) (netlink.Link, error) {
 		}
 	}
 	return l, nil
+}
+
+// isOurs reports whether the XDP program with this id is one of xrnic's entry
+// points (names are cut to 15 bytes by the kernel: xrnic_xdp, xrnic_xdp_singl).
+func isOurs(id uint32) bool {
+	if id == 0 {
+		return false
+	}
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		return false
+	}
+	defer p.Close()
+	info, err := p.Info()
+	return err == nil && strings.HasPrefix(info.Name, "xrnic_xdp")
 }
 
 // XDP_ATTACHED_MULTI of if_link.h: programs in more than one mode.

@@ -25,9 +25,12 @@ var (
 	ErrNoInterface   = errors.New("no such interface")
 	ErrInterfaceDown = errors.New("interface is down")
 	ErrXDPBusy       = errors.New("interface already has an XDP program")
-	ErrMTUTooLarge   = errors.New("MTU too large for XDP")
-	ErrAttach        = errors.New("kernel refused to attach XDP program")
-	ErrFaultRate     = errors.New("fault rate outside [0, 1]")
+	// ErrXDPOurs comes with ErrXDPBusy when the program there is xrnic's own:
+	// another xrnic process runs on the interface.
+	ErrXDPOurs     = errors.New("the program is xrnic's: another xrnic runs on this interface")
+	ErrMTUTooLarge = errors.New("MTU too large for XDP")
+	ErrAttach      = errors.New("kernel refused to attach XDP program")
+	ErrFaultRate   = errors.New("fault rate outside [0, 1]")
 )
 
 // Counters are the program's counters summed over CPUs. Every frame counts in

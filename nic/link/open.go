@@ -1,6 +1,7 @@
 package link
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"net/netip"
@@ -22,7 +23,9 @@ type Options struct {
 
 // Open returns the link opts ask for. With KindAuto it tries AF_XDP first and, when
 // that fails (no privilege, another XDP program, a kernel without AF_XDP), logs one
-// line saying why and falls back to a UDP socket on port 4791.
+// line saying why and falls back to a UDP socket on port 4791 — unless the program
+// in the way is another xrnic's, which would take the UDP socket's frames: then it
+// fails with an error saying so.
 func Open(opts Options) (Link, error) {
 	logf := opts.Logf
 	if logf == nil {
@@ -35,6 +38,11 @@ func Open(opts Options) (Link, error) {
 		return NewUDP(UDPOptions{Interface: opts.Interface, Addrs: opts.UDPAddrs})
 	case KindAuto:
 		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode})
+		if errors.Is(err, bpf.ErrXDPOurs) {
+			// Another xrnic's program steers port 4791 away from any UDP socket here:
+			// a fallback would never see a frame.
+			return nil, fmt.Errorf("%w: %w; not falling back to UDP, whose frames that program would take", ErrUnavailable, err)
+		}
 		if err == nil {
 			logf("xrnic: %s: AF_XDP link on queue %d (XDP program attached, %s mode)", opts.Interface, opts.Queue, x.att.Mode())
 			return x, nil

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	cilink "github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
 	"github.com/xrnic/xrnic/bpf"
@@ -231,30 +234,56 @@ func TestVethKernelTrafficWithProgram(t *testing.T) {
 	}
 }
 
-// TestOpenAuto: with AF_XDP available Auto picks it; with another XDP program on the
-// interface it falls back to UDP and says why.
+// TestOpenAuto: with AF_XDP available Auto picks it; with another program on the
+// interface it falls back to UDP and says why; when that program is another xrnic's,
+// it refuses instead (the program would take the UDP socket's frames).
 func TestOpenAuto(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{})
 	var logs []string
 	logf := func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }
-	var l1, l2 Link
-	if err := p.A.Do(func() (err error) {
-		l1, err = Open(Options{Interface: p.A.Name, Logf: logf})
+	err := p.A.Do(func() error {
+		l1, err := Open(Options{Interface: p.A.Name, Logf: logf})
 		if err != nil {
 			return err
 		}
-		// The interface now has our program: a second Auto open cannot attach.
-		l2, err = Open(Options{Interface: p.A.Name, Logf: logf})
-		return err
-	}); err != nil {
+		if l1.Info().Kind != KindAFXDP {
+			return fmt.Errorf("first open: %s link, want af_xdp", l1.Info().Kind)
+		}
+		_, err = Open(Options{Interface: p.A.Name, Logf: logf})
+		l1.Close()
+		if !errors.Is(err, bpf.ErrXDPOurs) || !errors.Is(err, ErrUnavailable) {
+			return fmt.Errorf("open beside another xrnic: %v, want ErrXDPOurs", err)
+		}
+		// A foreign program (XDP_PASS, named "other"): fall back, and say so.
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "other", Type: ebpf.XDP, License: "MIT",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}})
+		if err != nil {
+			return err
+		}
+		defer prog.Close()
+		ifc, err := net.InterfaceByName(p.A.Name)
+		if err != nil {
+			return err
+		}
+		xl, err := cilink.AttachXDP(cilink.XDPOptions{Program: prog, Interface: ifc.Index, Flags: cilink.XDPGenericMode})
+		if err != nil {
+			return err
+		}
+		defer xl.Close()
+		l2, err := Open(Options{Interface: p.A.Name, Logf: logf})
+		if err != nil {
+			return err
+		}
+		defer l2.Close()
+		if l2.Info().Kind != KindUDP {
+			return fmt.Errorf("open beside a foreign program: %s link, want udp", l2.Info().Kind)
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer l1.Close()
-	defer l2.Close()
-	if l1.Info().Kind != KindAFXDP || l2.Info().Kind != KindUDP {
-		t.Fatalf("kinds %s, %s; want af_xdp, udp", l1.Info().Kind, l2.Info().Kind)
-	}
-	if len(logs) != 2 || !bytes.Contains([]byte(logs[1]), []byte("falling back to the UDP link")) {
+	if len(logs) != 2 || !strings.Contains(logs[1], "falling back to the UDP link") || !strings.Contains(logs[1], "XDP program") {
 		t.Fatalf("log lines %q", logs)
 	}
 }
@@ -286,8 +315,8 @@ func TestAFXDPErrors(t *testing.T) {
 			return err
 		}
 		_, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name})
-		if !errors.Is(err, bpf.ErrXDPBusy) {
-			return fmt.Errorf("busy interface: %v", err)
+		if !errors.Is(err, bpf.ErrXDPBusy) || !errors.Is(err, bpf.ErrXDPOurs) {
+			return fmt.Errorf("busy interface (our own program): %v", err)
 		}
 		first.Close()
 		l, err = netlink.LinkByName(p.A.Name)
