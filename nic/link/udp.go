@@ -95,7 +95,7 @@ func NewUDP(opts UDPOptions) (*UDP, error) {
 	for _, a := range opts.Addrs {
 		s, err := openUDPSock(a.Unmap(), opts.Port, opts.Batch)
 		if err != nil {
-			return nil, fmt.Errorf("%w: UDP socket on [%s]:%d: %v", ErrUnavailable, a, opts.Port, err)
+			return nil, fmt.Errorf("%w: UDP socket on [%s]:%d: %w", ErrUnavailable, a, opts.Port, err)
 		}
 		l.socks = append(l.socks, s)
 		l.pfds = append(l.pfds, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
