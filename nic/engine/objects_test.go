@@ -215,8 +215,18 @@ func TestCounterNames(t *testing.T) {
 	send(t, a, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("count")})
 	pollOne(t, a.cq)
 	pollOne(t, b.cq)
-	ca, cb := p.a.Counters(), p.b.Counters()
-	if ca[CntSentPkts] != 1 || ca[CntRcvdPkts] != 1 || ca[CntRDMASends] != 1 || cb[CntRcvdPkts] != 1 || cb[CntSentPkts] != 1 || cb[CntRDMARecvs] != 1 {
+	// A frame can reach the peer before its sender's engine returns from WriteBatch
+	// and counts it: wait for the counters to settle.
+	var ca, cb Counters
+	settled := func() bool {
+		ca, cb = p.a.Counters(), p.b.Counters()
+		return ca[CntSentPkts] == 1 && ca[CntRcvdPkts] == 1 && ca[CntRDMASends] == 1 &&
+			cb[CntRcvdPkts] == 1 && cb[CntSentPkts] == 1 && cb[CntRDMARecvs] == 1
+	}
+	for deadline := time.Now().Add(5 * time.Second); !settled() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if !settled() {
 		t.Fatalf("counters: a %v b %v", ca.Map(), cb.Map())
 	}
 }
