@@ -239,102 +239,140 @@ func newSamples(n uint64, noPeak bool) BWSamples {
 	return BWSamples{Posted: make([]int64, n), Completed: make([]int64, n)}
 }
 
+// bwLoop is the state run_iter_bw and run_iter_bi share: the send side's
+// counters, the timestamps and the duration clock.
+type bwLoop struct {
+	s                         *session
+	nq                        int
+	dur, noPeak, walk, remote bool
+	iters, tot, cqMod, tx     uint64
+	size                      uint64
+	res                       bwResult
+	base                      time.Time
+	dc                        *durClock
+	totscnt, totccnt, sampled uint64
+}
+
+func (s *session) newBWLoop(size uint64) bwLoop {
+	p := s.p
+	l := bwLoop{s: s, nq: p.QPs, dur: p.DurationMode(), noPeak: p.NoPeak, walk: s.cycles(size),
+		remote: p.Test.Verb != VerbSend, iters: p.Iters, cqMod: uint64(p.CQMod), tx: uint64(p.TxDepth), size: size}
+	l.tot = l.iters * uint64(l.nq)
+	l.res = bwResult{samples: newSamples(l.tot, p.NoPeak)}
+	l.base = time.Now()
+	if l.dur {
+		l.dc = startDuration(l.base, p.Duration, p.Margin)
+	} else if l.noPeak {
+		l.res.samples.Posted[0] = int64(time.Since(l.base))
+	}
+	return l
+}
+
+// postSends keeps every QP at up to tx_depth outstanding WRs, one in cq_mod
+// signalled.
+func (l *bwLoop) postSends() error {
+	s, w := l.s, &l.s.w
+	for i := 0; i < l.nq; i++ {
+		wr := &w.send[i]
+		for (w.scnt[i] < l.iters || l.dur) && w.scnt[i]+1 <= l.tx+w.ccnt[i] {
+			if l.cqMod > 1 && w.scnt[i]%l.cqMod == 0 && !(!l.dur && w.scnt[i] == l.iters-1) {
+				wr.Flags &^= engine.SendSignaled
+			}
+			if !l.noPeak {
+				l.res.samples.Posted[l.totscnt] = int64(time.Since(l.base))
+			}
+			if l.dur && l.dc.ended() {
+				break
+			}
+			if err := s.postSend(i); err != nil {
+				return err
+			}
+			if l.walk {
+				s.advance(&w.sge[i].Addr, l.size, w.scnt[i], w.myAddr[i])
+				if l.remote {
+					s.advance(&wr.RemoteAddr, l.size, w.scnt[i], w.remAddr[i])
+				}
+			}
+			w.scnt[i]++
+			l.totscnt++
+			if w.scnt[i]%l.cqMod == l.cqMod-1 || (!l.dur && w.scnt[i] == l.iters-1) {
+				wr.Flags |= engine.SendSignaled
+			}
+		}
+	}
+	return nil
+}
+
+// sendsPending says whether send completions are still due.
+func (l *bwLoop) sendsPending() bool {
+	return l.totccnt < l.tot || (l.dur && l.totccnt < l.totscnt)
+}
+
+// reapSends polls the send CQ once; each completion stands for cq_mod WRs.
+func (l *bwLoop) reapSends() (int, error) {
+	s, w := l.s, &l.s.w
+	completed := l.res.samples.Completed
+	ne := s.scq.Poll(w.wc[:])
+	for k := 0; k < ne; k++ {
+		wc := &w.wc[k]
+		if wc.Status != verbs.WCStatus(0) {
+			return ne, wcError(s.side(), wc, l.totscnt, l.totccnt)
+		}
+		q := wc.WRID
+		w.ccnt[q] += l.cqMod
+		l.totccnt += l.cqMod
+		if !l.noPeak {
+			if l.totccnt > l.tot {
+				completed[l.tot-1] = int64(time.Since(l.base))
+			} else {
+				completed[l.totccnt-1] = int64(time.Since(l.base))
+			}
+		}
+		if l.dc.sampling() {
+			l.sampled += l.cqMod
+		}
+	}
+	s.progress.add(uint64(ne) * l.cqMod)
+	return ne, nil
+}
+
+// finish returns what was measured (the caller stops the duration clock).
+func (l *bwLoop) finish() bwResult {
+	l.res.n = l.tot
+	if l.dur {
+		l.res.samples.Posted[0], l.res.samples.Completed[0] = l.dc.start.Load(), l.dc.end.Load()
+		l.res.n = l.sampled
+	} else if l.noPeak {
+		l.res.samples.Completed[0] = int64(time.Since(l.base))
+	}
+	return l.res
+}
+
 // runBW is run_iter_bw: every QP keeps up to tx_depth WRs outstanding, one in
 // cq_mod signalled.
 func (s *session) runBW(size uint64) (bwResult, error) {
-	p := s.p
-	w := &s.w
-	nq := p.QPs
-	dur := p.DurationMode()
-	iters := p.Iters
-	tot := iters * uint64(nq)
-	cqMod := uint64(p.CQMod)
-	tx := uint64(p.TxDepth)
-	res := bwResult{samples: newSamples(tot, p.NoPeak)}
-	posted, completed := res.samples.Posted, res.samples.Completed
-	noPeak := p.NoPeak
-	walk := s.cycles(size)
-	remote := p.Test.Verb != VerbSend
-
-	base := time.Now()
-	var dc *durClock
-	if dur {
-		dc = startDuration(base, p.Duration, p.Margin)
-		defer dc.stop()
-	} else if noPeak {
-		posted[0] = int64(time.Since(base))
-	}
-	var totscnt, totccnt, sampled uint64
-	for totscnt < tot || totccnt < tot || (dur && !dc.ended()) {
-		for i := 0; i < nq; i++ {
-			wr := &w.send[i]
-			for (w.scnt[i] < iters || dur) && w.scnt[i]+1 <= tx+w.ccnt[i] {
-				if cqMod > 1 && w.scnt[i]%cqMod == 0 && !(!dur && w.scnt[i] == iters-1) {
-					wr.Flags &^= engine.SendSignaled
-				}
-				if !noPeak {
-					posted[totscnt] = int64(time.Since(base))
-				}
-				if dur && dc.ended() {
-					break
-				}
-				if err := s.postSend(i); err != nil {
-					return res, err
-				}
-				if walk {
-					s.advance(&w.sge[i].Addr, size, w.scnt[i], w.myAddr[i])
-					if remote {
-						s.advance(&wr.RemoteAddr, size, w.scnt[i], w.remAddr[i])
-					}
-				}
-				w.scnt[i]++
-				totscnt++
-				if w.scnt[i]%cqMod == cqMod-1 || (!dur && w.scnt[i] == iters-1) {
-					wr.Flags |= engine.SendSignaled
-				}
-			}
+	l := s.newBWLoop(size)
+	defer l.dc.stop()
+	for l.totscnt < l.tot || l.totccnt < l.tot || (l.dur && !l.dc.ended()) {
+		if err := l.postSends(); err != nil {
+			return l.res, err
 		}
-		if totccnt < tot || (dur && totccnt < totscnt) {
-			ne := s.scq.Poll(w.wc[:])
-			for k := 0; k < ne; k++ {
-				wc := &w.wc[k]
-				if wc.Status != verbs.WCStatus(0) {
-					return res, wcError(s.side(), wc, totscnt, totccnt)
-				}
-				q := wc.WRID
-				w.ccnt[q] += cqMod
-				totccnt += cqMod
-				if !noPeak {
-					if totccnt > tot {
-						completed[tot-1] = int64(time.Since(base))
-					} else {
-						completed[totccnt-1] = int64(time.Since(base))
-					}
-				}
-				if dc.sampling() {
-					sampled += cqMod
-				}
+		if l.sendsPending() {
+			ne, err := l.reapSends()
+			if err != nil {
+				return l.res, err
 			}
 			if ne == 0 {
 				if s.halted() {
-					return res, s.aborted()
+					return l.res, s.aborted()
 				}
 				runtime.Gosched()
-			} else {
-				s.progress.add(uint64(ne) * cqMod)
 			}
 		} else if s.halted() {
-			return res, s.aborted()
+			return l.res, s.aborted()
 		}
 	}
-	res.n = tot
-	if dur {
-		posted[0], completed[0] = dc.start.Load(), dc.end.Load()
-		res.n = sampled
-	} else if noPeak {
-		completed[0] = int64(time.Since(base))
-	}
-	return res, nil
+	return l.finish(), nil
 }
 
 // runBWServer is run_iter_bw_server: count receives and post them again; the
@@ -408,69 +446,31 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 // runBi is run_iter_bi for SEND: both sides send as run_iter_bw does and
 // receive as run_iter_bw_server does, in one loop; the report counts the sends.
 func (s *session) runBi(size uint64) (bwResult, error) {
-	p := s.p
 	w := &s.w
-	nq := p.QPs
-	dur := p.DurationMode()
-	iters := p.Iters
-	tot := iters * uint64(nq)
-	cqMod := uint64(p.CQMod)
-	tx := uint64(p.TxDepth)
-	res := bwResult{samples: newSamples(tot, p.NoPeak)}
-	posted, completed := res.samples.Posted, res.samples.Completed
-	noPeak := p.NoPeak
-	walk := s.cycles(size)
-	base := time.Now()
-	var dc *durClock
-	if dur {
-		dc = startDuration(base, p.Duration, p.Margin)
-		defer dc.stop()
-	} else if noPeak {
-		posted[0] = int64(time.Since(base))
-	}
-	var totscnt, totccnt, totrcnt, sampled uint64
-	for totscnt < tot || totccnt < tot || totrcnt < tot || (dur && !dc.ended()) {
-		for i := 0; i < nq; i++ {
-			wr := &w.send[i]
-			for (w.scnt[i] < iters || dur) && w.scnt[i]+1 <= tx+w.ccnt[i] {
-				if cqMod > 1 && w.scnt[i]%cqMod == 0 && !(!dur && w.scnt[i] == iters-1) {
-					wr.Flags &^= engine.SendSignaled
-				}
-				if !noPeak {
-					posted[totscnt] = int64(time.Since(base))
-				}
-				if dur && dc.ended() {
-					break
-				}
-				if err := s.postSend(i); err != nil {
-					return res, err
-				}
-				if walk {
-					s.advance(&w.sge[i].Addr, size, w.scnt[i], w.myAddr[i])
-				}
-				w.scnt[i]++
-				totscnt++
-				if w.scnt[i]%cqMod == cqMod-1 || (!dur && w.scnt[i] == iters-1) {
-					wr.Flags |= engine.SendSignaled
-				}
-			}
+	l := s.newBWLoop(size)
+	defer l.dc.stop()
+	l.remote = false // as before the loops shared code: only the local address walks here
+	var totrcnt uint64
+	for l.totscnt < l.tot || l.totccnt < l.tot || totrcnt < l.tot || (l.dur && !l.dc.ended()) {
+		if err := l.postSends(); err != nil {
+			return l.res, err
 		}
 		idle := true
-		if totrcnt < tot || dur {
+		if totrcnt < l.tot || l.dur {
 			ne := s.rcq.Poll(w.wc[:])
 			for k := 0; k < ne; k++ {
 				wc := &w.wc[k]
 				q := wc.WRID
 				if wc.Status != verbs.WCStatus(0) {
-					return res, wcError(s.side(), wc, totscnt, totrcnt)
+					return l.res, wcError(s.side(), wc, l.totscnt, totrcnt)
 				}
 				w.rcnt[q]++
 				totrcnt++
-				if (dur || w.rposted[q]+1 <= iters) && !(dur && dc.ended()) {
+				if (l.dur || w.rposted[q]+1 <= l.iters) && !(l.dur && l.dc.ended()) {
 					if _, err := s.qps[q].PostRecv(w.recv[q : q+1]); err != nil {
-						return res, fmt.Errorf("couldn't post recv QP %d rcnt=%d: %w", q, w.rcnt[q], err)
+						return l.res, fmt.Errorf("couldn't post recv QP %d rcnt=%d: %w", q, w.rcnt[q], err)
 					}
-					if walk {
+					if l.walk {
 						s.advance(&w.rsge[q].Addr, size, w.rposted[q], w.rxAddr[q])
 					}
 					w.rposted[q]++
@@ -478,45 +478,21 @@ func (s *session) runBi(size uint64) (bwResult, error) {
 			}
 			idle = idle && ne == 0
 		}
-		if totccnt < tot || (dur && totccnt < totscnt) {
-			ne := s.scq.Poll(w.wc[:])
-			for k := 0; k < ne; k++ {
-				wc := &w.wc[k]
-				if wc.Status != verbs.WCStatus(0) {
-					return res, wcError(s.side(), wc, totscnt, totccnt)
-				}
-				q := wc.WRID
-				w.ccnt[q] += cqMod
-				totccnt += cqMod
-				if !noPeak {
-					if totccnt > tot {
-						completed[tot-1] = int64(time.Since(base))
-					} else {
-						completed[totccnt-1] = int64(time.Since(base))
-					}
-				}
-				if dc.sampling() {
-					sampled += cqMod
-				}
+		if l.sendsPending() {
+			ne, err := l.reapSends()
+			if err != nil {
+				return l.res, err
 			}
-			s.progress.add(uint64(ne) * cqMod)
 			idle = idle && ne == 0
 		}
 		if idle {
 			if s.halted() {
-				return res, s.aborted()
+				return l.res, s.aborted()
 			}
 			runtime.Gosched()
 		}
 	}
-	res.n = tot
-	if dur {
-		posted[0], completed[0] = dc.start.Load(), dc.end.Load()
-		res.n = sampled
-	} else if noPeak {
-		completed[0] = int64(time.Since(base))
-	}
-	return res, nil
+	return l.finish(), nil
 }
 
 // latResult is what a latency loop measured: post times, or in duration mode the
