@@ -7,6 +7,7 @@ package engine
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -238,25 +239,7 @@ func goldenResponder(t *testing.T, frames [][]byte) {
 	if lo > hi {
 		lo, hi = 0x10000, 0x10000+4096
 	}
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer la.Close()
-	defer lb.Close()
-	d, err := Open(lb, Config{GIDs: []netdev.GID{netdev.GIDFromAddr(respAddr)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, _ := d.AllocPD()
-	var n *node
-	for n == nil || n.qp.QPN() < respQPN {
-		n = newNode(t, d, nodeOpts{pd: pd, bufLen: 64})
-	}
-	if n.qp.QPN() != respQPN {
-		t.Fatalf("cannot get QPN %#x", respQPN)
-	}
+	la, pd, n := goldenNode(t, respAddr, respQPN, nodeOpts{bufLen: 64})
 	buf := make([]byte, hi-lo+4096)
 	for va, b := range mem {
 		copy(buf[va-lo:], b)
@@ -301,7 +284,7 @@ func goldenResponder(t *testing.T, frames [][]byte) {
 			break
 		}
 	}
-	r := &rawPeer{t: t, l: la, d: d, dqpn: respQPN, bufs: make([][]byte, 64), sizes: make([]int, 64)}
+	r := &rawPeer{t: t, l: la, d: n.d, dqpn: respQPN, bufs: make([][]byte, 64), sizes: make([]int, 64)}
 	for i := range r.bufs {
 		r.bufs[i] = make([]byte, 2048)
 	}
@@ -371,26 +354,9 @@ func goldenRequester(t *testing.T, frames [][]byte) {
 			reqQPN = p.BTH.DestQPN() // UC pingpong: the peer's SENDs name our QP
 		}
 	}
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{MTU: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer la.Close()
-	defer lb.Close()
-	d, err := Open(lb, Config{GIDs: []netdev.GID{netdev.GIDFromAddr(reqAddr)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	pd, _ := d.AllocPD()
-	var n *node
-	for n == nil || n.qp.QPN() < reqQPN {
-		n = newNode(t, d, nodeOpts{pd: pd, bufLen: 1 << 20, typ: typ})
-	}
-	if n.qp.QPN() != reqQPN {
-		t.Fatalf("cannot get QPN %#x", reqQPN)
-	}
+	la, pd, n := goldenNode(t, reqAddr, reqQPN, nodeOpts{bufLen: 1 << 20, typ: typ})
 	var ah *AH
+	var err error
 	if typ == qpstate.UD {
 		udUpPSN(t, n, qkey, firstPSN)
 		if ah, err = pd.CreateAH(AV{DGID: netdev.GIDFromAddr(respAddr), DMAC: []byte{0x52, 0x54, 0, 0xc0, 2, 0x0c}}); err != nil {
@@ -469,7 +435,7 @@ func goldenRequester(t *testing.T, frames [][]byte) {
 	if _, err := n.qp.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	r := &rawPeer{t: t, l: la, d: d, dqpn: reqQPN, bufs: make([][]byte, 64), sizes: make([]int, 64)}
+	r := &rawPeer{t: t, l: la, d: n.d, dqpn: reqQPN, bufs: make([][]byte, 64), sizes: make([]int, 64)}
 	for i := range r.bufs {
 		r.bufs[i] = make([]byte, 2048)
 	}
@@ -500,4 +466,33 @@ func goldenRequester(t *testing.T, frames [][]byte) {
 	}
 	checkBytes(t, "READ data", local, readData)
 	t.Logf("%d work requests, %d request packets identical to rxe's", len(wrs), len(reqs))
+}
+
+// goldenNode opens a device with the capture's address on a fresh memory link, and
+// creates QPs until one has the capture's QPN. It returns the other end of the link,
+// where the test plays the captured peer, and the node's PD and node.
+func goldenNode(t *testing.T, addr netip.Addr, qpn uint32, o nodeOpts) (*link.Memory, *PD, *node) {
+	t.Helper()
+	la, lb, err := link.NewMemoryPair(link.MemoryOptions{MTU: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close() })
+	t.Cleanup(func() { lb.Close() })
+	d, err := Open(lb, Config{GIDs: []netdev.GID{netdev.GIDFromAddr(addr)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if o.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	var n *node
+	for n == nil || n.qp.QPN() < qpn {
+		n = newNode(t, d, o)
+	}
+	if n.qp.QPN() != qpn {
+		t.Fatalf("cannot get QPN %#x", qpn)
+	}
+	return la, o.pd, n
 }
