@@ -222,7 +222,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 		fs.IntVarP(&p.CQMod, "cq-mod", "Q", defCQMod, "generate a CQE every this many WRs")
 		fs.BoolVarP(&p.Duplex, "bidirectional", "b", false, "measure bidirectional bandwidth")
 		fs.BoolVarP(&p.NoPeak, "noPeak", "N", false, "do not compute the peak bandwidth")
-		fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/sec instead of MiB/sec")
+		fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/sec instead of MB/sec (2^20 bytes, as perftest)")
 	} else {
 		fs.BoolVarP(&p.Unsorted, "report-unsorted", "U", false, "print every latency, unsorted")
 		fs.BoolVarP(&p.Histogram, "report-histogrm", "H", false, "print every latency, sorted")

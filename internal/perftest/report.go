@@ -1,4 +1,5 @@
-// What perftest prints, in its exact formats (perftest_parameters.h and
+// What perftest prints, in its exact formats as of the version bench announces
+// (6.06, tag v4.5-0.17, which Debian ships; perftest_parameters.h and
 // perftest_parameters.c: ctx_print_test_info, print_report_bw,
 // print_full_bw_report, print_report_lat, print_report_lat_duration,
 // ctx_print_pingpong_data in perftest_communication.c), and the arithmetic that
@@ -17,16 +18,16 @@ import (
 
 const (
 	resultLine     = "---------------------------------------------------------------------------------------\n"
-	resultFmt      = " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
+	resultFmt      = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
 	resultFmtG     = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
 	resultFmtLat   = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
 	resultFmtLatD  = " #bytes        #iterations       t_avg[usec]    tps average"
-	reportFmt      = " %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f"
+	reportFmt      = " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f"
 	reportFmtExt   = " %-7d    %d           %-7.6f            %-7.6f            %-7.6f"
 	reportFmtLat   = " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f"
 	reportFmtLatD  = " %-7d       %d            %-7.2f        %-7.2f"
 	waitingBanner  = "\n************************************\n* Waiting for client to connect... *\n************************************\n"
-	mibPerSec      = 0x100000  // MBS format factor: MiB
+	mibPerSec      = 0x100000  // MBS format factor: perftest's "MB" is 2^20 bytes
 	gbitPerSec     = 125000000 // GBS format factor: bytes per Gb
 	latMeasureTail = 2         // LAT_MEASURE_TAIL: the largest samples dropped
 )
@@ -62,8 +63,8 @@ func PrintTestInfo(w io.Writer, p *Params, in Info) {
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", in.Device)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.QPs, "IB")
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
-	fmt.Fprintf(&b, " PCIe relax order: %s\t\tLock-free\t: %s\n", "Unsupported", "Unsupported")
-	fmt.Fprintf(&b, " ibv_wr* API     : %s\t\tUsing Enhanced Reorder      : %s\n", "OFF", "OFF")
+	fmt.Fprintf(&b, " PCIe relax order: %s\n", "Unsupported")
+	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", "OFF")
 	if !p.Server() || p.Duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", p.TxDepth)
 	}
@@ -72,7 +73,6 @@ func PrintTestInfo(w io.Writer, p *Params, in Info) {
 	}
 	if p.Test.Kind == BW {
 		fmt.Fprintf(&b, " CQ Moderation   : %d\n", p.CQMod)
-		fmt.Fprintf(&b, " CQE Poll Batch  : %d\n", pollBatch)
 	}
 	fmt.Fprintf(&b, " Mtu             : %d[B]\n", in.MTU)
 	fmt.Fprintf(&b, " Link type       : %s\n", "Ethernet")
