@@ -4,6 +4,7 @@
 #   make test      every test, under -race, plus short fuzz runs (root runs the data-path tests)
 #   make lint      gofmt + go vet + staticcheck
 #   make generate  rebuild the XDP program's Go bindings and object with clang (bpf2go)
+#   make interop   xrnic against Linux Soft-RoCE in a qemu guest (root; ../shared/tools/rxe-vm)
 
 GO        ?= go
 PKGS      ?= ./...
@@ -14,7 +15,7 @@ FUZZTIME  ?= 100000x
 # The tests of different packages each build namespaces and veth pairs; two cores here.
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 2
 
-.PHONY: all build test test-unit fuzz lint generate generate-check demo bench clean
+.PHONY: all build test test-unit fuzz lint generate generate-check demo bench interop clean
 
 all: build
 
@@ -41,7 +42,9 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags interop ./interop/
 	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck -tags interop ./interop/
 
 generate:
 	$(GO) generate ./bpf/
@@ -50,6 +53,13 @@ generate:
 # against the committed ones.
 generate-check:
 	bash bpf/check-generated.sh
+
+# The interop suite (interop/, build tag interop): boots a Debian guest running
+# rdma_rxe under qemu (building its image first if absent), then ibv_rc_pingpong
+# and ib_write_bw in the guest against bench, both roles, RoCE MTU 1024 and 4096.
+# Captures, both sides' output and ICRC reports land in artifacts/interop/.
+interop:
+	$(GO) test -tags interop -count=1 -timeout 25m -v ./interop/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./nic/...

@@ -161,6 +161,7 @@ type Params struct {
 	ReportGbits bool   // --report_gbits
 	OutJSON     bool   // --out_json
 	OutJSONFile string // --out_json_file
+	DumpBuffer  string // --dump_buffer: xrnic's own, the buffer written to a file at the end
 	NoPeak      bool   // -N
 	AtomicType  int    // -A
 	OutReads    int    // -o, 0 = device maximum
@@ -247,6 +248,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.BoolVarP(&p.CPUFreqF, "CPU-freq", "F", false, "do not fail on CPU frequency (accepted, ignored)")
 	fs.BoolVar(&p.OutJSON, "out_json", false, "also write the results to a JSON file")
 	fs.StringVar(&p.OutJSONFile, "out_json_file", defJSONFile, "name of the JSON report")
+	fs.StringVar(&p.DumpBuffer, "dump_buffer", "", "write the local buffer to this file when the test ends (xrnic's own, to check data against a capture)")
 	fs.StringVar(&p.Progress, "progress", "auto", "progress line on stderr during long runs: auto, on or off")
 	fs.BoolVarP(&p.Help, "help", "h", false, "show this help")
 	fs.BoolVarP(&p.Version, "version", "V", false, "print the perftest version bench speaks")

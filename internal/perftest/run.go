@@ -98,6 +98,22 @@ func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 	if err := s.setup(); err != nil {
 		return err
 	}
+	if err := s.flow(); err != nil {
+		return err
+	}
+	if p.DumpBuffer != "" {
+		// Both halves of every QP's buffer, from the MR's first byte: what a
+		// capture of the run can be checked against (the interop suite does).
+		if err := os.WriteFile(p.DumpBuffer, s.buf, 0o644); err != nil {
+			return fmt.Errorf("--dump_buffer: %w", err)
+		}
+	}
+	return nil
+}
+
+// flow runs the test's exchange and measurement.
+func (s *session) flow() error {
+	p := s.p
 	switch {
 	case p.Test.Kind == BW && p.Test.Verb == VerbSend:
 		return s.flowSendBW()

@@ -7,6 +7,7 @@ package perftest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -199,6 +200,13 @@ func (s *session) createResources() error {
 	var err error
 	if s.buf, err = mr.MapAnonymous(int(2 * uint64(p.QPs) * s.buffSize)); err != nil {
 		return err
+	}
+	// perftest's create_single_mr: random bytes, zeros for write_lat (whose
+	// polling watches the last byte change).
+	if p.Test.Verb != VerbWrite || p.Test.Kind != Lat {
+		var seed [32]byte
+		binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
+		_, _ = rand.NewChaCha8(seed).Read(s.buf)
 	}
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return err

@@ -1,0 +1,227 @@
+//go:build interop
+
+package interop
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestInterop boots one rxe guest per RoCE MTU and plays the real rdma-core and
+// perftest tools against xrnic's bench in both roles.
+func TestInterop(t *testing.T) {
+	for _, mtu := range []int{1024, 4096} {
+		t.Run(fmt.Sprintf("mtu%d", mtu), func(t *testing.T) {
+			g := boot(t, mtu)
+			for _, size := range []int{1, 4096, 1 << 20} {
+				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_server", size), func(t *testing.T) { pingpong(t, g, size, true) })
+				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_client", size), func(t *testing.T) { pingpong(t, g, size, false) })
+			}
+			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true) })
+			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false) })
+		})
+	}
+}
+
+// artifactName is the test's name as a file name.
+func artifactName(t *testing.T) string {
+	return strings.NewReplacer("/", "_", " ", "_").Replace(strings.TrimPrefix(t.Name(), "TestInterop/"))
+}
+
+// Iterations: the guest runs under software emulation (roughly 20-30 MB/s of
+// RDMA WRITE here), so runs stay short.
+const writeIters = 200
+
+// writeBW runs ib_write_bw in the guest against bench write_bw, with xrnic as
+// server (the guest writes into xrnic's memory) or as client.
+func writeBW(t *testing.T, g *guest, xrnicServer bool) {
+	name := artifactName(t)
+	dump := filepath.Join(suite.artifacts, name+".xrnic-buffer")
+	n := strconv.Itoa(writeIters)
+	bench := []string{suite.bench, "write_bw", "-d", ifXrnic, "-x", "1", "-s", "65536", "-n", n, "--progress", "off", "--dump_buffer", dump}
+	perftest := "ib_write_bw -d " + guestDev + " -x 1 -s 65536 -n " + n
+
+	c := startCapture(t, name)
+	var xOut, gOut string
+	var xErr, gErr error
+	if xrnicServer {
+		h := startHost(t, runTimeout, "Waiting for client to connect", bench...)
+		gOut, gErr = g.exec(t, runTimeout, perftest+" "+ipXrnic)
+		xOut, xErr = h.wait()
+	} else {
+		j := g.start(t, perftest)
+		g.waitListen(t, 18515, j)
+		xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
+		gOut, gErr = j.wait(runTimeout)
+	}
+	c.stop(t)
+	save(t, name+".xrnic.txt", []byte(xOut))
+	save(t, name+".guest.txt", []byte(gOut))
+	if xErr != nil || gErr != nil {
+		t.Fatalf("bench: %v, ib_write_bw: %v\n--- bench:\n%s\n--- ib_write_bw:\n%s", xErr, gErr, xOut, gOut)
+	}
+
+	// Same format as the real perftest: the MTU line and the table header byte
+	// for byte, and the result line itself (the server prints the client's report).
+	for _, re := range []*regexp.Regexp{mtuLine, bwHeader} {
+		if a, b := re.FindString(xOut), re.FindString(gOut); a == "" || a != b {
+			t.Errorf("bench printed %q where ib_write_bw printed %q", a, b)
+		}
+	}
+	if want := fmt.Sprintf(" Mtu             : %d[B]", g.mtu); mtuLine.FindString(xOut) != want {
+		t.Errorf("bench's MTU line is %q, want %q", mtuLine.FindString(xOut), want)
+	}
+	xr, gr := parseBW(t, "bench", xOut), parseBW(t, "ib_write_bw", gOut)
+	if xr.text != gr.text {
+		t.Errorf("result lines differ:\n bench:       %q\n ib_write_bw: %q", xr.text, gr.text)
+	}
+	// Sane: the sizes asked for, a positive average no larger than the peak and
+	// below 100 Gb/s, and a message rate that agrees with the average (MB = 2^20).
+	if xr.size != 65536 || xr.iters != writeIters {
+		t.Errorf("result line %q: want 65536 bytes x %d", xr.text, writeIters)
+	}
+	if !(xr.avg > 0 && xr.avg <= xr.peak*1.001 && xr.avg < 12500) {
+		t.Errorf("bandwidth not sane: %q", xr.text)
+	}
+	if rate := xr.avg * (1 << 20) / 65536 / 1e6; math.Abs(rate-xr.mpp) > 0.02*rate+1e-6 {
+		t.Errorf("message rate %.6f Mpps does not match %.2f MB/s of 64 KiB messages (%.6f)", xr.mpp, xr.avg, rate)
+	}
+	t.Logf("ib_write_bw %s, MTU %d: %.2f MB/s average", map[bool]string{true: "guest -> xrnic", false: "xrnic -> guest"}[xrnicServer], g.mtu, xr.avg)
+
+	checkICRC(t, c, name)
+
+	// Every byte as written: the WRITE data on the wire, placed at the addresses
+	// its RETHs name, against xrnic's buffer after the run.
+	buf, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatalf("bench's buffer: %v", err)
+	}
+	all := frames(t, c.path)
+	m := newWriteModel()
+	if xrnicServer {
+		for _, p := range roce(t, all, ipGuest) {
+			m.add(&p)
+		}
+		// bench's buffer is [client half | server half] and the server half is
+		// what it announced: its local VAddr.
+		m.compare(t, "guest's WRITEs in xrnic's memory", buf, vaddr(t, xOut, "local")-uint64(len(buf)/2))
+	} else {
+		for _, p := range roce(t, all, ipXrnic) {
+			m.add(&p)
+		}
+		// bench sends from its buffer's first half at the offset it writes to.
+		m.compare(t, "xrnic's WRITEs against its source buffer", buf, vaddr(t, xOut, "remote"))
+	}
+	if m.maxPay != g.mtu {
+		t.Errorf("largest WRITE payload %d B, want the path MTU %d", m.maxPay, g.mtu)
+	}
+}
+
+// rc_pingpong's lines (rdma-core libibverbs/examples/rc_pingpong.c).
+var (
+	ppAddr  = regexp.MustCompile(`(?m)^  (local|remote) address:\s+LID (0x[0-9a-f]{4}), QPN (0x[0-9a-f]{6}), PSN (0x[0-9a-f]{6}), GID (\S+)$`)
+	ppBytes = regexp.MustCompile(`(?m)^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$`)
+	ppIters = regexp.MustCompile(`(?m)^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$`)
+)
+
+// pingpongIters keeps each run to a few seconds under emulation.
+func pingpongIters(size int) int {
+	if size >= 1<<20 {
+		return 5
+	}
+	return 100
+}
+
+// pingpong runs ibv_rc_pingpong -g 1 in the guest against bench rc_pingpong, both
+// with buffer validation: the guest's -c, and bench's --chk, which checks every
+// byte of every message against what rc_pingpong puts on the wire.
+func pingpong(t *testing.T, g *guest, size int, xrnicServer bool) {
+	name := artifactName(t)
+	iters := pingpongIters(size)
+	args := fmt.Sprintf("-g 1 -s %d -n %d -m %d -c", size, iters, g.mtu)
+	bench := append([]string{suite.bench, "rc_pingpong", "-d", ifXrnic}, strings.Fields(args)...)
+	guestCmd := "ibv_rc_pingpong -d " + guestDev + " " + args
+
+	c := startCapture(t, name)
+	var xOut, gOut string
+	var xErr, gErr error
+	if xrnicServer {
+		// rc_pingpong's server prints nothing before its client connects: wait
+		// for bench's listening socket instead.
+		h := startHost(t, runTimeout, "", bench...)
+		waitHostListen(t, h, 18515)
+		gOut, gErr = g.exec(t, runTimeout, guestCmd+" "+ipXrnic)
+		xOut, xErr = h.wait()
+	} else {
+		j := g.start(t, guestCmd)
+		g.waitListen(t, 18515, j)
+		xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
+		gOut, gErr = j.wait(runTimeout)
+	}
+	c.stop(t)
+	save(t, name+".xrnic.txt", []byte(xOut))
+	save(t, name+".guest.txt", []byte(gOut))
+	if xErr != nil || gErr != nil {
+		t.Fatalf("bench: %v, ibv_rc_pingpong: %v\n--- bench:\n%s\n--- ibv_rc_pingpong:\n%s", xErr, gErr, xOut, gOut)
+	}
+
+	// The exchange: each side's remote line is the other's local line.
+	xa, ga := ppAddrs(t, "bench", xOut), ppAddrs(t, "ibv_rc_pingpong", gOut)
+	if xa["remote"] != ga["local"] || ga["remote"] != xa["local"] {
+		t.Errorf("address lines disagree:\n bench:           %v\n ibv_rc_pingpong: %v", xa, ga)
+	}
+	for who, out := range map[string]string{"bench": xOut, "ibv_rc_pingpong": gOut} {
+		b, it := ppBytes.FindStringSubmatch(out), ppIters.FindStringSubmatch(out)
+		if b == nil || it == nil {
+			t.Errorf("%s printed no result lines:\n%s", who, out)
+			continue
+		}
+		if want := strconv.Itoa(2 * size * iters); b[1] != want || it[1] != strconv.Itoa(iters) {
+			t.Errorf("%s: %q, %q: want %s bytes and %d iters", who, b[0], it[0], want, iters)
+		}
+	}
+	sent := checkICRC(t, c, name)
+	// Every message crossed the wire both ways: at least ceil(size/MTU) packets
+	// per message from xrnic.
+	if want := iters * max(1, (size+g.mtu-1)/g.mtu); sent < want {
+		t.Errorf("xrnic sent %d RoCE frames, want at least %d", sent, want)
+	}
+}
+
+// ppAddrs returns rc_pingpong's address lines by side.
+func ppAddrs(t *testing.T, who, out string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, l := range ppAddr.FindAllStringSubmatch(out, -1) {
+		m[l[1]] = strings.Join(l[2:], " ")
+	}
+	if len(m) != 2 {
+		t.Fatalf("%s printed no local and remote address lines:\n%s", who, out)
+	}
+	return m
+}
+
+// waitHostListen waits until a TCP socket listens on port in xrnic's namespace.
+func waitHostListen(t *testing.T, h *host, port int) {
+	t.Helper()
+	for i := 0; i < 300; i++ {
+		out, _ := runHost(t, shortTimeout, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port))
+		if strings.TrimSpace(out) != "" {
+			return
+		}
+		select {
+		case <-h.done:
+			t.Fatalf("bench exited before listening (%v):\n%s", h.err, h.out)
+		default:
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("bench did not listen on TCP %d:\n%s", port, h.out)
+}

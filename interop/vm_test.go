@@ -1,0 +1,489 @@
+//go:build interop
+
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/internal/testutil"
+)
+
+// The rxe-vm harness's fixed layout for `net-up host` (its README): the guest
+// (vm "a", 192.0.2.11) is bridged in netns rxevm-a to veth va0, whose peer vb0
+// (192.0.2.2) in netns rxevm-b is the seat for xrnic.
+const (
+	nsGuest   = "rxevm-a"
+	nsXrnic   = "rxevm-b"
+	ifXrnic   = "vb0"
+	ifCapture = "va0" // the guest side of the veth: no XDP program there, so tcpdump sees both ways
+	ipXrnic   = "192.0.2.2"
+	ipGuest   = "192.0.2.11"
+	guestDev  = "rxe0"
+	vmName    = "a"
+)
+
+// Step timeouts: every external step is bounded, so the suite never hangs.
+const (
+	buildTimeout = 10 * time.Minute
+	bootTimeout  = 3 * time.Minute
+	runTimeout   = 3 * time.Minute
+	shortTimeout = 30 * time.Second
+)
+
+// Needed on the host: qemu and the image builder for the guest, tcpdump for the
+// captures, python3 for the independent ICRC checker.
+var hostCommands = []string{"qemu-system-x86_64", "mmdebstrap", "cpio", "bc", "tcpdump", "python3", "ip"}
+
+// suite is what TestMain prepared; nil fields mean it could not.
+var suite struct {
+	rxeVM     string // the rxe-vm script
+	icrcCheck string // icrc-check.py
+	cache     string // RXE_VM_CACHE
+	bench     string // bench, built for this run
+	artifacts string
+	err       error // why the suite cannot run; every test fails with it
+	skip      string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if os.Geteuid() != 0 && !testutil.InCI() {
+		suite.skip = "the interop suite needs root (namespaces, qemu taps, XDP); skipped because CI is unset"
+		return m.Run()
+	}
+	dir, err := prepare()
+	if dir != "" {
+		defer os.RemoveAll(dir)
+	}
+	if err != nil {
+		// One line that says why, and every test fails with it.
+		fmt.Fprintf(os.Stderr, "interop: %v\n", err)
+		suite.err = err
+	}
+	return m.Run()
+}
+
+// prepare checks the host, builds bench and the guest image if absent.
+func prepare() (tmp string, err error) {
+	if os.Geteuid() != 0 {
+		return "", errors.New("not root, and CI=true forbids skipping")
+	}
+	for _, c := range hostCommands {
+		if _, err := exec.LookPath(c); err != nil {
+			return "", fmt.Errorf("%s not found: install qemu-system-x86 mmdebstrap cpio bc tcpdump python3 iproute2 (.ci/run does)", c)
+		}
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	tools := filepath.Join(root, "..", "shared", "tools", "rxe-vm")
+	suite.rxeVM = filepath.Join(tools, "rxe-vm")
+	suite.icrcCheck = filepath.Join(tools, "icrc-check.py")
+	for _, f := range []string{suite.rxeVM, suite.icrcCheck} {
+		if _, err := os.Stat(f); err != nil {
+			return "", fmt.Errorf("the rxe-vm harness is missing: %v", err)
+		}
+	}
+	suite.cache = os.Getenv("RXE_VM_CACHE")
+	if suite.cache == "" {
+		suite.cache = "/var/tmp/rxe-vm-cache"
+	}
+	suite.artifacts = os.Getenv("XRNIC_INTEROP_ARTIFACTS")
+	if suite.artifacts == "" {
+		suite.artifacts = filepath.Join(root, "artifacts", "interop")
+	}
+	if err := os.RemoveAll(suite.artifacts); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(suite.artifacts, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err = os.MkdirTemp("", "xrnic-interop-")
+	if err != nil {
+		return "", err
+	}
+	suite.bench = filepath.Join(tmp, "bench")
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-o", suite.bench, "./cmd/bench")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return tmp, fmt.Errorf("go build ./cmd/bench: %v: %s", err, bytes.TrimSpace(out))
+	}
+	if err := sweepStale(); err != nil {
+		return tmp, err
+	}
+	if imgs, _ := filepath.Glob(filepath.Join(suite.cache, "images", "base.cpio*")); len(imgs) == 0 {
+		fmt.Fprintf(os.Stderr, "interop: building the rxe guest image (rxe-vm build, ~25 s with a fast mirror)\n")
+		if out, err := rxeVM(ctx, nil, "build"); err != nil {
+			return tmp, fmt.Errorf("the guest image could not be built (rxe-vm build: %v): %s", err, lastLine(out))
+		}
+	}
+	return tmp, nil
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found")
+		}
+		dir = parent
+	}
+}
+
+// rxeVM runs the harness with the suite's settings and returns its combined output.
+func rxeVM(ctx context.Context, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, suite.rxeVM, args...)
+	cmd.Env = append(os.Environ(), "RXE_VM_CACHE="+suite.cache, "RXE_VM_ACCEL="+accel())
+	cmd.Env = append(cmd.Env, env...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return string(out), err
+}
+
+// accel keeps the harness's KVM probe out of the run unless asked for: this
+// kind of machine has no usable KVM (the harness README), and the probe costs
+// about 40 s. RXE_VM_ACCEL overrides.
+func accel() string {
+	if a := os.Getenv("RXE_VM_ACCEL"); a != "" {
+		return a
+	}
+	return "tcg"
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// The suite marks the namespaces and guest it creates with its PID, so that a
+// later run removes what a killed run left, and nothing else.
+func ownerFile() string { return filepath.Join(suite.cache, "xrnic-interop.owner") }
+
+func nsExists(name string) bool {
+	_, err := os.Stat(filepath.Join("/var/run/netns", name))
+	return err == nil
+}
+
+// sweepStale removes the guest and namespaces of an earlier run of this suite
+// whose process is gone; namespaces it did not create make the run fail instead.
+func sweepStale() error {
+	if !nsExists(nsGuest) && !nsExists(nsXrnic) {
+		return nil
+	}
+	b, err := os.ReadFile(ownerFile())
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil {
+		return fmt.Errorf("namespaces %s/%s exist and were not left by an earlier run of this suite: "+
+			"stop whoever uses them (rxe-vm down) and run again", nsGuest, nsXrnic)
+	}
+	return teardown()
+}
+
+// teardown stops the guest by its PID file and deletes the two namespaces.
+func teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs []error
+	if out, err := rxeVM(ctx, nil, "stop", vmName); err != nil {
+		errs = append(errs, fmt.Errorf("rxe-vm stop: %v: %s", err, lastLine(out)))
+	}
+	if out, err := rxeVM(ctx, nil, "net-down"); err != nil {
+		errs = append(errs, fmt.Errorf("rxe-vm net-down: %v: %s", err, lastLine(out)))
+	}
+	_ = os.Remove(ownerFile())
+	return errors.Join(errs...)
+}
+
+// guest is a booted rxe guest at one MTU.
+type guest struct {
+	mtu    int // RoCE path MTU: 1024 (netdev MTU 1500) or 4096 (netdev MTU 9000)
+	netMTU int
+}
+
+// boot brings up the network and the guest for one RoCE MTU; cleanup tears both
+// down, whatever happens to the test.
+func boot(t *testing.T, roceMTU int) *guest {
+	t.Helper()
+	if suite.skip != "" {
+		t.Skip(suite.skip)
+	}
+	if suite.err != nil {
+		t.Fatalf("interop: %v", suite.err)
+	}
+	g := &guest{mtu: roceMTU, netMTU: 1500}
+	if roceMTU == 4096 {
+		g.netMTU = 9000
+	}
+	if err := sweepStale(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"RXE_VM_MTU=" + strconv.Itoa(g.netMTU)}
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
+	if err := os.WriteFile(ownerFile(), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := teardown(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+	})
+	if out, err := rxeVM(ctx, env, "net-up", "host"); err != nil {
+		t.Fatalf("rxe-vm net-up host: %v: %s", err, lastLine(out))
+	}
+	start := time.Now()
+	if out, err := rxeVM(ctx, env, "start", vmName); err != nil {
+		t.Fatalf("the guest did not boot (rxe-vm start: %v): %s", err, lastLine(out))
+	}
+	t.Logf("guest booted in %.1f s (RoCE MTU %d, netdev MTU %d)", time.Since(start).Seconds(), roceMTU, g.netMTU)
+	out, err := g.exec(t, shortTimeout, "rdma link show; ibv_devinfo -d "+guestDev+" | grep -E 'state|active_mtu'")
+	if err != nil || !strings.Contains(out, "ACTIVE") || !strings.Contains(out, fmt.Sprintf("active_mtu:\t\t%d", roceMTU)) {
+		t.Fatalf("guest's rxe0 is not ACTIVE at MTU %d (%v):\n%s", roceMTU, err, out)
+	}
+	return g
+}
+
+// exec runs cmd in the guest and returns its output; a non-zero exit is an error.
+func (g *guest) exec(t *testing.T, timeout time.Duration, cmd string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	defer cancel()
+	out, err := rxeVM(ctx, nil, "exec", vmName, "--timeout", strconv.Itoa(int(timeout.Seconds())), "--", cmd)
+	return out, err
+}
+
+// job is a command running in the guest in the background.
+type job struct {
+	g  *guest
+	id string
+}
+
+func (g *guest) start(t *testing.T, cmd string) *job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)
+	defer cancel()
+	out, err := rxeVM(ctx, nil, "exec", vmName, "--bg", "--", cmd)
+	if err != nil {
+		t.Fatalf("guest: start %q: %v: %s", cmd, err, out)
+	}
+	j := &job{g: g, id: strings.TrimSpace(out)}
+	t.Cleanup(func() { j.kill() })
+	return j
+}
+
+// wait returns the job's output and its exit status.
+func (j *job) wait(timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	defer cancel()
+	return rxeVM(ctx, nil, "wait", vmName, j.id, strconv.Itoa(int(timeout.Seconds())))
+}
+
+// kill ends the job's process group in the guest if it still runs (the agent
+// writes its PID); a finished job is left alone.
+func (j *job) kill() {
+	dir := filepath.Join(suite.cache, "run", vmName, "share", "out")
+	if _, err := os.Stat(filepath.Join(dir, j.id+".rc")); err == nil {
+		return
+	}
+	b, err := os.ReadFile(filepath.Join(dir, j.id+".pid"))
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)
+	defer cancel()
+	pid := strings.TrimSpace(string(b))
+	_, _ = rxeVM(ctx, nil, "exec", vmName, "--timeout", "10", "--", "pkill -P "+pid+"; kill "+pid+" 2>/dev/null; true")
+}
+
+// waitListen waits until something in the guest listens on TCP port; a connect
+// would use up a perftest server's only accept, so the guest is asked instead.
+func (g *guest) waitListen(t *testing.T, port int, j *job) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		out, _ := g.exec(t, 10*time.Second, fmt.Sprintf("ss -Hltn 'sport = :%d' | wc -l", port))
+		if strings.TrimSpace(lastLine(out)) != "0" && strings.TrimSpace(lastLine(out)) != "" {
+			return
+		}
+		if j != nil {
+			if _, err := os.Stat(filepath.Join(suite.cache, "run", vmName, "share", "out", j.id+".rc")); err == nil {
+				out, _ := j.wait(time.Second)
+				t.Fatalf("the guest's server exited before listening:\n%s", out)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on the guest's TCP port %d after a minute", port)
+}
+
+// host is a process run in xrnic's namespace.
+type host struct {
+	cmd    *exec.Cmd
+	out    *lockedBuffer
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startHost runs args in netns rxevm-b; ready, if set, is waited for in its output.
+func startHost(t *testing.T, timeout time.Duration, ready string, args ...string) *host {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	full := append([]string{"netns", "exec", nsXrnic}, args...)
+	h := &host{cmd: exec.CommandContext(ctx, "ip", full...), out: &lockedBuffer{}, done: make(chan struct{}), cancel: cancel}
+	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
+	h.cmd.Cancel = func() error { return h.cmd.Process.Signal(syscall.SIGTERM) }
+	h.cmd.WaitDelay = 10 * time.Second
+	if err := h.cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start %v: %v", args, err)
+	}
+	go func() {
+		h.err = h.cmd.Wait()
+		close(h.done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-h.done
+	})
+	if ready != "" {
+		deadline := time.After(shortTimeout)
+		for !strings.Contains(h.out.String(), ready) {
+			select {
+			case <-h.done:
+				t.Fatalf("%v exited before %q (%v):\n%s", args, ready, h.err, h.out)
+			case <-deadline:
+				t.Fatalf("%v did not print %q within %v:\n%s", args, ready, shortTimeout, h.out)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return h
+}
+
+// wait returns the process's output and exit error.
+func (h *host) wait() (string, error) {
+	<-h.done
+	h.cancel()
+	return h.out.String(), h.err
+}
+
+// runHost runs args in netns rxevm-b to completion.
+func runHost(t *testing.T, timeout time.Duration, args ...string) (string, error) {
+	t.Helper()
+	return startHost(t, timeout, "", args...).wait()
+}
+
+// save keeps an artifact of the run.
+func save(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(suite.artifacts, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Errorf("artifact %s: %v", name, err)
+	}
+	return p
+}
+
+// capture is tcpdump on va0 in the guest's namespace.
+type capture struct {
+	path string
+	h    *exec.Cmd
+	out  *lockedBuffer
+	done chan error
+}
+
+func startCapture(t *testing.T, name string) *capture {
+	t.Helper()
+	c := &capture{path: filepath.Join(suite.artifacts, name+".pcap"), out: &lockedBuffer{}, done: make(chan error, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*runTimeout)
+	// -U: each packet written at once; -B: a large buffer, no kernel drops; -Z root
+	// keeps the file owned by root (tcpdump would drop privileges).
+	c.h = exec.CommandContext(ctx, "ip", "netns", "exec", nsGuest, "tcpdump", "-i", ifCapture, "-U", "-B", "16384",
+		"-s", "0", "-Z", "root", "-w", c.path, "udp port 4791")
+	c.h.Stdout, c.h.Stderr = c.out, c.out
+	c.h.Cancel = func() error { return c.h.Process.Signal(syscall.SIGINT) }
+	c.h.WaitDelay = 10 * time.Second
+	if err := c.h.Start(); err != nil {
+		cancel()
+		t.Fatalf("tcpdump: %v", err)
+	}
+	go func() { c.done <- c.h.Wait(); cancel() }()
+	t.Cleanup(func() { _ = c.h.Process.Signal(syscall.SIGINT); <-c.done })
+	deadline := time.Now().Add(shortTimeout)
+	for !strings.Contains(c.out.String(), "listening on") {
+		if time.Now().After(deadline) {
+			t.Fatalf("tcpdump did not start:\n%s", c.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return c
+}
+
+// stop ends the capture and checks that the kernel dropped nothing.
+func (c *capture) stop(t *testing.T) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond) // the last ACKs
+	_ = c.h.Process.Signal(syscall.SIGINT)
+	select {
+	case <-c.done:
+	case <-time.After(shortTimeout):
+		t.Fatalf("tcpdump did not stop")
+	}
+	c.done <- nil // for the cleanup
+	sc := bufio.NewScanner(strings.NewReader(c.out.String()))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 4 && strings.Join(f[1:], " ") == "packets dropped by kernel" && f[0] != "0" {
+			t.Errorf("tcpdump: %s: the capture misses frames", sc.Text())
+		}
+	}
+}
+
