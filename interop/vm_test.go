@@ -486,4 +486,3 @@ func (c *capture) stop(t *testing.T) {
 		}
 	}
 }
-
