@@ -4,12 +4,14 @@ package interop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,23 +101,25 @@ func checkICRC(t *testing.T, c *capture, name string) int {
 }
 
 // writeModel rebuilds, from the RDMA WRITE packets of one sender in a capture,
-// the bytes each address must hold afterwards. Retransmissions carry the same
-// PSN and must carry the same data; perftest writes each address from the same
-// source bytes every time, so a later message may rewrite an address only with
-// the same bytes.
+// the bytes each address must hold afterwards, accepting packets as a responder
+// does (IBTA 9.7.5.1): the expected PSN executes, an earlier PSN is a duplicate
+// that must carry the same bytes as before, a later PSN is out of sequence and
+// dropped. perftest writes each address from the same source bytes every time,
+// so a later message may rewrite an address only with the same bytes.
 type writeModel struct {
 	mem      map[uint64]byte
-	psnAddr  map[uint32]uint64 // PSN -> address of its first payload byte
-	next     uint64
-	nextPSN  uint32
-	inMsg    bool
+	psnAddr  map[wire.PSN]uint64 // PSN -> address of its first payload byte
+	ePSN     wire.PSN            // the next PSN a responder executes
+	started  bool
+	next     uint64 // where the next packet of the message goes
 	packets  int
+	dropped  int // out of sequence
 	maxPay   int
 	problems []string
 }
 
 func newWriteModel() *writeModel {
-	return &writeModel{mem: map[uint64]byte{}, psnAddr: map[uint32]uint64{}}
+	return &writeModel{mem: map[uint64]byte{}, psnAddr: map[wire.PSN]uint64{}}
 }
 
 func (m *writeModel) add(p *wire.Packet) {
@@ -123,59 +127,81 @@ func (m *writeModel) add(p *wire.Packet) {
 	if info.Mask&wire.MaskWrite == 0 {
 		return
 	}
-	psn := uint32(p.BTH.PSN())
+	psn := p.BTH.PSN()
+	if !m.started {
+		m.ePSN, m.started = psn, true
+	}
 	var addr uint64
-	switch a, seen := m.psnAddr[psn]; {
-	case seen:
+	d := psn.Sub(m.ePSN)
+	switch {
+	case d > 0:
+		m.dropped++
+		return
+	case d < 0:
+		a, ok := m.psnAddr[psn]
+		if !ok {
+			m.problems = append(m.problems, fmt.Sprintf("PSN %#x: a duplicate of a packet not in the capture", uint32(psn)))
+			return
+		}
 		addr = a
 	case info.Mask&wire.MaskRETH != 0:
 		addr = p.RETH.VA()
-	case m.inMsg && psn == m.nextPSN:
-		addr = m.next
 	default:
-		m.problems = append(m.problems, fmt.Sprintf("PSN %#x: a middle or last packet with no message before it", psn))
-		return
+		addr = m.next
 	}
-	m.psnAddr[psn] = addr
+	if d == 0 {
+		m.psnAddr[psn] = addr
+		m.next = addr + uint64(len(p.Payload))
+		m.ePSN = psn.Next()
+	}
 	m.packets++
 	m.maxPay = max(m.maxPay, len(p.Payload))
 	for i, b := range p.Payload {
 		if old, ok := m.mem[addr+uint64(i)]; ok && old != b && len(m.problems) < 10 {
-			m.problems = append(m.problems, fmt.Sprintf("PSN %#x: address %#x written as %#02x, earlier as %#02x", psn, addr+uint64(i), b, old))
+			m.problems = append(m.problems, fmt.Sprintf("PSN %#x: address %#x written as %#02x, earlier as %#02x", uint32(psn), addr+uint64(i), b, old))
 		}
 		m.mem[addr+uint64(i)] = b
 	}
-	m.next = addr + uint64(len(p.Payload))
-	m.nextPSN = (psn + 1) & uint32(wire.PSNMask)
-	m.inMsg = info.Mask&wire.MaskLast == 0 // ONLY has the LAST bit too
 }
 
 // compare checks every byte the model holds against buf, where address a is
 // buf[a-base].
 func (m *writeModel) compare(t *testing.T, what string, buf []byte, base uint64) {
 	t.Helper()
-	for _, p := range m.problems {
+	problems, err := m.check(buf, base)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	for _, p := range problems {
 		t.Errorf("%s: %s", what, p)
 	}
-	if len(m.mem) == 0 {
-		t.Fatalf("%s: the capture holds no RDMA WRITE data", what)
+	if len(problems) == 0 {
+		t.Logf("%s: %d bytes from %d WRITE packets (largest payload %d B) match", what, len(m.mem), m.packets, m.maxPay)
 	}
+}
+
+// check returns the model's own problems and the bytes of buf that differ.
+func (m *writeModel) check(buf []byte, base uint64) ([]string, error) {
+	if len(m.mem) == 0 {
+		return nil, errors.New("the capture holds no RDMA WRITE data")
+	}
+	problems := slices.Clone(m.problems)
 	bad := 0
 	for a, want := range m.mem {
 		off := a - base
 		if a < base || off >= uint64(len(buf)) {
-			t.Fatalf("%s: address %#x lies outside the buffer [%#x, %#x)", what, a, base, base+uint64(len(buf)))
+			return nil, fmt.Errorf("address %#x lies outside the buffer [%#x, %#x)", a, base, base+uint64(len(buf)))
 		}
 		if buf[off] != want {
 			if bad++; bad <= 5 {
-				t.Errorf("%s: byte at %#x is %#02x, the wire carried %#02x", what, a, buf[off], want)
+				problems = append(problems, fmt.Sprintf("byte at %#x is %#02x, the wire carried %#02x", a, buf[off], want))
 			}
 		}
 	}
 	if bad > 0 {
-		t.Errorf("%s: %d of %d bytes differ", what, bad, len(m.mem))
+		problems = append(problems, fmt.Sprintf("%d of %d bytes differ", bad, len(m.mem)))
 	}
-	t.Logf("%s: %d bytes from %d WRITE packets (largest payload %d B) match", what, len(m.mem), m.packets, m.maxPay)
+	return problems, nil
 }
 
 // perftest's lines, as both sides print them.
