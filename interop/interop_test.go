@@ -26,6 +26,9 @@ func TestInterop(t *testing.T) {
 			}
 			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true) })
 			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false) })
+			if mtu == 1024 {
+				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
+			}
 		})
 	}
 }

@@ -122,10 +122,10 @@ func prepare() (tmp string, err error) {
 	suite.bench = filepath.Join(tmp, "bench")
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", suite.bench, "./cmd/bench")
+	build := exec.CommandContext(ctx, "go", "build", "-o", tmp, "./cmd/bench", "./cmd/xrnic")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return tmp, fmt.Errorf("go build ./cmd/bench: %v: %s", err, bytes.TrimSpace(out))
+		return tmp, fmt.Errorf("go build ./cmd/bench ./cmd/xrnic: %v: %s", err, bytes.TrimSpace(out))
 	}
 	if err := sweepStale(); err != nil {
 		return tmp, err
