@@ -175,6 +175,10 @@ func pingpong(t *testing.T, g *guest, size int, xrnicServer bool) {
 		t.Fatalf("bench: %v, ibv_rc_pingpong: %v\n--- bench:\n%s\n--- ibv_rc_pingpong:\n%s", xErr, gErr, xOut, gOut)
 	}
 
+	// rc_pingpong -c reports bad data on stdout and still exits 0.
+	if strings.Contains(gOut, "invalid data") {
+		t.Errorf("ibv_rc_pingpong found invalid data:\n%s", gOut)
+	}
 	// The exchange: each side's remote line is the other's local line.
 	xa, ga := ppAddrs(t, "bench", xOut), ppAddrs(t, "ibv_rc_pingpong", gOut)
 	if xa["remote"] != ga["local"] || ga["remote"] != xa["local"] {

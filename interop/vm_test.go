@@ -471,7 +471,19 @@ func startCapture(t *testing.T, name string) *capture {
 // stop ends the capture and checks that the kernel dropped nothing.
 func (c *capture) stop(t *testing.T) {
 	t.Helper()
-	time.Sleep(300 * time.Millisecond) // the last ACKs
+	// tcpdump can lag behind on a busy machine, and SIGINT ends it without
+	// draining the kernel's ring: wait until the file stops growing.
+	var size int64 = -1
+	for i := 0; i < 150; i++ {
+		time.Sleep(200 * time.Millisecond)
+		fi, err := os.Stat(c.path)
+		if err == nil && fi.Size() == size && i >= 3 {
+			break
+		}
+		if err == nil {
+			size = fi.Size()
+		}
+	}
 	_ = c.h.Process.Signal(syscall.SIGINT)
 	select {
 	case <-c.done:

@@ -9,6 +9,11 @@
 // The tests are write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat,
 // send_lat and atomic_lat (internal/perftest); `bench TEST -h` lists the flags.
 //
+//	bench rc_pingpong -d veth0 -g 1 [-s SIZE] [-n ITERS] [-c] [server]
+//
+// is rdma-core's ibv_rc_pingpong (internal/pingpong): its flags, TCP exchange,
+// ping-pong of SENDs and output, to face a real ibv_rc_pingpong on rxe.
+//
 //	bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]
 //
 // builds two network namespaces joined by a veth pair and floods RoCEv2 frames from
@@ -34,6 +39,7 @@ import (
 
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/internal/perftest"
+	"github.com/xrnic/xrnic/internal/pingpong"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/testenv"
 )
@@ -56,16 +62,19 @@ func main() {
 }
 
 var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw, read_bw, send_bw, atomic_bw, " +
-	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), or bench link [--sizes 64,1024,4096] " +
-	"[--duration 2s] [--xdp-mode generic|native]")
+	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong [options] [server], " +
+	"or bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
 
-// run runs one command: a perftest test or the link baseline.
+// run runs one command: a perftest test, rc_pingpong or the link baseline.
 func run(ctx context.Context, args []string, out, errw io.Writer) error {
 	if len(args) == 0 {
 		return errUsage
 	}
-	if args[0] == "link" {
+	switch args[0] {
+	case "link":
 		return runLink(args, out)
+	case "rc_pingpong":
+		return runPingpong(ctx, args[1:], out, errw)
 	}
 	if _, ok := perftest.LookupTest(args[0]); !ok {
 		return fmt.Errorf("unknown test %q (%w)", args[0], errUsage)
@@ -83,6 +92,19 @@ func run(ctx context.Context, args []string, out, errw io.Writer) error {
 		return nil
 	}
 	return perftest.Run(ctx, p, out, errw)
+}
+
+// runPingpong is ibv_rc_pingpong.
+func runPingpong(ctx context.Context, args []string, out, errw io.Writer) error {
+	p, err := pingpong.Parse(args)
+	if err != nil {
+		return err
+	}
+	if p.Help {
+		pingpong.Usage(out)
+		return nil
+	}
+	return pingpong.Run(ctx, p, out, errw)
 }
 
 // runLink is the data-path baseline.

@@ -5,6 +5,8 @@
 package perftest
 
 import (
+	"github.com/xrnic/xrnic/internal/oob"
+
 	"context"
 	"errors"
 	"fmt"
@@ -17,8 +19,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
@@ -49,13 +49,13 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		ln, err = net.Listen("tcp", ":"+strconv.Itoa(p.Port))
 		if err != nil {
 			dev.Close()
-			return fmt.Errorf("couldn't listen to port %d: %w", p.Port, unwrapOp(err))
+			return fmt.Errorf("couldn't listen to port %d: %w", p.Port, oob.UnwrapOp(err))
 		}
 		io.WriteString(out, waitingBanner)
-		c, err = accept(ctx, ln)
+		c, err = oob.Accept(ctx, ln)
 		ln.Close()
 	} else {
-		c, err = dial(ctx, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)))
+		c, err = oob.Dial(ctx, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)), 0)
 	}
 	if err != nil {
 		dev.Close()
@@ -432,35 +432,6 @@ var localPairs = [][2]string{
 	{"127.0.1.1", "127.0.1.2"}, {"127.0.2.1", "127.0.2.2"}, {"127.0.3.1", "127.0.3.2"},
 }
 
-// openLocalPair opens the two UDP links of --local.
-func openLocalPair() (srv, cli link.Link, addrs [2]netip.Addr, err error) {
-	for _, pr := range localPairs {
-		a, b := netip.MustParseAddr(pr[0]), netip.MustParseAddr(pr[1])
-		srv, err = link.NewUDP(link.UDPOptions{Interface: "lo", Addrs: []netip.Addr{a}})
-		if err != nil {
-			if inUse(err) {
-				continue
-			}
-			return nil, nil, addrs, err
-		}
-		cli, err = link.NewUDP(link.UDPOptions{Interface: "lo", Addrs: []netip.Addr{b}})
-		if err != nil {
-			srv.Close()
-			if inUse(err) {
-				continue
-			}
-			return nil, nil, addrs, err
-		}
-		return srv, cli, [2]netip.Addr{a, b}, nil
-	}
-	return nil, nil, addrs, fmt.Errorf("UDP port %d is in use on every loopback address tried: %w", link.RoCEv2Port, err)
-}
-
-// inUse reports an EADDRINUSE from the UDP link (which keeps only its text).
-func inUse(err error) bool {
-	return errors.Is(err, unix.EADDRINUSE) || strings.Contains(err.Error(), unix.EADDRINUSE.Error())
-}
-
 // runLocal runs the server in a goroutine and the client here, each on a UDP
 // link on lo, exchanging over TCP on 127.0.0.1 (an ephemeral port unless -p
 // was given). The client's report goes to out; the server's is dropped.
@@ -468,7 +439,7 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, w := range p.Warnings {
 		io.WriteString(out, w)
 	}
-	ls, lc, addrs, err := openLocalPair()
+	ls, lc, addrs, err := oob.OpenLoopbackPair(localPairs)
 	if err != nil {
 		return fmt.Errorf("--local: %w", err)
 	}
@@ -500,7 +471,7 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 	if err != nil {
 		closeS()
 		closeC()
-		return fmt.Errorf("couldn't listen to port %d: %w", port, unwrapOp(err))
+		return fmt.Errorf("couldn't listen to port %d: %w", port, oob.UnwrapOp(err))
 	}
 	sp := p.forRole(true, "")
 	cp := p.forRole(false, addrs[0].String())
@@ -513,7 +484,7 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c, err := accept(sctx, ln)
+		c, err := oob.Accept(sctx, ln)
 		ln.Close()
 		if err != nil {
 			closeS()
@@ -522,7 +493,7 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 		}
 		serr = runConn(sctx, sp, io.Discard, io.Discard, ds, closeS, "lo", c)
 	}()
-	c, err := dial(ctx, ln.Addr().String())
+	c, err := oob.Dial(ctx, ln.Addr().String(), 0)
 	if err != nil {
 		closeC()
 	} else {

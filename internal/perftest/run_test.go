@@ -1,6 +1,8 @@
 package perftest
 
 import (
+	"github.com/xrnic/xrnic/internal/oob"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -206,7 +208,7 @@ func TestServerDiesMidRun(t *testing.T) {
 			serr := make(chan error, 1)
 			var sout syncBuffer
 			go func() {
-				c, err := accept(sctx, ln)
+				c, err := oob.Accept(sctx, ln)
 				ln.Close()
 				if err != nil {
 					closeS()
@@ -215,7 +217,7 @@ func TestServerDiesMidRun(t *testing.T) {
 				}
 				serr <- runConn(sctx, sp, &sout, io.Discard, ds, closeS, "lo", c)
 			}()
-			c, err := dial(context.Background(), ln.Addr().String())
+			c, err := oob.Dial(context.Background(), ln.Addr().String(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,13 +6,11 @@
 package perftest
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"sync/atomic"
 
 	"github.com/xrnic/xrnic/nic/engine"
@@ -378,36 +376,3 @@ func (s *session) watch(fn func() error) error {
 func (s *session) halted() bool { return s.stop.Load() || s.peerGone.Load() }
 
 // dial and listen open the exchange's TCP connection.
-func dial(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("couldn't connect to %s: %w", addr, unwrapOp(err))
-	}
-	return c, nil
-}
-
-func accept(ctx context.Context, ln net.Listener) (net.Conn, error) {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	c, err := ln.Accept()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("accept on %v: %w", ln.Addr(), err)
-	}
-	return c, nil
-}
-
-// unwrapOp drops net.OpError's repetition of the addresses.
-func unwrapOp(err error) error {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Err != nil {
-		return op.Err
-	}
-	return err
-}

@@ -1,0 +1,85 @@
+// Package oob holds what bench's tools share around the RDMA traffic itself:
+// the out-of-band TCP connection (perftest and rdma-core's pingpong exchange
+// addresses over it) and the pair of UDP links on lo that --local runs over.
+// The functions are safe for concurrent use.
+package oob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/link"
+)
+
+// Dial connects to addr; timeout bounds the connect (0: none but ctx).
+func Dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("couldn't connect to %s: %w", addr, UnwrapOp(err))
+	}
+	return c, nil
+}
+
+// Accept waits for one connection on ln; cancelling ctx closes ln.
+func Accept(ctx context.Context, ln net.Listener) (net.Conn, error) {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	c, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("accept on %v: %w", ln.Addr(), UnwrapOp(err))
+	}
+	return c, nil
+}
+
+// UnwrapOp drops net.OpError's repetition of the addresses, for one-line errors.
+func UnwrapOp(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
+}
+
+// OpenLoopbackPair opens two UDP links on lo, server first, on the first pair of
+// addresses whose RoCEv2 port is free on both.
+func OpenLoopbackPair(pairs [][2]string) (srv, cli link.Link, addrs [2]netip.Addr, err error) {
+	for _, pr := range pairs {
+		a, b := netip.MustParseAddr(pr[0]), netip.MustParseAddr(pr[1])
+		srv, err = link.NewUDP(link.UDPOptions{Interface: "lo", Addrs: []netip.Addr{a}})
+		if err != nil {
+			if inUse(err) {
+				continue
+			}
+			return nil, nil, addrs, err
+		}
+		cli, err = link.NewUDP(link.UDPOptions{Interface: "lo", Addrs: []netip.Addr{b}})
+		if err != nil {
+			srv.Close()
+			if inUse(err) {
+				continue
+			}
+			return nil, nil, addrs, err
+		}
+		return srv, cli, [2]netip.Addr{a, b}, nil
+	}
+	return nil, nil, addrs, fmt.Errorf("UDP port %d is in use on every loopback address tried: %w", link.RoCEv2Port, err)
+}
+
+// inUse reports an EADDRINUSE from the UDP link (which keeps only its text).
+func inUse(err error) bool {
+	return errors.Is(err, unix.EADDRINUSE) || strings.Contains(err.Error(), unix.EADDRINUSE.Error())
+}
