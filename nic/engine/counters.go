@@ -23,7 +23,7 @@ const (
 	CntRNRRetryExceeded                // retry_rnr_exceeded_err: rnr_retry exhausted
 	CntCompRetry                       // completer_retry_err: go-back-N retransmissions started
 	CntSendErr                         // send_err: frames the link refused or dropped
-	CntLinkDowned                      // link_downed: link errors
+	CntLinkDowned                      // link_downed: times the port went down (rxe_port_down) or the link failed
 	CntRDMASends                       // rdma_sends: send WRs completed successfully
 	CntRDMARecvs                       // rdma_recvs: receive WRs completed successfully
 

@@ -358,13 +358,40 @@ func (d *Device) EngineCounters() EngineCounters { return d.ecnt.snapshot() }
 func (d *Device) GIDs() []netdev.GID { return slices.Clone(d.cfg.GIDs) }
 
 // SetPortState reports a change of the port's link, as a netdev notifier does
-// for rxe (rxe_port_up, rxe_port_down): QueryPort's State becomes ACTIVE or DOWN
-// and EventPortActive or EventPortErr is raised, once per change, in the order of
-// the changes. A call that changes nothing raises nothing; after a link failure
-// (the engine's own EventPortErr) the port stays DOWN and raises nothing more.
-// The data path is not touched: a down link carries no frames, and RC QPs recover
-// or fail by their own retry rules. Safe from any goroutine, including handlers;
-// it never blocks (MID1, MID2).
+// for rxe: QueryPort's State becomes ACTIVE or DOWN and EventPortActive or
+// EventPortErr is raised, once per change, in the order of the changes, and a
+// change to DOWN counts link_downed. A call that changes nothing raises nothing;
+// after a link failure (the engine's own EventPortErr) the port stays DOWN and
+// raises nothing more. Safe from any goroutine, including handlers; it never
+// blocks (MID1, MID2).
+//
+// The rules, rxe's and ib_core's, and where the engine departs from them:
+//
+//   - The port follows the netdev, ACTIVE when it runs with carrier: a veth whose
+//     peer goes down takes this port down too (rxe_net.c rxe_notify ->
+//     rxe_port_up, rxe_port_down, rxe_set_port_state on NETDEV_UP, NETDEV_DOWN,
+//     NETDEV_CHANGE; since Linux 6.14 core/device.c ib_dispatch_port_state_event,
+//     one event per change of ib_get_curr_port_state). rxe counts link_downed
+//     as the port goes down.
+//   - No QP is touched (core/cache.c only refreshes its port cache): QPs stay in
+//     RTS, and posts are taken, since rxe_verbs.c rxe_post_send checks the QP's
+//     state, never the port's.
+//   - Nor is the data path: the requester keeps handing frames to the link,
+//     which drops them while the interface is down, and RC QPs settle by the
+//     local ACK timeout (IBTA 9.7.6.1.3; rxe_comp.c retransmit_timer,
+//     COMPST_ERROR_RETRY): a link back in time gets the retransmissions, else
+//     after retry_cnt+1 timeouts without progress the WR completes with
+//     RETRY_EXC_ERR, the QP goes to ERR and the rest is flushed (COMPST_ERROR,
+//     rxe_qp_error). rxe is harsher: it routes each packet, and a packet its
+//     own stack refuses (no route with the interface down, rxe_net.c
+//     rxe_find_route; a drop on the way out, rxe_send) fails the WR at once with
+//     LOC_QP_OP_ERR (rxe_req.c rxe_requester). That is an artefact of its path
+//     through the IP stack, and would end any flap in a QP error; RoCE NICs ride
+//     it out by the timer, and so does the engine. The port state could not gate
+//     the data path anyway: it trails the link by up to a second (linkwatch).
+//   - NETDEV_UNREGISTER unregisters the rxe device (ib_unregister_device_queued);
+//     verbs reports EventPortErr, then EventDeviceFatal (DispatchEvent). The
+//     QPs run on as above until the device is closed.
 func (d *Device) SetPortState(up bool) {
 	d.portMu.Lock()
 	defer d.portMu.Unlock()
@@ -378,6 +405,8 @@ func (d *Device) SetPortState(up bool) {
 	ev := AsyncEvent{Type: EventPortErr, Port: 1}
 	if up {
 		ev.Type = EventPortActive
+	} else {
+		d.cnt.inc(CntLinkDowned) // rxe_port_down
 	}
 	d.evq.post(ev)
 }
@@ -537,7 +566,9 @@ func (e *engine) linkFailed() {
 	if e.linkDead.Swap(true) {
 		return
 	}
-	e.d.cnt.inc(CntLinkDowned)
+	if !e.d.portDown.Load() {
+		e.d.cnt.inc(CntLinkDowned) // not counted twice for one outage
+	}
 	e.d.evq.post(AsyncEvent{Type: EventPortErr, Port: 1})
 }
 

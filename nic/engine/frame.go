@@ -148,8 +148,11 @@ func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
 	ec.inc(EngTxBatches)
 	if err != nil {
 		// A closed or failed link takes nothing; the frames are lost, as on a wire.
+		// An AF_XDP socket whose interface is down refuses each batch (sendto
+		// ENETDOWN, xsk.ErrLinkDown; what it queued leaves when the link is back,
+		// stale, and the responder takes it as duplicates, C9-105): send_err, per
+		// frame. link_downed counts the port going down (SetPortState).
 		c.add(CntSendErr, uint64(t.n))
-		c.inc(CntLinkDowned)
 		t.n = 0
 		return 0
 	}

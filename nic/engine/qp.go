@@ -806,7 +806,9 @@ func opAllowed(t qpstate.Type, op WROpcode) bool {
 
 // PostSend posts send work requests (ibv_post_send). It returns how many were
 // posted; on an error, wrs[n] is the bad one and nothing after it was posted. It
-// never blocks on the engine: the doorbell wakes it.
+// never blocks on the engine: the doorbell wakes it. Only the QP's state decides,
+// not the port's: a port that is DOWN takes posts, as rxe_post_send does, and the
+// local ACK timeout settles them (see SetPortState).
 func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
 	qp.sq.mu.Lock()
 	st := qp.pubState.Load()
