@@ -138,6 +138,9 @@ func (l *AFXDP) WriteBatch(frames [][]byte) (int, error) {
 	return n, mapXSKErr(err)
 }
 
+// mapXSKErr puts the socket's errors under the Link sentinels: a closed socket
+// is ErrClosed, anything else (xsk.ErrLinkDown while the interface is down, a
+// failed syscall) ErrUnavailable, keeping the xsk sentinel for errors.Is.
 func mapXSKErr(err error) error {
 	if err == nil {
 		return nil
@@ -145,7 +148,7 @@ func mapXSKErr(err error) error {
 	if errors.Is(err, xsk.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
-	return err
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // Wait implements Link.

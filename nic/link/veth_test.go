@@ -21,6 +21,7 @@ import (
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/wire"
+	"github.com/xrnic/xrnic/nic/xsk"
 	"github.com/xrnic/xrnic/testenv"
 )
 
@@ -403,4 +404,51 @@ func TestLinksCloseCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAFXDPWriteWhileDown: an AF_XDP socket whose interface goes down refuses
+// batches with an error under the Link sentinels (ErrUnavailable, keeping
+// xsk.ErrLinkDown), and sends again once the interface is back up.
+func TestAFXDPWriteWhileDown(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	a := openOn(t, &p.A, KindAFXDP)
+	b := openOn(t, &p.B, KindAFXDP)
+	frame := roceFrame(t, &p.A, &p.B, false, 1, []byte("while down"))
+	setState := func(up bool) {
+		t.Helper()
+		err := p.A.Do(func() error {
+			l, err := netlink.LinkByName(p.A.Name)
+			if err != nil {
+				return err
+			}
+			if up {
+				return netlink.LinkSetUp(l)
+			}
+			return netlink.LinkSetDown(l)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setState(false)
+	_, err := a.WriteBatch([][]byte{frame})
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, xsk.ErrLinkDown) {
+		t.Fatalf("WriteBatch on a down interface: %v, want ErrUnavailable wrapping xsk.ErrLinkDown", err)
+	}
+	setState(true)
+	// Carrier comes back asynchronously: retry until a frame crosses.
+	deadline := time.Now().Add(10 * time.Second)
+	bufs, sizes := [][]byte{make([]byte, 2048)}, make([]int, 1)
+	for time.Now().Before(deadline) {
+		if _, err := a.WriteBatch([][]byte{frame}); err != nil && !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("WriteBatch after up: %v", err)
+		}
+		_ = b.Wait(100 * time.Millisecond)
+		if n, err := b.ReadBatch(bufs, sizes); err != nil {
+			t.Fatal(err)
+		} else if n > 0 {
+			return
+		}
+	}
+	t.Fatal("no frame crossed after the interface came back up")
 }
