@@ -6,12 +6,15 @@
 // optionally behind one VLAN tag) to the AF_XDP socket registered for the frame's
 // receive queue, and passes everything else, or RoCEv2 on a queue without a
 // socket, to the kernel. For tests it can drop or corrupt RoCEv2 frames at seeded
-// rates (SetFaults).
+// rates (SetFaults). A second program, the impairment wire (AttachImpair),
+// forwards frames between two interfaces of a middle namespace and drops,
+// corrupts or duplicates RoCEv2 frames on the way.
 package bpf
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sync"
 
@@ -58,9 +61,9 @@ type Counters struct {
 // the receiver's ICRC check fails, and the frame is then steered as usual. A
 // frame is considered for corruption only if it was not dropped.
 //
-// There is no duplication: an XDP program cannot turn one frame into two.
-// Duplicates come from the memory link's fault model (nic/link.Faults) and,
-// on a real link, from the transport's own retransmissions.
+// There is no duplication here: the steering verdict delivers a frame once.
+// The impairment wire (AttachImpair, ImpairFaults) duplicates frames on a real
+// link; the memory link's fault model (nic/link.Faults) does on its own.
 //
 // Seed makes the faults reproducible per CPU: each CPU draws from its own PRNG,
 // seeded with Seed and its CPU id whenever SetFaults runs (even with the same
@@ -102,22 +105,56 @@ func (f Faults) validate() error {
 type Program struct {
 	mu        sync.RWMutex // guards closed against the objects' file descriptors
 	closed    bool
-	objs      xrnicObjects
+	objs      steeringObjects
 	faultsMu  sync.Mutex // orders SetFaults calls: each writes a newer generation
 	faultsGen uint64     // generation of the last SetFaults, under faultsMu
+}
+
+// steeringObjects are the steering program's objects in xrnic.c. Loading
+// through this struct leaves the impairment wire's programs and maps
+// (impair.go) out of the kernel; xrnicObjects, which holds both of its entry
+// points, cannot be loaded at all.
+type steeringObjects struct {
+	XrnicXdp       *ebpf.Program `ebpf:"xrnic_xdp"`
+	XrnicXdpSingle *ebpf.Program `ebpf:"xrnic_xdp_single"`
+	Counters       *ebpf.Map     `ebpf:"counters"`
+	Faults         *ebpf.Map     `ebpf:"faults"`
+	Xsks           *ebpf.Map     `ebpf:"xsks"`
+}
+
+func (o *steeringObjects) Close() error {
+	return closeAll(o.XrnicXdp, o.XrnicXdpSingle, o.Counters, o.Faults, o.Xsks)
+}
+
+// closeAll closes every object, nil ones included, and joins the errors.
+func closeAll(cs ...io.Closer) error {
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// loadObjects loads the objects of xrnic.c that objs (a struct like
+// steeringObjects) names, and only those.
+func loadObjects(what string, objs any) error {
+	if err := loadXrnicObjects(objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			// The verifier's log ends with the reason; %+v prints all of it.
+			return fmt.Errorf("bpf: load %s: %+v", what, verr)
+		}
+		return fmt.Errorf("bpf: load %s: %w", what, err)
+	}
+	return nil
 }
 
 // Load loads the XDP program and its maps into the kernel. The caller must Close
 // the Program.
 func Load() (*Program, error) {
 	p := &Program{}
-	if err := loadXrnicObjects(&p.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			// The verifier's log ends with the reason; %+v prints all of it.
-			return nil, fmt.Errorf("bpf: load XDP program: %+v", verr)
-		}
-		return nil, fmt.Errorf("bpf: load XDP program: %w", err)
+	if err := loadObjects("XDP program", &p.objs); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

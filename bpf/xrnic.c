@@ -13,9 +13,21 @@
 //
 // Fault injection, for testing the transport's recovery on the real data path: a
 // config map set from Go (bpf.Faults) makes the program drop or corrupt RoCEv2
-// frames at seeded rates before they are steered. XDP cannot emit two frames for
-// one, so it does not duplicate; duplicates on a real link come from the memory
-// link's fault model and from the engine's own go-back-N retransmissions.
+// frames at seeded rates before they are steered. A verdict delivers a frame at
+// most once, so the steering program cannot duplicate.
+//
+// XDP can multiply a frame, though, and the second program does: xrnic_impair,
+// an impairment wire for tests (bpf.AttachImpair) attached to both ports of a
+// middle namespace, forwards every frame from one port out of the other with
+// bpf_redirect_map. RoCEv2 frames (parsed as above) are dropped, corrupted or
+// duplicated at seeded rates; a duplicate is a broadcast redirect into a devmap
+// that holds each port twice, excluding the ingress port, which the kernel
+// delivers as two frames (clones of the skb in generic mode, of the xdp_frame in
+// native mode). The kernel refuses to broadcast a frame with fragments, so the
+// single-buffer entry point, which generic mode hands linear frames of any size,
+// is the default. A single-buffer and a multi-buffer program cannot share a
+// devmap (the kernel refuses to load the second), so Go loads one entry point of
+// the wire at a time, and never the whole object at once.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -234,22 +246,23 @@ static __always_inline __u64 splitmix64(__u64 z)
 	return z ^ (z >> 31);
 }
 
-// next_rand steps this CPU's xorshift64 (Marsaglia, 2003), seeding it first when
-// the settings changed since it was last seeded.
-static __always_inline __u64 next_rand(struct counters *c, const struct faults *f)
+// next_rand steps this CPU's xorshift64 (Marsaglia, 2003) kept in *rng, seeding
+// it first when the settings changed since it was last seeded (*rng_gen holds the
+// generation it was seeded from). Both live in a per-CPU counters slot.
+static __always_inline __u64 next_rand(__u64 *rng, __u64 *rng_gen, const struct faults *f)
 {
-	__u64 x = c->rng;
+	__u64 x = *rng;
 
-	if (c->rng_gen != f->gen || x == 0) {
+	if (*rng_gen != f->gen || x == 0) {
 		x = splitmix64(f->seed + bpf_get_smp_processor_id());
 		if (x == 0)
 			x = 0x9e3779b97f4a7c15ULL;
-		c->rng_gen = f->gen;
+		*rng_gen = f->gen;
 	}
 	x ^= x << 13;
 	x ^= x >> 7;
 	x ^= x << 17;
-	c->rng = x;
+	*rng = x;
 	return x;
 }
 
@@ -259,22 +272,22 @@ static __always_inline __u64 next_rand(struct counters *c, const struct faults *
 // in extension headers, payload, pad or ICRC, all of which the ICRC covers, so the
 // receiver's check must fail (a CRC-32 catches every burst of up to 32 bits).
 // bpf_xdp_{load,store}_bytes reach bytes in fragments too, and check bounds.
-static __always_inline enum fault inject(struct xdp_md *ctx, struct counters *c, const struct roce_loc *loc)
+// rng and rng_gen are next_rand's.
+static __always_inline enum fault inject(struct xdp_md *ctx, __u64 *rng, __u64 *rng_gen, const struct faults *f,
+					 const struct roce_loc *loc)
 {
-	__u32 zero = 0, start, span, off;
-	struct faults *f;
+	__u32 start, span, off;
 	__u64 r1, r2;
 	__u8 b;
 
-	f = bpf_map_lookup_elem(&faults, &zero);
-	if (!f || (f->drop == 0 && f->corrupt == 0))
+	if (f->drop == 0 && f->corrupt == 0)
 		return FAULT_NONE;
-	r1 = next_rand(c, f);
+	r1 = next_rand(rng, rng_gen, f);
 	if ((r1 >> 32) < f->drop)
 		return FAULT_DROP;
 	if (f->corrupt == 0)
 		return FAULT_NONE;
-	r2 = next_rand(c, f);
+	r2 = next_rand(rng, rng_gen, f);
 	if ((r2 >> 32) >= f->corrupt)
 		return FAULT_NONE;
 	if (loc->udp_len <= sizeof(struct udphdr) + BTH_LEN)
@@ -302,8 +315,10 @@ static __always_inline int xrnic(struct xdp_md *ctx)
 	// Per-CPU slot: plain increments, no atomics.
 	c = bpf_map_lookup_elem(&counters, &zero);
 	if (kind == KIND_ROCE) {
-		if (c)
-			fault = inject(ctx, c, &loc);
+		struct faults *f = bpf_map_lookup_elem(&faults, &zero);
+
+		if (c && f)
+			fault = inject(ctx, &c->rng, &c->rng_gen, f, &loc);
 		if (fault == FAULT_DROP)
 			verdict = XDP_DROP;
 		else
@@ -342,6 +357,166 @@ SEC("xdp")
 int xrnic_xdp_single(struct xdp_md *ctx)
 {
 	return xrnic(ctx);
+}
+
+// The impairment wire.
+
+// Ports of the wire: 0 and 1 are the two interfaces, counted per ingress port.
+// Frames from any other interface (only a test run can make them) are passed and
+// counted in slot IMPAIR_OTHER.
+#define IMPAIR_PORTS 2
+#define IMPAIR_OTHER 2
+
+// Faults of one direction, set from Go (bpf.Impair.SetFaults): the steering
+// program's drop and corrupt settings and PRNG seeding, plus duplicate, a
+// threshold per 2^32 like the others.
+struct impair_faults {
+	struct faults f;
+	__u64 duplicate;
+};
+
+// Counters of one ingress port on one CPU, with that CPU's PRNG for frames from
+// the port. Invariant: seen == forwarded + dropped + no_egress. duplicated,
+// dup_refused and corrupted count frames that are also forwarded; roce counts
+// the frames that faults could hit.
+struct impair_counters {
+	__u64 seen;
+	__u64 roce;
+	__u64 forwarded;
+	__u64 duplicated;
+	__u64 dup_refused;
+	__u64 dropped;
+	__u64 corrupted;
+	__u64 no_egress;
+	__u64 rng;
+	__u64 rng_gen;
+};
+
+// ingress ifindex -> port.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, IMPAIR_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} impair_ports SEC(".maps");
+
+// port -> the other port's ifindex: where its frames go.
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, IMPAIR_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} impair_fwd SEC(".maps");
+
+// Both ports, twice each: a broadcast that excludes the ingress port sends two
+// copies out of the other one, whichever port the frame came from.
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 2 * IMPAIR_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} impair_dup SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, IMPAIR_PORTS);
+	__type(key, __u32);
+	__type(value, struct impair_faults);
+} impair_faults SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IMPAIR_PORTS + 1);
+	__type(key, __u32);
+	__type(value, struct impair_counters);
+} impair_counters SEC(".maps");
+
+// impair forwards every frame to the other port; RoCEv2 frames first meet the
+// faults of their ingress port: a drop, else a corruption (inject, with the same
+// draws as the steering program), then, unless dropped, one more draw for the
+// duplicate.
+static __always_inline int impair(struct xdp_md *ctx)
+{
+	__u32 ifindex = ctx->ingress_ifindex, port = IMPAIR_OTHER, *pp;
+	struct roce_loc loc = {};
+	enum frame_kind kind = KIND_OTHER;
+	enum fault fault = FAULT_NONE;
+	struct impair_counters *c;
+	struct impair_faults *f;
+	int dup = 0, refused = 0, verdict;
+
+	pp = bpf_map_lookup_elem(&impair_ports, &ifindex);
+	if (pp)
+		port = *pp;
+	c = bpf_map_lookup_elem(&impair_counters, &port);
+	if (!pp) {
+		if (c)
+			c->seen++;
+		return XDP_PASS;
+	}
+
+	kind = classify(ctx, &loc);
+	if (kind == KIND_ROCE && c) {
+		f = bpf_map_lookup_elem(&impair_faults, &port);
+		if (f) {
+			fault = inject(ctx, &c->rng, &c->rng_gen, &f->f, &loc);
+			if (fault != FAULT_DROP && f->duplicate != 0 &&
+			    (next_rand(&c->rng, &c->rng_gen, &f->f) >> 32) < f->duplicate)
+				dup = 1;
+		}
+	}
+	// The kernel refuses to broadcast a frame with fragments (EOPNOTSUPP, in
+	// generic and native mode alike) and would drop it: send it once instead.
+	if (dup && bpf_xdp_get_buff_len(ctx) > (__u64)(ctx->data_end - ctx->data)) {
+		dup = 0;
+		refused = 1;
+	}
+
+	if (fault == FAULT_DROP)
+		verdict = XDP_DROP;
+	else if (dup)
+		verdict = bpf_redirect_map(&impair_dup, 0, BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS);
+	else
+		// No entry: the other port is gone (the kernel removes a devmap entry
+		// with its device), and the frame with it.
+		verdict = bpf_redirect_map(&impair_fwd, port, XDP_DROP);
+
+	if (c) {
+		c->seen++;
+		if (kind == KIND_ROCE)
+			c->roce++;
+		if (fault == FAULT_DROP) {
+			c->dropped++;
+		} else if (verdict == XDP_REDIRECT) {
+			c->forwarded++;
+			if (dup)
+				c->duplicated++;
+			if (refused)
+				c->dup_refused++;
+			if (fault == FAULT_CORRUPT)
+				c->corrupted++;
+		} else {
+			c->no_egress++;
+		}
+	}
+	return verdict;
+}
+
+// The single-buffer entry point, the default. In generic mode the kernel makes
+// every frame linear for it, whatever its size, so every frame can be
+// duplicated; in native mode on veth it caps the peer MTU at 3506.
+SEC("xdp")
+int xrnic_impair(struct xdp_md *ctx)
+{
+	return impair(ctx);
+}
+
+// The multi-buffer entry point, for native mode with frames above a page (MTU
+// 4096); those frames arrive with fragments and are never duplicated.
+SEC("xdp.frags")
+int xrnic_impair_frags(struct xdp_md *ctx)
+{
+	return impair(ctx);
 }
 
 char __license[] SEC("license") = "Dual MIT/GPL";

@@ -33,15 +33,42 @@ type xrnicFaults struct {
 	Gen     uint64
 }
 
+type xrnicImpairCounters struct {
+	_          structs.HostLayout
+	Seen       uint64
+	Roce       uint64
+	Forwarded  uint64
+	Duplicated uint64
+	DupRefused uint64
+	Dropped    uint64
+	Corrupted  uint64
+	NoEgress   uint64
+	Rng        uint64
+	RngGen     uint64
+}
+
+type xrnicImpairFaults struct {
+	_         structs.HostLayout
+	F         xrnicFaults
+	Duplicate uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xrnicMapCounters        = "counters"
-	xrnicMapFaults          = "faults"
-	xrnicMapXsks            = "xsks"
-	xrnicProgXrnicXdp       = "xrnic_xdp"
-	xrnicProgXrnicXdpSingle = "xrnic_xdp_single"
+	xrnicMapCounters          = "counters"
+	xrnicMapFaults            = "faults"
+	xrnicMapImpairCounters    = "impair_counters"
+	xrnicMapImpairDup         = "impair_dup"
+	xrnicMapImpairFaults      = "impair_faults"
+	xrnicMapImpairFwd         = "impair_fwd"
+	xrnicMapImpairPorts       = "impair_ports"
+	xrnicMapXsks              = "xsks"
+	xrnicProgXrnicImpair      = "xrnic_impair"
+	xrnicProgXrnicImpairFrags = "xrnic_impair_frags"
+	xrnicProgXrnicXdp         = "xrnic_xdp"
+	xrnicProgXrnicXdpSingle   = "xrnic_xdp_single"
 )
 
 // loadXrnic returns the embedded CollectionSpec for xrnic.
@@ -86,17 +113,24 @@ type xrnicSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xrnicProgramSpecs struct {
-	XrnicXdp       *ebpf.ProgramSpec `ebpf:"xrnic_xdp"`
-	XrnicXdpSingle *ebpf.ProgramSpec `ebpf:"xrnic_xdp_single"`
+	XrnicImpair      *ebpf.ProgramSpec `ebpf:"xrnic_impair"`
+	XrnicImpairFrags *ebpf.ProgramSpec `ebpf:"xrnic_impair_frags"`
+	XrnicXdp         *ebpf.ProgramSpec `ebpf:"xrnic_xdp"`
+	XrnicXdpSingle   *ebpf.ProgramSpec `ebpf:"xrnic_xdp_single"`
 }
 
 // xrnicMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xrnicMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Faults   *ebpf.MapSpec `ebpf:"faults"`
-	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
+	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	Faults         *ebpf.MapSpec `ebpf:"faults"`
+	ImpairCounters *ebpf.MapSpec `ebpf:"impair_counters"`
+	ImpairDup      *ebpf.MapSpec `ebpf:"impair_dup"`
+	ImpairFaults   *ebpf.MapSpec `ebpf:"impair_faults"`
+	ImpairFwd      *ebpf.MapSpec `ebpf:"impair_fwd"`
+	ImpairPorts    *ebpf.MapSpec `ebpf:"impair_ports"`
+	Xsks           *ebpf.MapSpec `ebpf:"xsks"`
 }
 
 // xrnicVariableSpecs contains global variables before they are loaded into the kernel.
@@ -125,15 +159,25 @@ func (o *xrnicObjects) Close() error {
 //
 // It can be passed to loadXrnicObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xrnicMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Faults   *ebpf.Map `ebpf:"faults"`
-	Xsks     *ebpf.Map `ebpf:"xsks"`
+	Counters       *ebpf.Map `ebpf:"counters"`
+	Faults         *ebpf.Map `ebpf:"faults"`
+	ImpairCounters *ebpf.Map `ebpf:"impair_counters"`
+	ImpairDup      *ebpf.Map `ebpf:"impair_dup"`
+	ImpairFaults   *ebpf.Map `ebpf:"impair_faults"`
+	ImpairFwd      *ebpf.Map `ebpf:"impair_fwd"`
+	ImpairPorts    *ebpf.Map `ebpf:"impair_ports"`
+	Xsks           *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *xrnicMaps) Close() error {
 	return _XrnicClose(
 		m.Counters,
 		m.Faults,
+		m.ImpairCounters,
+		m.ImpairDup,
+		m.ImpairFaults,
+		m.ImpairFwd,
+		m.ImpairPorts,
 		m.Xsks,
 	)
 }
@@ -148,12 +192,16 @@ type xrnicVariables struct {
 //
 // It can be passed to loadXrnicObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xrnicPrograms struct {
-	XrnicXdp       *ebpf.Program `ebpf:"xrnic_xdp"`
-	XrnicXdpSingle *ebpf.Program `ebpf:"xrnic_xdp_single"`
+	XrnicImpair      *ebpf.Program `ebpf:"xrnic_impair"`
+	XrnicImpairFrags *ebpf.Program `ebpf:"xrnic_impair_frags"`
+	XrnicXdp         *ebpf.Program `ebpf:"xrnic_xdp"`
+	XrnicXdpSingle   *ebpf.Program `ebpf:"xrnic_xdp_single"`
 }
 
 func (p *xrnicPrograms) Close() error {
 	return _XrnicClose(
+		p.XrnicImpair,
+		p.XrnicImpairFrags,
 		p.XrnicXdp,
 		p.XrnicXdpSingle,
 	)

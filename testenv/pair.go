@@ -187,7 +187,16 @@ func NewVethPair(opts PairOptions) (_ *Pair, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("testenv: create veth %s/%s: %w", opts.NameA, opts.NameB, err)
 	}
+	if err := p.configure(opts, hA, hB); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
+// configure sets up the ends named opts.NameA in A's namespace (handle hA) and
+// opts.NameB in B's: the Endpoint fields, addresses, static neighbours, links up,
+// then waits until both can carry traffic. NewVethPair and NewVethWire share it.
+func (p *Pair) configure(opts PairOptions, hA, hB *netlink.Handle) error {
 	ends := []struct {
 		e, peer *Endpoint
 		h       *netlink.Handle
@@ -200,20 +209,20 @@ func NewVethPair(opts PairOptions) (_ *Pair, err error) {
 	for _, x := range ends {
 		l, err := x.h.LinkByName(x.name)
 		if err != nil {
-			return nil, fmt.Errorf("testenv: find %s in %s: %w", x.name, x.e.NS.Name, err)
+			return fmt.Errorf("testenv: find %s in %s: %w", x.name, x.e.NS.Name, err)
 		}
 		x.e.Name, x.e.Index = x.name, l.Attrs().Index
 		x.e.MAC, x.e.MTU = l.Attrs().HardwareAddr, l.Attrs().MTU
 		if !opts.NoIPv4 {
 			x.e.IPv4, x.e.IPv4Prefix = x.v4.Addr(), x.v4
 			if err := addAddr(x.h, l, x.v4); err != nil {
-				return nil, fmt.Errorf("testenv: %s in %s: %w", x.name, x.e.NS.Name, err)
+				return fmt.Errorf("testenv: %s in %s: %w", x.name, x.e.NS.Name, err)
 			}
 		}
 		if !opts.NoIPv6 {
 			x.e.IPv6, x.e.IPv6Prefix = x.v6.Addr(), x.v6
 			if err := addAddr(x.h, l, x.v6); err != nil {
-				return nil, fmt.Errorf("testenv: %s in %s: %w", x.name, x.e.NS.Name, err)
+				return fmt.Errorf("testenv: %s in %s: %w", x.name, x.e.NS.Name, err)
 			}
 		}
 	}
@@ -231,7 +240,7 @@ func NewVethPair(opts PairOptions) (_ *Pair, err error) {
 					HardwareAddr: x.peer.MAC,
 				}
 				if err := x.h.NeighSet(ne); err != nil {
-					return nil, fmt.Errorf("testenv: static neighbour %s on %s: %w", ip, x.name, err)
+					return fmt.Errorf("testenv: static neighbour %s on %s: %w", ip, x.name, err)
 				}
 			}
 		}
@@ -242,15 +251,15 @@ func NewVethPair(opts PairOptions) (_ *Pair, err error) {
 			err = x.h.LinkSetUp(l)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("testenv: set %s up: %w", x.name, err)
+			return fmt.Errorf("testenv: set %s up: %w", x.name, err)
 		}
 	}
 	for _, e := range []*Endpoint{&p.A, &p.B} {
 		if err := e.waitReady(!opts.NoIPv6); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // readyWait bounds waitReady: linkwatch batches carrier events up to 1 s apart.
