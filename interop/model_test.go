@@ -3,9 +3,11 @@
 package interop
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/wire"
@@ -60,4 +62,38 @@ func TestWriteModel(t *testing.T) {
 			t.Logf("%d WRITE packets (%d out of sequence), %d bytes", len(pkts), m.dropped, len(m.mem))
 		})
 	}
+}
+
+// TestSuiteFailsClearly: a host without qemu, or without access to Debian's
+// packages for the guest image, makes the suite fail with one line saying so,
+// within the step's timeout.
+func TestSuiteFailsClearly(t *testing.T) {
+	if suite.skip != "" {
+		t.Skip(suite.skip)
+	}
+	t.Run("no qemu", func(t *testing.T) {
+		t.Setenv("PATH", t.TempDir())
+		err := checkHost()
+		if err == nil || !strings.Contains(err.Error(), "qemu-system-x86_64 not found") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("checkHost with an empty PATH: %v", err)
+		}
+	})
+	t.Run("no package access", func(t *testing.T) {
+		if suite.rxeVM == "" {
+			t.Skip("the harness was not found:", suite.err)
+		}
+		cache := t.TempDir()
+		t.Setenv("RXE_VM_CACHE", cache)
+		old := suite.cache
+		suite.cache = cache
+		defer func() { suite.cache = old }()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// Port 9 (discard) on loopback: nothing answers.
+		err := buildImage(ctx, []string{"RXE_VM_MIRROR=http://127.0.0.1:9/debian", "RXE_VM_SECMIRROR=http://127.0.0.1:9/debian-security"})
+		if err == nil || strings.Contains(err.Error(), "\n") || ctx.Err() != nil {
+			t.Fatalf("build without package access: %v (ctx %v)", err, ctx.Err())
+		}
+		t.Logf("%v", err)
+	})
 }

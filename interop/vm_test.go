@@ -84,10 +84,8 @@ func prepare() (tmp string, err error) {
 	if os.Geteuid() != 0 {
 		return "", errors.New("not root, and CI=true forbids skipping")
 	}
-	for _, c := range hostCommands {
-		if _, err := exec.LookPath(c); err != nil {
-			return "", fmt.Errorf("%s not found: install qemu-system-x86 mmdebstrap cpio bc tcpdump python3 iproute2 (.ci/run does)", c)
-		}
+	if err := checkHost(); err != nil {
+		return "", err
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -132,11 +130,29 @@ func prepare() (tmp string, err error) {
 	}
 	if imgs, _ := filepath.Glob(filepath.Join(suite.cache, "images", "base.cpio*")); len(imgs) == 0 {
 		fmt.Fprintf(os.Stderr, "interop: building the rxe guest image (rxe-vm build, ~25 s with a fast mirror)\n")
-		if out, err := rxeVM(ctx, nil, "build"); err != nil {
-			return tmp, fmt.Errorf("the guest image could not be built (rxe-vm build: %v): %s", err, lastLine(out))
+		if err := buildImage(ctx, nil); err != nil {
+			return tmp, err
 		}
 	}
 	return tmp, nil
+}
+
+// checkHost finds the host commands the suite needs.
+func checkHost() error {
+	for _, c := range hostCommands {
+		if _, err := exec.LookPath(c); err != nil {
+			return fmt.Errorf("%s not found: install qemu-system-x86 mmdebstrap cpio bc tcpdump python3 iproute2 (.ci/run does)", c)
+		}
+	}
+	return nil
+}
+
+// buildImage runs rxe-vm build with env added.
+func buildImage(ctx context.Context, env []string) error {
+	if out, err := rxeVM(ctx, env, "build"); err != nil {
+		return fmt.Errorf("the guest image could not be built (rxe-vm build: %v): %s", err, lastLine(out))
+	}
+	return nil
 }
 
 func repoRoot() (string, error) {
