@@ -299,7 +299,7 @@ func TestDaemonOnVeth(t *testing.T) {
 			t.Errorf("%s client: average bandwidth %s", name, row[3])
 		}
 	}
-	if o := d.out.String(); strings.Count(o, "BW average[MiB/sec]") != 2 {
+	if o := d.out.String(); strings.Count(o, "BW average[MB/sec]") != 2 {
 		t.Errorf("the daemon's output lacks the two sessions' reports:\n%s", o)
 	}
 
@@ -531,7 +531,7 @@ func TestDemo(t *testing.T) {
 	}
 	o := string(out)
 	for _, want := range []string{
-		" #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]",
+		" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
 		"link xrnic0/1 lqpn ", "link xrnic0/1 sent_pkts ", "xrnic_sent_pkts_total{",
 		"daemon exited 0; no XDP program on ", "demo: OK",
 	} {

@@ -1,6 +1,6 @@
 // Package oob holds what bench's tools share around the RDMA traffic itself:
 // the out-of-band TCP connection (perftest and rdma-core's pingpong exchange
-// addresses over it) and the pair of UDP links on lo that --local runs over.
+// addresses over it) and the pair of devices on lo that --local runs over.
 // The functions are safe for concurrent use.
 package oob
 
@@ -15,7 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 // Dial connects to addr; timeout bounds the connect (0: none but ctx).
@@ -82,4 +85,45 @@ func OpenLoopbackPair(pairs [][2]string) (srv, cli link.Link, addrs [2]netip.Add
 // inUse reports an EADDRINUSE from the UDP link (which keeps only its text).
 func inUse(err error) bool {
 	return errors.Is(err, unix.EADDRINUSE) || strings.Contains(err.Error(), unix.EADDRINUSE.Error())
+}
+
+// Side is one device of --local: a verbs device over its own UDP link on lo,
+// with a one-entry GID table made of its address. Close closes both.
+type Side struct {
+	Dev  *verbs.Device
+	Addr netip.Addr
+	l    link.Link
+}
+
+// Close closes the device, then its link.
+func (s *Side) Close() {
+	s.Dev.Close()
+	s.l.Close()
+}
+
+// OpenLoopbackDevices opens the two devices of --local, server first, on the
+// first free pair of addresses (OpenLoopbackPair). The engines log nothing.
+func OpenLoopbackDevices(pairs [][2]string) (srv, cli *Side, err error) {
+	ls, lc, addrs, err := OpenLoopbackPair(pairs)
+	if err != nil {
+		return nil, nil, err
+	}
+	open := func(l link.Link, a netip.Addr) (*Side, error) {
+		d, err := verbs.Open(verbs.Options{Link: l, GIDs: []netdev.GID{netdev.GIDFromAddr(a)},
+			Engine: engine.Config{Logf: func(string, ...any) {}}})
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		return &Side{Dev: d, Addr: a, l: l}, nil
+	}
+	if srv, err = open(ls, addrs[0]); err != nil {
+		lc.Close()
+		return nil, nil, err
+	}
+	if cli, err = open(lc, addrs[1]); err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	return srv, cli, nil
 }

@@ -21,8 +21,6 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/nic/engine"
-	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -439,30 +437,12 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, w := range p.Warnings {
 		io.WriteString(out, w)
 	}
-	ls, lc, addrs, err := oob.OpenLoopbackPair(localPairs)
+	srvSide, cliSide, err := oob.OpenLoopbackDevices(localPairs)
 	if err != nil {
 		return fmt.Errorf("--local: %w", err)
 	}
-	open := func(l link.Link, a netip.Addr) (*verbs.Device, error) {
-		d, err := verbs.Open(verbs.Options{Link: l, GIDs: []netdev.GID{netdev.GIDFromAddr(a)},
-			Engine: engine.Config{Logf: func(string, ...any) {}}})
-		if err != nil {
-			l.Close()
-		}
-		return d, err
-	}
-	ds, err := open(ls, addrs[0])
-	if err != nil {
-		lc.Close()
-		return fmt.Errorf("--local: %w", err)
-	}
-	closeS := func() { ds.Close(); ls.Close() }
-	dc, err := open(lc, addrs[1])
-	if err != nil {
-		closeS()
-		return fmt.Errorf("--local: %w", err)
-	}
-	closeC := func() { dc.Close(); lc.Close() }
+	ds, dc, addrs := srvSide.Dev, cliSide.Dev, [2]netip.Addr{srvSide.Addr, cliSide.Addr}
+	closeS, closeC := srvSide.Close, cliSide.Close
 	port := 0
 	if p.portSet {
 		port = p.Port

@@ -550,31 +550,13 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 		p.Local = true
 		p.GIDIndex = 0
 	}
-	ls, lc, addrs, err := oob.OpenLoopbackPair(localPairs)
+	srvSide, cliSide, err := oob.OpenLoopbackDevices(localPairs)
 	if err != nil {
 		return fmt.Errorf("--local: %w", err)
 	}
-	open := func(l link.Link, a netip.Addr) (*verbs.Device, error) {
-		d, err := verbs.Open(verbs.Options{Link: l, GIDs: []netdev.GID{netdev.GIDFromAddr(a)},
-			Engine: engine.Config{Logf: func(string, ...any) {}}})
-		if err != nil {
-			l.Close()
-		}
-		return d, err
-	}
-	ds, err := open(ls, addrs[0])
-	if err != nil {
-		lc.Close()
-		return fmt.Errorf("--local: %w", err)
-	}
-	defer ls.Close()
-	defer ds.Close()
-	dc, err := open(lc, addrs[1])
-	if err != nil {
-		return fmt.Errorf("--local: %w", err)
-	}
-	defer lc.Close()
-	defer dc.Close()
+	defer srvSide.Close()
+	defer cliSide.Close()
+	ds, dc, addrs := srvSide.Dev, cliSide.Dev, [2]netip.Addr{srvSide.Addr, cliSide.Addr}
 
 	port := 0
 	if p.portSet {
