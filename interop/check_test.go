@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
 
@@ -233,6 +234,60 @@ type bwLine struct {
 	text           string
 	size, iters    uint64
 	peak, avg, mpp float64
+}
+
+// sane: a positive average no larger than the peak and below 100 Gb/s.
+func (l bwLine) sane() bool { return l.avg > 0 && l.avg <= l.peak*1.001 && l.avg < 12500 }
+
+// clockMisread tells a perftest run whose CPU clock calibration failed, as it
+// can under emulation (the harness's README): perftest says it cannot produce a
+// report (get_cpu_mhz's fit of cycles against time was poor), or prints
+// numbers that cannot be.
+func clockMisread(out string) bool {
+	if strings.Contains(out, "Can't produce a report") {
+		return true
+	}
+	m := bwResult.FindStringSubmatch(out)
+	if m == nil {
+		return false
+	}
+	peak, _ := strconv.ParseFloat(m[3], 64)
+	avg, _ := strconv.ParseFloat(m[4], 64)
+	return !(bwLine{peak: peak, avg: avg}).sane()
+}
+
+// writeSpan returns the RDMA WRITE payload bytes src sent in a capture and the
+// time from its first to its last WRITE packet.
+func writeSpan(t *testing.T, path, src string) (int, time.Duration) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatalf("capture %s: %v", path, err)
+	}
+	want := netip.MustParseAddr(src)
+	var first, last time.Time
+	bytes := 0
+	for {
+		data, ci, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		var p wire.Packet
+		if wire.Parse(data, &p) != nil || p.IPv4 == nil || p.IPv4.Src() != want || p.Info().Mask&wire.MaskWrite == 0 {
+			continue
+		}
+		if first.IsZero() {
+			first = ci.Timestamp
+		}
+		last = ci.Timestamp
+		bytes += len(p.Payload)
+	}
+	return bytes, last.Sub(first)
 }
 
 func parseBW(t *testing.T, who, out string) bwLine {

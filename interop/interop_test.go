@@ -51,24 +51,35 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool) {
 	bench := []string{suite.bench, "write_bw", "-d", ifXrnic, "-x", "1", "-s", "65536", "-n", n, "--progress", "off", "--dump_buffer", dump}
 	perftest := "ib_write_bw -d " + guestDev + " -x 1 -s 65536 -n " + n
 
-	c := startCapture(t, name)
+	var c *capture
 	var xOut, gOut string
-	var xErr, gErr error
-	if xrnicServer {
-		h := startHost(t, runTimeout, "Waiting for client to connect", bench...)
-		gOut, gErr = g.exec(t, runTimeout, perftest+" "+ipXrnic)
-		xOut, xErr = h.wait()
-	} else {
-		j := g.start(t, perftest)
-		g.waitListen(t, 18515, j)
-		xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
-		gOut, gErr = j.wait(runTimeout)
-	}
-	c.stop(t)
-	save(t, name+".xrnic.txt", []byte(xOut))
-	save(t, name+".guest.txt", []byte(gOut))
-	if xErr != nil || gErr != nil {
-		t.Fatalf("bench: %v, ib_write_bw: %v\n--- bench:\n%s\n--- ib_write_bw:\n%s", xErr, gErr, xOut, gOut)
+	for attempt := 1; ; attempt++ {
+		c = startCapture(t, name)
+		var xErr, gErr error
+		if xrnicServer {
+			h := startHost(t, runTimeout, "Waiting for client to connect", bench...)
+			gOut, gErr = g.exec(t, runTimeout, perftest+" "+ipXrnic)
+			xOut, xErr = h.wait()
+		} else {
+			j := g.start(t, perftest)
+			g.waitListen(t, 18515, j)
+			xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
+			gOut, gErr = j.wait(runTimeout)
+		}
+		c.stop(t)
+		save(t, name+".xrnic.txt", []byte(xOut))
+		save(t, name+".guest.txt", []byte(gOut))
+		// When the guest is the client it measures, and its cycle-counter
+		// calibration can fail under emulation; the run is then repeated, as the
+		// harness's own demo does.
+		if xrnicServer && clockMisread(gOut) && attempt < 3 {
+			t.Logf("attempt %d: ib_write_bw misread its clock under emulation: again", attempt)
+			continue
+		}
+		if xErr != nil || gErr != nil {
+			t.Fatalf("bench: %v, ib_write_bw: %v\n--- bench:\n%s\n--- ib_write_bw:\n%s", xErr, gErr, xOut, gOut)
+		}
+		break
 	}
 
 	// Same format as the real perftest: the MTU line and the table header byte
@@ -90,8 +101,22 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool) {
 	if xr.size != 65536 || xr.iters != writeIters {
 		t.Errorf("result line %q: want 65536 bytes x %d", xr.text, writeIters)
 	}
-	if !(xr.avg > 0 && xr.avg <= xr.peak*1.001 && xr.avg < 12500) {
+	if !xr.sane() {
 		t.Errorf("bandwidth not sane: %q", xr.text)
+	}
+	// And near what the capture saw: the writer's payload bytes over the time
+	// from its first to its last WRITE packet (perftest's span is a little
+	// longer, and emulation is jumpy: a factor of 3 either way).
+	writer := ipXrnic
+	if xrnicServer {
+		writer = ipGuest
+	}
+	if bytes, span := writeSpan(t, c.path, writer); span > 0 {
+		wire := float64(bytes) / (1 << 20) / span.Seconds()
+		if r := xr.avg / wire; r < 1.0/3 || r > 3 {
+			t.Errorf("reported %.2f MB/s, the capture shows %.2f MB/s (%d bytes in %v)", xr.avg, wire, bytes, span)
+		}
+		t.Logf("capture: %.2f MB/s of WRITE payload", wire)
 	}
 	if rate := xr.avg * (1 << 20) / 65536 / 1e6; math.Abs(rate-xr.mpp) > 0.02*rate+1e-6 {
 		t.Errorf("message rate %.6f Mpps does not match %.2f MB/s of 64 KiB messages (%.6f)", xr.mpp, xr.avg, rate)
