@@ -12,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/wire"
+	"github.com/xrnic/xrnic/testenv"
 )
 
 // TestInterop boots one rxe guest per RoCE MTU and plays the real rdma-core and
@@ -24,9 +28,11 @@ func TestInterop(t *testing.T) {
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_server", size), func(t *testing.T) { pingpong(t, g, size, true) })
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_client", size), func(t *testing.T) { pingpong(t, g, size, false) })
 			}
-			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true) })
-			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false) })
+			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 0) })
+			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 0) })
 			if mtu == 1024 {
+				t.Run("write_bw_loss2pct/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 2) })
+				t.Run("write_bw_loss2pct/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 2) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
 			}
 		})
@@ -43,9 +49,29 @@ func artifactName(t *testing.T) string {
 const writeIters = 200
 
 // writeBW runs ib_write_bw in the guest against bench write_bw, with xrnic as
-// server (the guest writes into xrnic's memory) or as client.
-func writeBW(t *testing.T, g *guest, xrnicServer bool) {
+// server (the guest writes into xrnic's memory) or as client. With lossPct,
+// that share of the writer's packets is lost on the way: the guest's netem
+// drops rxe's WRITEs (xrnic must NAK each gap once and rxe go back), our XDP
+// program on va0 drops xrnic's (rxe must NAK and xrnic go back).
+func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	name := artifactName(t)
+	if lossPct > 0 && xrnicServer {
+		if out, err := g.exec(t, shortTimeout, fmt.Sprintf("tc qdisc add dev eth0 root netem loss %d%%", lossPct)); err != nil {
+			t.Fatalf("netem in the guest: %v: %s", err, out)
+		}
+		t.Cleanup(func() {
+			if out, err := g.exec(t, shortTimeout, "tc qdisc del dev eth0 root"); err != nil {
+				t.Errorf("netem in the guest: %v: %s", err, out)
+			}
+		})
+	}
+	if lossPct > 0 && !xrnicServer {
+		a := dropOnWire(t, float64(lossPct)/100)
+		defer func() {
+			c, err := a.Counters()
+			t.Logf("XDP on %s dropped %d of xrnic's %d RoCE frames (%v)", ifCapture, c.DroppedInjected, c.Seen, err)
+		}()
+	}
 	dump := filepath.Join(suite.artifacts, name+".xrnic-buffer")
 	n := strconv.Itoa(writeIters)
 	bench := []string{suite.bench, "write_bw", "-d", ifXrnic, "-x", "1", "-s", "65536", "-n", n, "--progress", "off", "--dump_buffer", dump}
@@ -104,19 +130,19 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool) {
 	if !xr.sane() {
 		t.Errorf("bandwidth not sane: %q", xr.text)
 	}
-	// And near what the capture saw: the writer's payload bytes over the time
-	// from its first to its last WRITE packet (perftest's span is a little
+	// And near what the capture saw: the bytes written over the time from the
+	// writer's first to its last WRITE packet (perftest's span is a little
 	// longer, and emulation is jumpy: a factor of 3 either way).
 	writer := ipXrnic
 	if xrnicServer {
 		writer = ipGuest
 	}
-	if bytes, span := writeSpan(t, c.path, writer); span > 0 {
-		wire := float64(bytes) / (1 << 20) / span.Seconds()
+	if span := writeSpan(t, c.path, writer); span > 0 {
+		wire := float64(65536*writeIters) / (1 << 20) / span.Seconds()
 		if r := xr.avg / wire; r < 1.0/3 || r > 3 {
-			t.Errorf("reported %.2f MB/s, the capture shows %.2f MB/s (%d bytes in %v)", xr.avg, wire, bytes, span)
+			t.Errorf("reported %.2f MB/s, the capture shows %.2f MB/s (%d messages of 64 KiB in %v)", xr.avg, wire, writeIters, span)
 		}
-		t.Logf("capture: %.2f MB/s of WRITE payload", wire)
+		t.Logf("capture: %.2f MB/s written", wire)
 	}
 	if rate := xr.avg * (1 << 20) / 65536 / 1e6; math.Abs(rate-xr.mpp) > 0.02*rate+1e-6 {
 		t.Errorf("message rate %.6f Mpps does not match %.2f MB/s of 64 KiB messages (%.6f)", xr.mpp, xr.avg, rate)
@@ -150,6 +176,63 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool) {
 	if m.maxPay != g.mtu {
 		t.Errorf("largest WRITE payload %d B, want the path MTU %d", m.maxPay, g.mtu)
 	}
+	if lossPct > 0 {
+		naks, resent := recovery(t, all)
+		t.Logf("loss %d%%: xrnic sent %d PSN sequence error NAKs and resent %d packets; %d WRITE packets out of sequence",
+			lossPct, naks, resent, m.dropped)
+		if xrnicServer && naks == 0 {
+			t.Errorf("the guest's WRITEs were dropped, yet xrnic sent no PSN sequence error NAK")
+		}
+		if !xrnicServer && resent == 0 {
+			t.Errorf("xrnic's WRITEs were dropped, yet xrnic resent nothing")
+		}
+	}
+}
+
+// dropOnWire attaches xrnic's own XDP program to va0, the guest's side of the
+// veth, where it sees what xrnic sends: with no socket bound it passes every
+// frame on to the bridge, but first drops RoCEv2 frames at the seeded rate.
+func dropOnWire(t *testing.T, rate float64) *bpf.Attachment {
+	t.Helper()
+	ns, err := testenv.JoinNS(nsGuest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var a *bpf.Attachment
+	err = ns.Do(func() (err error) {
+		if a, err = bpf.Attach(ifCapture, bpf.AttachOptions{}); err != nil {
+			return err
+		}
+		return a.SetFaults(bpf.Faults{Drop: rate, Seed: 4791})
+	})
+	if err != nil {
+		if a != nil {
+			a.Close()
+		}
+		t.Fatalf("XDP drop on %s: %v", ifCapture, err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// recovery counts, among the frames xrnic sent, the PSN sequence error NAKs and
+// the request packets sent again (a PSN seen before).
+func recovery(t *testing.T, all [][]byte) (naks, resent int) {
+	seen := map[wire.PSN]bool{}
+	for _, p := range roce(t, all, ipXrnic) {
+		info := p.Info()
+		switch {
+		case info.Mask&wire.MaskAETH != 0 && p.AETH.Syndrome() == wire.NAKSyndrome(wire.NAKPSNSequenceError):
+			naks++
+		case info.Mask&wire.MaskReq != 0:
+			if seen[p.BTH.PSN()] {
+				resent++
+			}
+			seen[p.BTH.PSN()] = true
+		}
+	}
+	return naks, resent
 }
 
 // rc_pingpong's lines (rdma-core libibverbs/examples/rc_pingpong.c).

@@ -86,9 +86,21 @@ type NS struct {
 	// Name is the namespace's name under /run/netns, usable with `ip netns exec`.
 	Name string
 
-	mu     sync.RWMutex // guards handle against Close while a setns is under way
-	handle netns.NsHandle
-	closed bool
+	mu       sync.RWMutex // guards handle against Close while a setns is under way
+	handle   netns.NsHandle
+	closed   bool
+	borrowed bool // JoinNS: someone else's, left in place by Close
+}
+
+// JoinNS opens an existing named namespace, one that ip-netns(8) or a harness
+// made, for Do, Go and NewHandle. Its Close releases the handle and leaves the
+// namespace in place.
+func JoinNS(name string) (*NS, error) {
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: namespace %s: %w", name, err)
+	}
+	return &NS{Name: name, handle: h, borrowed: true}, nil
 }
 
 var labelRE = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
@@ -195,7 +207,7 @@ func (ns *NS) NewHandle() (*netlink.Handle, error) {
 	return h, nil
 }
 
-// Close unmounts and forgets the namespace. The kernel destroys it, with the
+// Close unmounts and forgets the namespace (one from JoinNS stays). The kernel destroys it, with the
 // interfaces in it (a veth end takes its peer along), once no process, thread or open
 // descriptor holds it any more. Closing twice is a no-op.
 func (ns *NS) Close() error {
@@ -206,6 +218,9 @@ func (ns *NS) Close() error {
 	}
 	ns.closed = true
 	err := ns.handle.Close()
+	if ns.borrowed {
+		return err
+	}
 	if derr := deleteNamed(ns.Name); derr != nil {
 		err = errors.Join(err, fmt.Errorf("testenv: delete namespace %s: %w", ns.Name, derr))
 	}

@@ -530,3 +530,47 @@ func TestCloseWhileInside(t *testing.T) {
 		t.Errorf("%s after Close: %v, want it gone", ns.Path(), err)
 	}
 }
+
+// TestJoinNS: a joined namespace runs Do inside it, and its Close leaves the
+// namespace to its owner.
+func TestJoinNS(t *testing.T) {
+	testutil.RequireRoot(t)
+	own, err := testenv.NewNS("join")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	var want netns.NsHandle
+	if err := own.Do(func() (err error) { want, err = netns.Get(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	j, err := testenv.JoinNS(own.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var same bool
+	if err := j.Do(func() error {
+		h, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		same = h.Equal(want)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !same {
+		t.Error("Do of the joined namespace ran elsewhere")
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(own.Path()); err != nil {
+		t.Errorf("closing the joined namespace removed it: %v", err)
+	}
+	if _, err := testenv.JoinNS("xr-no-such-namespace"); err == nil {
+		t.Error("JoinNS of a missing namespace succeeded")
+	}
+}
