@@ -34,6 +34,10 @@ func TestInterop(t *testing.T) {
 				t.Run("write_bw_loss2pct/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 2) })
 				t.Run("write_bw_loss2pct/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 2) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
+				for _, c := range perftestCases {
+					t.Run(c.test+"/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
+					t.Run(c.test+"/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })
+				}
 			}
 		})
 	}
@@ -114,6 +118,9 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 		if a, b := re.FindString(xOut), re.FindString(gOut); a == "" || a != b {
 			t.Errorf("bench printed %q where ib_write_bw printed %q", a, b)
 		}
+	}
+	if lossPct == 0 && g.mtu == 1024 {
+		compareShapes(t, "write_bw", xrnicServer, xOut, gOut)
 	}
 	if want := fmt.Sprintf(" Mtu             : %d[B]", g.mtu); mtuLine.FindString(xOut) != want {
 		t.Errorf("bench's MTU line is %q, want %q", mtuLine.FindString(xOut), want)

@@ -440,10 +440,9 @@ func (p *Params) forceDependencies() error {
 		return errors.New("bidirectional and multiple QPs are only available in BW tests")
 	}
 	if p.DurationMode() {
+		// perftest 6.06 turns the peak off silently here and below; later
+		// versions warn.
 		p.Iters = 0
-		if !p.NoPeak && t.Kind == BW {
-			p.Warnings = append(p.Warnings, " WARNING: BW peak won't be measured in this run.\n")
-		}
 		p.NoPeak = true
 		if p.Margin < 0 {
 			p.Margin = p.Duration / 4
@@ -453,9 +452,6 @@ func (p *Params) forceDependencies() error {
 		}
 	}
 	if t.Verb.hasRecvComp() && t.Kind == BW && p.Server() && !p.Local && !p.Duplex {
-		if !p.NoPeak {
-			p.Warnings = append(p.Warnings, " WARNING: BW peak won't be measured in this run.\n")
-		}
 		p.NoPeak = true
 	}
 	// WA for a bug when rx_depth is odd in SEND.
@@ -463,7 +459,6 @@ func (p *Params) forceDependencies() error {
 		p.RxDepth++
 	}
 	if !p.DurationMode() && p.Iters > noPeakIters && !p.NoPeak && t.Kind == BW {
-		p.Warnings = append(p.Warnings, " WARNING: BW peak won't be measured in this run.\n")
 		p.NoPeak = true
 	}
 	return nil
