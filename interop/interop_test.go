@@ -81,36 +81,10 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	bench := []string{suite.bench, "write_bw", "-d", ifXrnic, "-x", "1", "-s", "65536", "-n", n, "--progress", "off", "--dump_buffer", dump}
 	perftest := "ib_write_bw -d " + guestDev + " -x 1 -s 65536 -n " + n
 
-	var c *capture
-	var xOut, gOut string
-	for attempt := 1; ; attempt++ {
-		c = startCapture(t, name)
-		var xErr, gErr error
-		if xrnicServer {
-			h := startHost(t, runTimeout, "Waiting for client to connect", bench...)
-			gOut, gErr = g.exec(t, runTimeout, perftest+" "+ipXrnic)
-			xOut, xErr = h.wait()
-		} else {
-			j := g.start(t, perftest)
-			g.waitListen(t, 18515, j)
-			xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
-			gOut, gErr = j.wait(runTimeout)
-		}
-		c.stop(t)
-		save(t, name+".xrnic.txt", []byte(xOut))
-		save(t, name+".guest.txt", []byte(gOut))
-		// When the guest is the client it measures, and its cycle-counter
-		// calibration can fail under emulation; the run is then repeated, as the
-		// harness's own demo does.
-		if xrnicServer && clockMisread(gOut) && attempt < 3 {
-			t.Logf("attempt %d: ib_write_bw misread its clock under emulation: again", attempt)
-			continue
-		}
-		if xErr != nil || gErr != nil {
-			t.Fatalf("bench: %v, ib_write_bw: %v\n--- bench:\n%s\n--- ib_write_bw:\n%s", xErr, gErr, xOut, gOut)
-		}
-		break
-	}
+	// When the guest is the client it measures, and its cycle-counter
+	// calibration can fail under emulation; the run is then repeated.
+	c, xOut, gOut := play(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
+		func(gOut string) bool { return xrnicServer && clockMisread(gOut) })
 
 	// Same format as the real perftest: the MTU line and the table header byte
 	// for byte, and the result line itself (the server prints the client's report).
@@ -267,28 +241,9 @@ func pingpong(t *testing.T, g *guest, size int, xrnicServer bool) {
 	bench := append([]string{suite.bench, "rc_pingpong", "-d", ifXrnic}, strings.Fields(args)...)
 	guestCmd := "ibv_rc_pingpong -d " + guestDev + " " + args
 
-	c := startCapture(t, name)
-	var xOut, gOut string
-	var xErr, gErr error
-	if xrnicServer {
-		// rc_pingpong's server prints nothing before its client connects: wait
-		// for bench's listening socket instead.
-		h := startHost(t, runTimeout, "", bench...)
-		waitHostListen(t, h, 18515)
-		gOut, gErr = g.exec(t, runTimeout, guestCmd+" "+ipXrnic)
-		xOut, xErr = h.wait()
-	} else {
-		j := g.start(t, guestCmd)
-		g.waitListen(t, 18515, j)
-		xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
-		gOut, gErr = j.wait(runTimeout)
-	}
-	c.stop(t)
-	save(t, name+".xrnic.txt", []byte(xOut))
-	save(t, name+".guest.txt", []byte(gOut))
-	if xErr != nil || gErr != nil {
-		t.Fatalf("bench: %v, ibv_rc_pingpong: %v\n--- bench:\n%s\n--- ibv_rc_pingpong:\n%s", xErr, gErr, xOut, gOut)
-	}
+	// rc_pingpong's server prints nothing before its client connects: play
+	// waits for bench's listening socket instead.
+	c, xOut, gOut := play(t, g, name, bench, guestCmd, xrnicServer, "", nil)
 
 	// rc_pingpong -c reports bad data on stdout and still exits 0.
 	if strings.Contains(gOut, "invalid data") {
@@ -346,4 +301,44 @@ func waitHostListen(t *testing.T, h *host, port int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("bench did not listen on TCP %d:\n%s", port, h.out)
+}
+
+// play runs bench (argv) in xrnic's namespace against guestCmd in the guest,
+// with xrnic as server (waiting for ready in bench's output, or for its TCP
+// port when ready is empty) or as client, inside a capture; both sides' output
+// is kept. again, if set, is asked after each run whether to run once more (at
+// most 3 runs in all), before any failure counts. Either side failing ends
+// the test.
+func play(t *testing.T, g *guest, name string, bench []string, guestCmd string, xrnicServer bool,
+	ready string, again func(gOut string) bool) (c *capture, xOut, gOut string) {
+	t.Helper()
+	tool := strings.Fields(guestCmd)[0]
+	for attempt := 1; ; attempt++ {
+		c = startCapture(t, name)
+		var xErr, gErr error
+		if xrnicServer {
+			h := startHost(t, runTimeout, ready, bench...)
+			if ready == "" {
+				waitHostListen(t, h, 18515)
+			}
+			gOut, gErr = g.exec(t, runTimeout, guestCmd+" "+ipXrnic)
+			xOut, xErr = h.wait()
+		} else {
+			j := g.start(t, guestCmd)
+			g.waitListen(t, 18515, j)
+			xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
+			gOut, gErr = j.wait(runTimeout)
+		}
+		c.stop(t)
+		save(t, name+".xrnic.txt", []byte(xOut))
+		save(t, name+".guest.txt", []byte(gOut))
+		if again != nil && again(gOut) && attempt < 3 {
+			t.Logf("attempt %d: %s misread its clock under emulation: again", attempt, tool)
+			continue
+		}
+		if xErr != nil || gErr != nil {
+			t.Fatalf("bench: %v, %s: %v\n--- bench:\n%s\n--- %s:\n%s", xErr, tool, gErr, xOut, tool, gOut)
+		}
+		return c, xOut, gOut
+	}
 }

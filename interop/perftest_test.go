@@ -34,35 +34,10 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 	bench := append([]string{suite.bench, test, "-d", ifXrnic, "-x", "1", "--progress", "off"}, strings.Fields(args)...)
 	perftest := fmt.Sprintf("ib_%s -d %s -x 1 %s", test, guestDev, args)
 	lat := strings.HasSuffix(test, "_lat")
-	var c *capture
-	var xOut, gOut string
-	for attempt := 1; ; attempt++ {
-		c = startCapture(t, name)
-		var xErr, gErr error
-		if xrnicServer {
-			h := startHost(t, runTimeout, "Waiting for client to connect", bench...)
-			gOut, gErr = g.exec(t, runTimeout, perftest+" "+ipXrnic)
-			xOut, xErr = h.wait()
-		} else {
-			j := g.start(t, perftest)
-			g.waitListen(t, 18515, j)
-			xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
-			gOut, gErr = j.wait(runTimeout)
-		}
-		c.stop(t)
-		save(t, name+".xrnic.txt", []byte(xOut))
-		save(t, name+".guest.txt", []byte(gOut))
-		// The guest measures in latency tests and as a bandwidth client: its
-		// clock calibration can fail under emulation; run again then.
-		if (lat || xrnicServer) && clockMisread(gOut) && attempt < 3 {
-			t.Logf("attempt %d: ib_%s misread its clock under emulation: again", attempt, test)
-			continue
-		}
-		if xErr != nil || gErr != nil {
-			t.Fatalf("bench: %v, ib_%s: %v\n--- bench:\n%s\n--- ib_%s:\n%s", xErr, test, gErr, xOut, test, gOut)
-		}
-		break
-	}
+	// The guest measures in latency tests and as a bandwidth client: its
+	// clock calibration can fail under emulation; run again then.
+	c, xOut, gOut := play(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
+		func(gOut string) bool { return (lat || xrnicServer) && clockMisread(gOut) })
 	compareShapes(t, test, xrnicServer, xOut, gOut)
 	n := fieldAfter(args, "-n")
 	if lat {
