@@ -19,6 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xrnic/xrnic/internal/wcstream"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
@@ -94,57 +95,6 @@ func connectVeth(t *testing.T, a, b *endpoint, retry uint8) {
 	}
 }
 
-// wcStream collects a requester's completions in order and notes when the
-// first failed one was polled.
-type wcStream struct {
-	c     *CQ
-	wcs   []WC
-	buf   [64]WC
-	errAt time.Time
-}
-
-func (s *wcStream) poll() int {
-	k := s.c.Poll(s.buf[:])
-	for _, w := range s.buf[:k] {
-		if w.Status != WCSuccess && s.errAt.IsZero() {
-			s.errAt = time.Now()
-		}
-	}
-	s.wcs = append(s.wcs, s.buf[:k]...)
-	return k
-}
-
-// until polls until cond holds; after d it fails the test with what.
-func (s *wcStream) until(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if s.poll() == 0 {
-			if time.Now().After(end) {
-				t.Fatalf("%s: not within %v (%d completions so far)", what, d, len(s.wcs))
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-// markProgress returns d's counters and the time, after which the requester
-// provably made progress (restoring retry_cnt and restarting its timer): it
-// drains the CQ, then waits for one more successful completion.
-func (s *wcStream) markProgress(t *testing.T, d *Device) (Counters, time.Time) {
-	t.Helper()
-	c0, t0 := d.Counters(), time.Now()
-	for s.poll() > 0 {
-	}
-	n := len(s.wcs)
-	s.until(t, "a completion after the mark (did the stream end before the flap?)", deadline,
-		func() bool { return len(s.wcs) > n })
-	if w := s.wcs[n]; w.Status != WCSuccess {
-		t.Fatalf("the stream failed before the flap: %+v", w)
-	}
-	return c0, t0
-}
-
 // xdpProgram returns the id of the XDP program attached to e's interface, 0 if
 // none.
 func xdpProgram(t *testing.T, e *testenv.Endpoint) uint32 {
@@ -172,7 +122,7 @@ type flapSetup struct {
 	da, db *Device
 	ea, eb <-chan AsyncEvent // port events of da and db
 	a, b   *endpoint
-	s      *wcStream
+	s      *wcstream.Stream
 }
 
 func newFlapSetup(t *testing.T, retry uint8) *flapSetup {
@@ -194,8 +144,8 @@ func newFlapSetup(t *testing.T, retry uint8) *flapSetup {
 	if _, err := f.a.qp.PostSend(wrs); err != nil {
 		t.Fatalf("PostSend: %v", err)
 	}
-	f.s = &wcStream{c: f.a.scq}
-	f.s.until(t, "the stream flowing", deadline, func() bool { return len(f.s.wcs) >= 4 })
+	f.s = &wcstream.Stream{CQ: f.a.scq}
+	f.s.Until(t, "the stream flowing", deadline, func() bool { return len(f.s.WCs) >= 4 })
 	return f
 }
 
@@ -282,7 +232,7 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 	if progA == 0 || progB == 0 {
 		t.Fatalf("XDP programs %d, %d: the devices did not attach", progA, progB)
 	}
-	ca0, mark := f.s.markProgress(t, f.da)
+	ca0, mark := wcstream.MarkProgress(t, f.s, f.da.Counters, deadline, "the flap")
 	cf0, co0 := fd.Counters(), od.Counters()
 
 	setLink(t, flapped, "down")
@@ -302,7 +252,7 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 	} else {
 		// Down until the requester gave up, longer than the budget by definition,
 		// and until the other end saw its carrier go.
-		f.s.until(t, "RETRY_EXC_ERR with the link down", limit+5*time.Second, func() bool { return !f.s.errAt.IsZero() })
+		f.s.Until(t, "RETRY_EXC_ERR with the link down", limit+5*time.Second, func() bool { return !f.s.ErrAt.IsZero() })
 		expectPort(t, od, och, EventPortErr, PortDown)
 	}
 	setLink(t, flapped, "up")
@@ -316,7 +266,7 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 		t.Errorf("%s went down %d times in one flap", od.Name(), n)
 	}
 
-	f.s.until(t, "every WR completed", deadline, func() bool { return len(f.s.wcs) == flapWRs })
+	f.s.Until(t, "every WR completed", deadline, func() bool { return len(f.s.WCs) == flapWRs })
 	noMore(t, f.a.scq)
 	ca1 := f.da.Counters()
 	retries := ca1[engine.CntCompRetry] - ca0[engine.CntCompRetry]
@@ -335,7 +285,7 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 	}
 
 	if !long {
-		for i, w := range f.s.wcs {
+		for i, w := range f.s.WCs {
 			if w.WRID != uint64(i) || w.Status != WCSuccess {
 				t.Fatalf("completion %d: WRID %d %v, want WRID %d success", i, w.WRID, w.Status, i)
 			}
@@ -353,7 +303,7 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 		return
 	}
 
-	ok := checkRetryExceeded(t, f.s.wcs, flapWRs)
+	ok := checkRetryExceeded(t, f.s.WCs, flapWRs)
 	if st := f.a.qp.State(); st != QPSErr {
 		t.Errorf("QP in %v after RETRY_EXC_ERR, want ERR", st)
 	}
@@ -363,10 +313,10 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 	// The last progress came after mark: no RETRY_EXC_ERR before retry_cnt+1
 	// timeouts after it, less one of slack for the engine pass that started the
 	// timer just before mark.
-	if el := f.s.errAt.Sub(mark); el < time.Duration(retry)*flapACKTimeout {
+	if el := f.s.ErrAt.Sub(mark); el < time.Duration(retry)*flapACKTimeout {
 		t.Errorf("RETRY_EXC_ERR %v after the last progress, before %d local ACK timeouts", el, retry)
 	}
-	el := f.s.errAt.Sub(down)
+	el := f.s.ErrAt.Sub(down)
 	if el > limit {
 		t.Errorf("RETRY_EXC_ERR %v after the link went down, over %v (budget %v)", el, limit, budget)
 	}
@@ -394,7 +344,7 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 func TestVethLinkRemoved(t *testing.T) {
 	const retry = 3
 	f := newFlapSetup(t, retry)
-	ca0, mark := f.s.markProgress(t, f.da)
+	ca0, mark := wcstream.MarkProgress(t, f.s, f.da.Counters, deadline, "the flap")
 	setLink(t, &f.p.A, "delete")
 	gone := time.Now()
 	for _, x := range []struct {
@@ -410,17 +360,17 @@ func TestVethLinkRemoved(t *testing.T) {
 	}
 	budget := time.Duration(retry+1) * flapACKTimeout
 	limit := 3*budget + 2*time.Second
-	f.s.until(t, "every WR completed", limit+5*time.Second, func() bool { return len(f.s.wcs) == flapWRs })
+	f.s.Until(t, "every WR completed", limit+5*time.Second, func() bool { return len(f.s.WCs) == flapWRs })
 	noMore(t, f.a.scq)
-	ok := checkRetryExceeded(t, f.s.wcs, flapWRs)
+	ok := checkRetryExceeded(t, f.s.WCs, flapWRs)
 	ca1 := f.da.Counters()
 	if retries := ca1[engine.CntCompRetry] - ca0[engine.CntCompRetry]; retries < retry {
 		t.Errorf("gave up after %d retries, want %d (retry_cnt)", retries, retry)
 	}
-	if el := f.s.errAt.Sub(mark); el < retry*flapACKTimeout {
+	if el := f.s.ErrAt.Sub(mark); el < retry*flapACKTimeout {
 		t.Errorf("RETRY_EXC_ERR %v after the last progress, before %d local ACK timeouts", el, retry)
 	}
-	el := f.s.errAt.Sub(gone)
+	el := f.s.ErrAt.Sub(gone)
 	if el > limit {
 		t.Errorf("RETRY_EXC_ERR %v after the link's removal, over %v (budget %v)", el, limit, budget)
 	}

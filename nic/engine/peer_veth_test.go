@@ -16,6 +16,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xrnic/xrnic/internal/wcstream"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/qpstate"
@@ -28,60 +29,6 @@ const (
 	deathWRs     = 256 // WRs in the stream
 	deathMsg     = 256 << 10
 )
-
-// wcStream collects a requester's completions in order and notes when the
-// first failed one was polled.
-type wcStream struct {
-	c     *cq.CQ
-	wcs   []cq.WC
-	buf   [64]cq.WC
-	errAt time.Time
-}
-
-// poll takes what the CQ has and returns how many it took.
-func (s *wcStream) poll() int {
-	k := s.c.Poll(s.buf[:])
-	for _, w := range s.buf[:k] {
-		if w.Status != cq.Success && s.errAt.IsZero() {
-			s.errAt = time.Now()
-		}
-	}
-	s.wcs = append(s.wcs, s.buf[:k]...)
-	return k
-}
-
-// until polls until cond holds; after d it fails the test with what.
-func (s *wcStream) until(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if s.poll() == 0 {
-			if time.Now().After(end) {
-				t.Fatalf("%s: not within %v (%d completions so far)", what, d, len(s.wcs))
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-}
-
-// markProgress snapshots d's counters and the time, then drains the CQ and waits
-// for one more successful completion: the engine made it after the drain found
-// the CQ empty, so the requester's last progress (which restores retry_cnt and
-// restarts the local ACK timer) comes after the returned time, give or take one
-// engine pass.
-func (s *wcStream) markProgress(t *testing.T, d *Device) (Counters, time.Time) {
-	t.Helper()
-	c0, t0 := d.Counters(), time.Now()
-	for s.poll() > 0 {
-	}
-	n := len(s.wcs)
-	s.until(t, "a completion after the mark (did the stream end before the peer died?)", 10*time.Second,
-		func() bool { return len(s.wcs) > n })
-	if w := s.wcs[n]; w.Status != cq.Success {
-		t.Fatalf("the stream failed before the peer died: %+v", w)
-	}
-	return c0, t0
-}
 
 // checkRetryExceeded checks that wcs are WRs 0..n-1 in order: successes, then
 // one RETRY_EXC_ERR, then WR_FLUSH_ERR; each WR exactly once. It returns how
@@ -160,9 +107,9 @@ func vethPeerDeath(t *testing.T, how string, op WROpcode) {
 	if _, err := a.qp.PostSend(wrs); err != nil {
 		t.Fatalf("PostSend: %v", err)
 	}
-	s := &wcStream{c: a.cq}
-	s.until(t, "the stream flowing", 10*time.Second, func() bool { return len(s.wcs) >= 4 })
-	c0, mark := s.markProgress(t, a.d)
+	s := &wcstream.Stream{CQ: a.cq}
+	s.Until(t, "the stream flowing", 10*time.Second, func() bool { return len(s.WCs) >= 4 })
+	c0, mark := wcstream.MarkProgress(t, s, a.d.Counters, 10*time.Second, "the peer died")
 
 	killed := time.Now()
 	switch how {
@@ -190,9 +137,9 @@ func vethPeerDeath(t *testing.T, how string, op WROpcode) {
 	to := ackTimeout(deathTimeout)
 	budget := time.Duration(deathRetry+1) * to
 	limit := 3*budget + 2*time.Second
-	s.until(t, "every WR completed after the peer died", limit+5*time.Second,
-		func() bool { return len(s.wcs) == deathWRs })
-	ok := checkRetryExceeded(t, s.wcs, deathWRs)
+	s.Until(t, "every WR completed after the peer died", limit+5*time.Second,
+		func() bool { return len(s.WCs) == deathWRs })
+	ok := checkRetryExceeded(t, s.WCs, deathWRs)
 	noMore(t, a.cq)
 	if st := a.qp.State(); st != qpstate.Err {
 		t.Errorf("QP in %v after RETRY_EXC_ERR, want ERR", st)
@@ -208,10 +155,10 @@ func vethPeerDeath(t *testing.T, how string, op WROpcode) {
 	// The last progress came after mark: the error may come no sooner than
 	// retry_cnt+1 timeouts after it; one timeout of slack covers the engine pass
 	// that started the timer before mark.
-	if el := s.errAt.Sub(mark); el < time.Duration(deathRetry)*to {
+	if el := s.ErrAt.Sub(mark); el < time.Duration(deathRetry)*to {
 		t.Errorf("RETRY_EXC_ERR %v after the last progress, before %d local ACK timeouts of %v", el, deathRetry, to)
 	}
-	el := s.errAt.Sub(killed)
+	el := s.ErrAt.Sub(killed)
 	if el > limit {
 		t.Errorf("RETRY_EXC_ERR %v after the peer died, over %v (budget %v)", el, limit, budget)
 	}
