@@ -122,18 +122,27 @@ type Pair struct {
 	A, B Endpoint
 }
 
+// prepare sets the defaults and names A's and B's interfaces after a fresh
+// number from nsCounter, which it returns for further names.
+func (o *PairOptions) prepare() (uint64, error) {
+	if err := o.setDefaults(); err != nil {
+		return 0, err
+	}
+	n := nsCounter.Add(1)
+	if o.NameA == "" {
+		o.NameA = ifName(n, 'a')
+	}
+	if o.NameB == "" {
+		o.NameB = ifName(n, 'b')
+	}
+	return n, nil
+}
+
 // NewVethPair creates two namespaces and a veth pair between them, configured as opts
 // says, links up. On error nothing is left behind.
 func NewVethPair(opts PairOptions) (_ *Pair, err error) {
-	if err := opts.setDefaults(); err != nil {
+	if _, err := opts.prepare(); err != nil {
 		return nil, err
-	}
-	n := nsCounter.Add(1)
-	if opts.NameA == "" {
-		opts.NameA = ifName(n, 'a')
-	}
-	if opts.NameB == "" {
-		opts.NameB = ifName(n, 'b')
 	}
 
 	p := &Pair{}

@@ -37,15 +37,9 @@ type Wire struct {
 // configured as opts says (the MTU and queue counts apply to all four ends, the
 // rest to A and B as in NewVethPair), links up. On error nothing is left behind.
 func NewVethWire(opts PairOptions) (_ *Wire, err error) {
-	if err := opts.setDefaults(); err != nil {
+	n, err := opts.prepare()
+	if err != nil {
 		return nil, err
-	}
-	n := nsCounter.Add(1)
-	if opts.NameA == "" {
-		opts.NameA = ifName(n, 'a')
-	}
-	if opts.NameB == "" {
-		opts.NameB = ifName(n, 'b')
 	}
 	w := &Wire{Pair: &Pair{}}
 	w.MidA.Name, w.MidB.Name = ifName(n, 'x'), ifName(n, 'y')
