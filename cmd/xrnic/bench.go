@@ -70,21 +70,23 @@ func (k *keySniffer) Write(p []byte) (int, error) {
 	return k.Conn.Write(p)
 }
 
-// benchServer accepts the clients and runs their sessions until stop.
+// benchServer accepts the clients of one test and runs their sessions until
+// stop.
 type benchServer struct {
 	d      *daemon
+	p      *perftest.Params // the server side's test and options
 	ln     net.Listener
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // RoutineBenchAccept and the sessions
 }
 
-// serveBench starts RoutineBenchAccept on ln.
-func (d *daemon) serveBench(ln net.Listener) *benchServer {
+// serveBench starts RoutineBenchAccept on ln for test p.
+func (d *daemon) serveBench(ln net.Listener, p *perftest.Params) *benchServer {
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &benchServer{d: d, ln: ln, cancel: cancel}
-	for _, w := range d.cfg.bench.Warnings {
+	b := &benchServer{d: d, p: p, ln: ln, cancel: cancel}
+	for _, w := range p.Warnings {
 		for _, line := range strings.Split(strings.TrimSpace(w), "\n") {
-			d.lg.printf("bench server: %s", strings.TrimSpace(strings.Trim(line, "-")))
+			d.lg.printf("bench %s server: %s", p.Test.Name, strings.TrimSpace(strings.Trim(line, "-")))
 		}
 	}
 	b.wg.Add(1)
@@ -119,7 +121,7 @@ func (b *benchServer) routineAccept(ctx context.Context) {
 			}
 			continue
 		}
-		s := b.d.addSession(c.RemoteAddr().String())
+		s := b.d.addSession(c.RemoteAddr().String(), b.p.Test.Name)
 		if s == nil {
 			b.d.lg.printf("bench server: turning %v away: %d sessions are running", c.RemoteAddr(), maxSessions)
 			c.Close()
@@ -141,7 +143,7 @@ func (b *benchServer) routineSession(ctx context.Context, s *benchSession, c net
 		_ = tc.SetNoDelay(true)
 	}
 	var rep bytes.Buffer
-	err := perftest.RunConn(ctx, d.cfg.bench, &rep, io.Discard, d.dev, d.cfg.iface, &keySniffer{Conn: c, s: s})
+	err := perftest.RunConn(ctx, b.p, &rep, io.Discard, d.dev, d.cfg.iface, &keySniffer{Conn: c, s: s})
 	d.endSession(s, err == nil)
 	switch {
 	case ctx.Err() != nil:
@@ -155,14 +157,14 @@ func (b *benchServer) routineSession(ctx context.Context, s *benchSession, c net
 }
 
 // addSession lists a new session, or returns nil when maxSessions are running.
-func (d *daemon) addSession(peer string) *benchSession {
+func (d *daemon) addSession(peer, test string) *benchSession {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.sessions) >= maxSessions {
 		return nil
 	}
 	d.nextID++
-	s := &benchSession{id: d.nextID, peer: peer, test: d.cfg.bench.Test.Name, start: time.Now()}
+	s := &benchSession{id: d.nextID, peer: peer, test: test, start: time.Now()}
 	d.sessions[s.id] = s
 	return s
 }

@@ -103,13 +103,20 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 
 	// The listeners come first, so that a port in use fails before anything is
 	// attached to the interface.
-	var benchLn, metricsLn net.Listener
+	var metricsLn net.Listener
 	var ctl *net.UnixListener
+	servers := c.servers
 	if c.benchPort > 0 {
-		if benchLn, err = net.Listen("tcp", ":"+strconv.Itoa(c.benchPort)); err != nil {
-			return fmt.Errorf("bench server: couldn't listen on TCP port %d: %w", c.benchPort, unwrapOp(err))
+		servers = append([]benchCfg{{port: c.benchPort, params: c.bench}}, servers...)
+	}
+	benchLns := make([]net.Listener, len(servers))
+	for i, b := range servers {
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(b.port))
+		if err != nil {
+			return fmt.Errorf("bench server: couldn't listen on TCP port %d: %w", b.port, unwrapOp(err))
 		}
-		cl.add(func() { benchLn.Close() })
+		cl.add(func() { ln.Close() })
+		benchLns[i] = ln
 	}
 	if c.metrics != "" {
 		if metricsLn, err = net.Listen("tcp", c.metrics); err != nil {
@@ -176,15 +183,15 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		stop := d.serveControl(ctl, &wg)
 		cl.add(stop)
 	}
-	var bench *benchServer
-	if benchLn != nil {
-		bench = d.serveBench(benchLn)
+	benches := make([]*benchServer, len(servers))
+	for i, b := range servers {
+		benches[i] = d.serveBench(benchLns[i], b.params)
 	}
 	if c.interval > 0 {
 		wg.Add(1)
 		go d.routineInterval(ctx, &wg)
 	}
-	d.lg.printf("%s", d.readyLine(benchLn, metricsLn))
+	d.lg.printf("%s", d.readyLine(benches, metricsLn))
 
 	<-ctx.Done()
 	cause := context.Cause(ctx)
@@ -192,15 +199,15 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		cause = nil
 	}
 	d.lg.printf("stopping")
-	if bench != nil {
-		bench.stop() // no new clients; the sessions' QPs flush and close
+	for _, b := range benches {
+		b.stop() // no new clients; the sessions' QPs flush and close
 	}
 	cl.run() // metrics, control, goroutines, device, link, listeners
 	return cause
 }
 
 // readyLine says what the daemon serves where.
-func (d *daemon) readyLine(benchLn, metricsLn net.Listener) string {
+func (d *daemon) readyLine(benches []*benchServer, metricsLn net.Listener) string {
 	var b strings.Builder
 	info := d.l.Info()
 	fmt.Fprintf(&b, "ready: %s on %s (%s link", d.dev.Name(), info.Name, info.Kind)
@@ -208,8 +215,13 @@ func (d *daemon) readyLine(benchLn, metricsLn net.Listener) string {
 		fmt.Fprintf(&b, ", XDP %s mode", d.cfg.mode)
 	}
 	b.WriteString(")")
-	if benchLn != nil {
-		fmt.Fprintf(&b, "; bench %s server on TCP port %d", d.cfg.bench.Test.Name, benchLn.Addr().(*net.TCPAddr).Port)
+	for i, s := range benches {
+		if i == 0 {
+			b.WriteString("; bench ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s server on TCP port %d", s.p.Test.Name, s.ln.Addr().(*net.TCPAddr).Port)
 	}
 	if metricsLn != nil {
 		fmt.Fprintf(&b, "; metrics on http://%s/metrics", metricsLn.Addr())

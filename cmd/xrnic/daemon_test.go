@@ -171,7 +171,8 @@ func clientDevice(t *testing.T, p *testenv.Pair) *verbs.Device {
 }
 
 // client runs a bench client in B's namespace over dev, as `bench TEST -d B
-// ARGS... A` would, and sends its result on the returned channel.
+// ARGS... A` would (-p in ARGS picks the server's port), and sends its result
+// on the returned channel.
 func client(t *testing.T, ctx context.Context, p *testenv.Pair, dev *verbs.Device, out io.Writer, test string, args ...string) <-chan error {
 	t.Helper()
 	pp, err := perftest.Parse(test, append(args, "-d", p.B.Name, p.A.IPv4.String()))
@@ -181,7 +182,7 @@ func client(t *testing.T, ctx context.Context, p *testenv.Pair, dev *verbs.Devic
 	res := make(chan error, 1)
 	if err := p.B.NS.Go(func() {
 		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.A.IPv4.String(), "18515"))
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.A.IPv4.String(), strconv.Itoa(pp.Port)))
 		if err != nil {
 			res <- err
 			return
@@ -358,6 +359,52 @@ func TestDaemonOnVeth(t *testing.T) {
 // TestStopMidSession stops the daemon while a client runs: the session ends (its
 // QPs flush), the daemon returns nil, the client fails with a clear error, and
 // nothing stays attached.
+// TestDaemonSeveralTests: one daemon, three bench servers (--bench-server),
+// three clients of different tests at once, each served by its own test.
+func TestDaemonSeveralTests(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	// A latency server runs its own iteration count, as perftest's does: the
+	// client must match it.
+	d := startDaemon(t, p, "--bench-server", "read_bw:18516:-s 8192", "--bench-server", "send_lat:18517:-n 200")
+	if e := d.errOut.String(); !strings.Contains(e, "bench write_bw server on TCP port 18515, read_bw server on TCP port 18516, send_lat server on TCP port 18517") {
+		t.Errorf("the ready line does not list the three servers:\n%s", e)
+	}
+	dev := clientDevice(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	outs := map[string]*syncBuffer{"write_bw": {}, "read_bw": {}, "send_lat": {}}
+	res := map[string]<-chan error{
+		"write_bw": client(t, ctx, p, dev, outs["write_bw"], "write_bw", "-n", "1000"),
+		"read_bw":  client(t, ctx, p, dev, outs["read_bw"], "read_bw", "-s", "8192", "-n", "1000", "-p", "18516"),
+		"send_lat": client(t, ctx, p, dev, outs["send_lat"], "send_lat", "-n", "200", "-p", "18517"),
+	}
+	for test, ch := range res {
+		if err := wait(t, test, ch); err != nil {
+			t.Fatalf("%s client: %v\n%s\ndaemon:\n%s", test, err, outs[test].String(), d.errOut.String())
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		s, err := fetchSnapshot(d.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Ended[0] == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sessions did not all end well (%v):\n%s", s.Ended, d.errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	o := d.out.String()
+	for _, want := range []string{"(write_bw):", "(read_bw):", "(send_lat):", "RDMA_Read BW Test", "Send Latency Test"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("the daemon's reports lack %q:\n%s", want, o)
+		}
+	}
+}
+
 func TestStopMidSession(t *testing.T) {
 	testutil.RequireRoot(t)
 	p := testenv.NewTestPair(t, testenv.PairOptions{})

@@ -34,11 +34,19 @@ type config struct {
 	metrics   string // listen address; "" = no metrics
 	benchPort int    // 0 = no bench server
 	bench     *perftest.Params
+	servers   []benchCfg // --bench-server: more bench servers, each on its own port
 	control   string // unix socket path; "" = none
 	interval  time.Duration
 
 	// Raw flag values, before checking.
 	kindS, modeS, benchTest, benchOpts string
+	serverS                            []string
+}
+
+// benchCfg is one more bench server: its port and the server side's options.
+type benchCfg struct {
+	port   int
+	params *perftest.Params
 }
 
 // defaultControl is the control socket of the daemon on iface.
@@ -55,6 +63,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.IntVar(&c.benchPort, "bench-port", perftest.DefaultPort, "TCP port of the bench server (0 turns it off)")
 	fs.StringVar(&c.benchTest, "bench-test", defaultBenchTest, "the test the bench server runs for its clients")
 	fs.StringVar(&c.benchOpts, "bench-opts", "", `bench options of the server side, as for "bench TEST -d IFACE" (e.g. "-s 1M -q 2")`)
+	fs.StringArrayVar(&c.serverS, "bench-server", nil, `one more bench server, TEST:PORT[:OPTIONS] (e.g. "read_bw:18516:-s 1M"); repeatable`)
 	fs.StringVar(&c.control, "control", "", `control socket (default `+controlDir+`/IFACE.sock; "" turns it off)`)
 	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
 	fs.BoolP("help", "h", false, "show this help")
@@ -104,6 +113,21 @@ func parse(args []string) (config, error) {
 			return c, err
 		}
 	}
+	ports := map[int]string{}
+	if c.benchPort > 0 {
+		ports[c.benchPort] = "--bench-port"
+	}
+	for _, v := range c.serverS {
+		b, err := parseServer(v, c.iface)
+		if err != nil {
+			return c, err
+		}
+		if other, taken := ports[b.port]; taken {
+			return c, fmt.Errorf("--bench-server %q: port %d is taken by %s", v, b.port, other)
+		}
+		ports[b.port] = fmt.Sprintf("--bench-server %q", v)
+		c.servers = append(c.servers, b)
+	}
 	if !fs.Changed("control") {
 		c.control = defaultControl(c.iface)
 	}
@@ -111,6 +135,27 @@ func parse(args []string) (config, error) {
 		return c, fmt.Errorf("negative --interval %s", c.interval)
 	}
 	return c, nil
+}
+
+// parseServer reads a --bench-server value, TEST:PORT[:OPTIONS].
+func parseServer(v, iface string) (benchCfg, error) {
+	f := strings.SplitN(v, ":", 3)
+	if len(f) < 2 {
+		return benchCfg{}, fmt.Errorf("--bench-server %q: want TEST:PORT[:OPTIONS]", v)
+	}
+	port, err := strconv.Atoi(f[1])
+	if err != nil || port < 1 || port > 65535 {
+		return benchCfg{}, fmt.Errorf("--bench-server %q: port %q outside 1..65535", v, f[1])
+	}
+	opts := ""
+	if len(f) == 3 {
+		opts = f[2]
+	}
+	p, err := benchParams(f[0], opts, iface)
+	if err != nil {
+		return benchCfg{}, fmt.Errorf("--bench-server %q: %w", v, err)
+	}
+	return benchCfg{port: port, params: p}, nil
 }
 
 // benchParams parses the server side's test and options as bench would.

@@ -64,6 +64,15 @@ func TestParse(t *testing.T) {
 	if c.bench.Test.Name != "send_bw" || c.bench.Size != 1<<20 || c.bench.QPs != 2 || !c.bench.Server() || c.control != "/tmp/x.sock" {
 		t.Errorf("bench options: %+v", c.bench)
 	}
+	c, err = parse([]string{"-i", "veth0", "--bench-server", "read_bw:18516:-s 1M", "--bench-server", "atomic_lat:18517"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.benchPort != 18515 || c.bench.Test.Name != "write_bw" || len(c.servers) != 2 ||
+		c.servers[0].port != 18516 || c.servers[0].params.Test.Name != "read_bw" || c.servers[0].params.Size != 1<<20 ||
+		c.servers[1].port != 18517 || c.servers[1].params.Test.Name != "atomic_lat" || !c.servers[1].params.Server() {
+		t.Errorf("--bench-server: %+v", c.servers)
+	}
 	if _, err := parse([]string{"-h"}); !errors.Is(err, errHelp) {
 		t.Errorf("-h: %v", err)
 	}
@@ -90,6 +99,13 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"-i", "veth0", "--bench-opts", "192.0.2.1"}, "no server address"},
 		{[]string{"-i", "veth0", "--bench-opts", "--local"}, "--local"},
 		{[]string{"-i", "veth0", "--bench-opts", "-p 1"}, "--bench-port"},
+		{[]string{"-i", "veth0", "--bench-server", "read_bw"}, "want TEST:PORT[:OPTIONS]"},
+		{[]string{"-i", "veth0", "--bench-server", "read_bw:0"}, "outside 1..65535"},
+		{[]string{"-i", "veth0", "--bench-server", "read_bw:x"}, "outside 1..65535"},
+		{[]string{"-i", "veth0", "--bench-server", "ping:18516"}, `--bench-server "ping:18516": unknown`},
+		{[]string{"-i", "veth0", "--bench-server", "atomic_bw:18516:-s 64"}, "message size cannot be changed"},
+		{[]string{"-i", "veth0", "--bench-server", "read_bw:18515"}, "port 18515 is taken by --bench-port"},
+		{[]string{"-i", "veth0", "--bench-server", "read_bw:9", "--bench-server", "send_bw:9"}, `port 9 is taken by --bench-server "read_bw:9"`},
 	} {
 		_, err := parse(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
