@@ -35,7 +35,7 @@ type config struct {
 	benchPort int    // 0 = no bench server
 	bench     *perftest.Params
 	servers   []benchCfg // --bench-server: more bench servers, each on its own port
-	control   string // unix socket path; "" = none
+	control   string     // unix socket path; "" = none
 	interval  time.Duration
 
 	// Raw flag values, before checking.
