@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -464,7 +465,7 @@ func startCapture(t *testing.T, name string) *capture {
 	// -U: each packet written at once; -B: a large buffer, no kernel drops; -Z root
 	// keeps the file owned by root (tcpdump would drop privileges).
 	c.h = exec.CommandContext(ctx, "ip", "netns", "exec", nsGuest, "tcpdump", "-i", ifCapture, "-U", "-B", "16384",
-		"-s", "0", "-Z", "root", "-w", c.path, "udp port 4791")
+		"-s", "0", "-Z", "root", "-w", c.path, "udp port 4791 or icmp")
 	c.h.Stdout, c.h.Stderr = c.out, c.out
 	c.h.Cancel = func() error { return c.h.Process.Signal(syscall.SIGINT) }
 	c.h.WaitDelay = 10 * time.Second
@@ -484,21 +485,41 @@ func startCapture(t *testing.T, name string) *capture {
 	return c
 }
 
+// hexBytes decodes ping's -p pattern.
+func hexBytes(h string) []byte {
+	b := make([]byte, len(h)/2)
+	for i := range b {
+		v, _ := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
+		b[i] = byte(v)
+	}
+	return b
+}
+
 // stop ends the capture and checks that the kernel dropped nothing.
 func (c *capture) stop(t *testing.T) {
 	t.Helper()
 	// tcpdump can lag behind on a busy machine, and SIGINT ends it without
-	// draining the kernel's ring: wait until the file stops growing.
-	var size int64 = -1
-	for i := 0; i < 150; i++ {
-		time.Sleep(200 * time.Millisecond)
-		fi, err := os.Stat(c.path)
-		if err == nil && fi.Size() == size && i >= 3 {
+	// draining the kernel's ring. A ping from xrnic's side to the guest with a
+	// pattern of this capture's own is the barrier: frames are written in the
+	// order the interface saw them, so once the ping is in the file, all that
+	// came before it is too.
+	pattern := fmt.Sprintf("%016x", rand.Uint64())
+	deadline := time.Now().Add(shortTimeout)
+	for sent := false; ; {
+		if !sent || time.Now().After(deadline.Add(-shortTimeout/2)) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = exec.CommandContext(ctx, "ip", "netns", "exec", nsXrnic, "ping", "-c", "1", "-W", "2", "-p", pattern, ipGuest).Run()
+			cancel()
+			sent = true
+		}
+		if b, err := os.ReadFile(c.path); err == nil && bytes.Contains(b, hexBytes(pattern)) {
 			break
 		}
-		if err == nil {
-			size = fi.Size()
+		if time.Now().After(deadline) {
+			t.Errorf("tcpdump: the barrier ping never reached the capture within %v", shortTimeout)
+			break
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	_ = c.h.Process.Signal(syscall.SIGINT)
 	select {
