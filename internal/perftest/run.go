@@ -5,8 +5,6 @@
 package perftest
 
 import (
-	"github.com/xrnic/xrnic/internal/oob"
-
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xrnic/xrnic/internal/oob"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/verbs"
 )

@@ -1,8 +1,6 @@
 package perftest
 
 import (
-	"github.com/xrnic/xrnic/internal/oob"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/internal/oob"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"

@@ -13,8 +13,6 @@
 package pingpong
 
 import (
-	"github.com/xrnic/xrnic/internal/oob"
-
 	"bytes"
 	"encoding/hex"
 	"errors"
@@ -25,6 +23,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xrnic/xrnic/internal/oob"
 	"github.com/xrnic/xrnic/nic/netdev"
 )
 

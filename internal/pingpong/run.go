@@ -4,8 +4,6 @@
 package pingpong
 
 import (
-	"github.com/xrnic/xrnic/internal/oob"
-
 	"bytes"
 	"context"
 	"errors"
@@ -22,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xrnic/xrnic/internal/oob"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"

@@ -1,8 +1,6 @@
 package pingpong
 
 import (
-	"github.com/xrnic/xrnic/internal/oob"
-
 	"bytes"
 	"context"
 	"errors"
@@ -16,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/internal/oob"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
