@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -368,27 +367,10 @@ func (g *guest) waitListen(t *testing.T, port int, j *job) {
 // host is a process run in xrnic's namespace.
 type host struct {
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *testutil.SyncBuffer
 	done   chan struct{}
 	err    error
 	cancel context.CancelFunc
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startHost runs args in netns rxevm-b; ready, if set, is waited for in its output.
@@ -396,7 +378,7 @@ func startHost(t *testing.T, timeout time.Duration, ready string, args ...string
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	full := append([]string{"netns", "exec", nsXrnic}, args...)
-	h := &host{cmd: exec.CommandContext(ctx, "ip", full...), out: &lockedBuffer{}, done: make(chan struct{}), cancel: cancel}
+	h := &host{cmd: exec.CommandContext(ctx, "ip", full...), out: &testutil.SyncBuffer{}, done: make(chan struct{}), cancel: cancel}
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
 	h.cmd.Cancel = func() error { return h.cmd.Process.Signal(syscall.SIGTERM) }
 	h.cmd.WaitDelay = 10 * time.Second
@@ -454,13 +436,13 @@ func save(t *testing.T, name string, data []byte) string {
 type capture struct {
 	path string
 	h    *exec.Cmd
-	out  *lockedBuffer
+	out  *testutil.SyncBuffer
 	done chan error
 }
 
 func startCapture(t *testing.T, name string) *capture {
 	t.Helper()
-	c := &capture{path: filepath.Join(suite.artifacts, name+".pcap"), out: &lockedBuffer{}, done: make(chan error, 1)}
+	c := &capture{path: filepath.Join(suite.artifacts, name+".pcap"), out: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*runTimeout)
 	// -U: each packet written at once; -B: a large buffer, no kernel drops; -Z root
 	// keeps the file owned by root (tcpdump would drop privileges).

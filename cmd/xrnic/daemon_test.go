@@ -37,7 +37,7 @@ type testDaemon struct {
 	metrics     string
 	cancel      context.CancelFunc
 	done        chan error
-	out, errOut syncBuffer
+	out, errOut testutil.SyncBuffer
 	stopOnce    sync.Once
 	stopErr     error
 }
@@ -233,7 +233,7 @@ func TestDaemonOnVeth(t *testing.T) {
 	defer cancel()
 
 	// A long client (duration mode) and a short one, at once.
-	var long, short syncBuffer
+	var long, short testutil.SyncBuffer
 	longRes := client(t, ctx, p, dev, &long, "write_bw", "-s", "4096", "-D", "3")
 	// The session's QP is listed from its creation (RESET, INIT) on; wait until the
 	// exchange has taken it to RTR.
@@ -373,7 +373,7 @@ func TestDaemonSeveralTests(t *testing.T) {
 	dev := clientDevice(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	outs := map[string]*syncBuffer{"write_bw": {}, "read_bw": {}, "send_lat": {}}
+	outs := map[string]*testutil.SyncBuffer{"write_bw": {}, "read_bw": {}, "send_lat": {}}
 	res := map[string]<-chan error{
 		"write_bw": client(t, ctx, p, dev, outs["write_bw"], "write_bw", "-n", "1000"),
 		"read_bw":  client(t, ctx, p, dev, outs["read_bw"], "read_bw", "-s", "8192", "-n", "1000", "-p", "18516"),
@@ -412,7 +412,7 @@ func TestStopMidSession(t *testing.T) {
 	dev := clientDevice(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	res := client(t, ctx, p, dev, &out, "write_bw", "-s", "4096", "-D", "20")
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(d.cmd(t, "resource"), "sessions 1") {
@@ -447,7 +447,7 @@ func TestSignal(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		cmd := p.A.NS.Exec(ctx, os.Args[0], "-i", p.A.Name, "--control", sock)
 		cmd.Env = append(os.Environ(), "XRNIC_TEST_MAIN=1")
-		var stderr syncBuffer
+		var stderr testutil.SyncBuffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			cancel()
@@ -505,7 +505,7 @@ func TestUDPLink(t *testing.T) {
 	defer dev.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	if err := wait(t, "client", client(t, ctx, p, dev, &out, "write_bw", "-s", "8192", "-n", "500")); err != nil {
 		t.Fatalf("client: %v\n%s\n%s", err, out.String(), d.errOut.String())
 	}

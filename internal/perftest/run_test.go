@@ -14,11 +14,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/xrnic/xrnic/internal/oob"
+	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
@@ -170,24 +170,6 @@ func openSide(t *testing.T, a netip.Addr) (*verbs.Device, func()) {
 	return d, func() { d.Close(); l.Close() }
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServerDiesMidRun: the server vanishes (device, QPs and connection gone)
 // while the client measures; the client returns an error, without hanging.
 func TestServerDiesMidRun(t *testing.T) {
@@ -206,7 +188,7 @@ func TestServerDiesMidRun(t *testing.T) {
 			sctx, kill := context.WithCancel(context.Background())
 			defer kill()
 			serr := make(chan error, 1)
-			var sout syncBuffer
+			var sout testutil.SyncBuffer
 			go func() {
 				c, err := oob.Accept(sctx, ln)
 				ln.Close()
@@ -230,7 +212,7 @@ func TestServerDiesMidRun(t *testing.T) {
 				kill()
 			}()
 			cerr := make(chan error, 1)
-			var cout syncBuffer
+			var cout testutil.SyncBuffer
 			go func() { cerr <- runConn(context.Background(), cp, &cout, io.Discard, dc, closeC, "lo", c) }()
 			select {
 			case err := <-cerr:
@@ -256,7 +238,7 @@ func TestServerDiesMidRun(t *testing.T) {
 func TestCancelStopsEverything(t *testing.T) {
 	p := mustParse(t, "send_bw", "--local", "-n", "100000000", "--progress", "off")
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, p, &out, io.Discard) }()
 	for !strings.Contains(out.String(), "#bytes") {
@@ -300,7 +282,7 @@ func TestLoopsDoNotAllocate(t *testing.T) {
 
 func TestProgressLine(t *testing.T) {
 	p := mustParse(t, "write_lat", "--local", "-D", "3", "--progress", "on")
-	var out, errw syncBuffer
+	var out, errw testutil.SyncBuffer
 	if err := Run(context.Background(), p, &out, &errw); err != nil {
 		t.Fatal(err)
 	}

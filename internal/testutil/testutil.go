@@ -4,9 +4,11 @@
 package testutil
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -69,4 +71,23 @@ func SharedDir(t testing.TB) string {
 		t.Fatalf("shared/ not found at %s: the golden captures live there", d)
 	}
 	return d
+}
+
+// SyncBuffer is a bytes.Buffer one goroutine (a process, a daemon) writes while
+// the test reads it; both methods are safe for concurrent use.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
