@@ -22,8 +22,14 @@ import (
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
+// frame is one captured frame and when it was captured.
+type frame struct {
+	data []byte
+	ts   time.Time
+}
+
 // frames reads an Ethernet capture.
-func frames(t *testing.T, path string) [][]byte {
+func frames(t *testing.T, path string) []frame {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -34,7 +40,7 @@ func frames(t *testing.T, path string) [][]byte {
 	if err != nil {
 		t.Fatalf("capture %s: %v", path, err)
 	}
-	var out [][]byte
+	var out []frame
 	for {
 		data, ci, err := r.ReadPacketData()
 		if err != nil {
@@ -43,27 +49,33 @@ func frames(t *testing.T, path string) [][]byte {
 		if ci.CaptureLength != ci.Length {
 			t.Fatalf("capture %s: a frame is truncated (%d of %d bytes)", path, ci.CaptureLength, ci.Length)
 		}
-		out = append(out, data)
+		out = append(out, frame{data, ci.Timestamp})
 	}
 	return out
 }
 
-// roce returns the RoCEv2 frames of a capture from src, parsed by our codec.
-func roce(t *testing.T, all [][]byte, src string) []wire.Packet {
+// rocePacket is a RoCEv2 frame of a capture, parsed by our codec.
+type rocePacket struct {
+	wire.Packet
+	ts time.Time
+}
+
+// roce returns the RoCEv2 frames of a capture from src.
+func roce(t *testing.T, all []frame, src string) []rocePacket {
 	t.Helper()
 	want := netip.MustParseAddr(src)
-	var out []wire.Packet
+	var out []rocePacket
 	for i, f := range all {
-		if !isRoCEv2(f) {
+		if !isRoCEv2(f.data) {
 			continue // the capture's barrier pings
 		}
 		var p wire.Packet
-		if err := wire.Parse(f, &p); err != nil {
+		if err := wire.Parse(f.data, &p); err != nil {
 			t.Errorf("frame %d: our codec cannot parse it: %v", i+1, err)
 			continue
 		}
 		if p.IPv4 != nil && p.IPv4.Src() == want {
-			out = append(out, p)
+			out = append(out, rocePacket{p, f.ts})
 		}
 	}
 	return out
@@ -83,8 +95,9 @@ var icrcLine = regexp.MustCompile(`ICRC ok=(\d+) bad=(\d+) skipped\(non-RoCE or 
 
 // checkICRC runs the harness's independent checker over the frames xrnic sent
 // (tcpdump writes them to their own file) and over the whole capture; every
-// frame must verify. It returns how many of xrnic's frames were checked.
-func checkICRC(t *testing.T, c *capture, name string) int {
+// frame must verify; all is the capture, read. It returns how many of xrnic's
+// frames were checked.
+func checkICRC(t *testing.T, c *capture, name string, all []frame) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
@@ -108,7 +121,7 @@ func checkICRC(t *testing.T, c *capture, name string) int {
 			t.Errorf("icrc-check.py: %s", r[0])
 		}
 	}
-	sent := len(roce(t, frames(t, c.path), ipXrnic))
+	sent := len(roce(t, all, ipXrnic))
 	if okOurs == 0 || okOurs != sent {
 		t.Errorf("ICRC verified on %d of the %d frames xrnic sent", okOurs, sent)
 	}
@@ -270,34 +283,17 @@ func clockMisread(out string) bool {
 	return !(bwLine{peak: peak, avg: avg}).sane()
 }
 
-// writeSpan returns the time from the first to the last RDMA WRITE packet src
-// sent in a capture.
-func writeSpan(t *testing.T, path, src string) time.Duration {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("capture: %v", err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatalf("capture %s: %v", path, err)
-	}
-	want := netip.MustParseAddr(src)
+// writeSpan returns the time from the first to the last RDMA WRITE packet of pkts.
+func writeSpan(pkts []rocePacket) time.Duration {
 	var first, last time.Time
-	for {
-		data, ci, err := r.ReadPacketData()
-		if err != nil {
-			break
-		}
-		var p wire.Packet
-		if wire.Parse(data, &p) != nil || p.IPv4 == nil || p.IPv4.Src() != want || p.Info().Mask&wire.MaskWrite == 0 {
+	for _, p := range pkts {
+		if p.Info().Mask&wire.MaskWrite == 0 {
 			continue
 		}
 		if first.IsZero() {
-			first = ci.Timestamp
+			first = p.ts
 		}
-		last = ci.Timestamp
+		last = p.ts
 	}
 	return last.Sub(first)
 }

@@ -51,7 +51,7 @@ func daemon(t *testing.T, g *guest) {
 	if r1.iters != 100 || r2.iters != 100 || r1.size != 65536 || r2.size != 65536 {
 		t.Errorf("results: %q, %q", r1.text, r2.text)
 	}
-	checkICRC(t, c, name)
+	checkICRC(t, c, name, frames(t, c.path))
 
 	// The metrics, scraped from inside the namespace.
 	ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)

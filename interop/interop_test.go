@@ -118,7 +118,9 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	if xrnicServer {
 		writer = ipGuest
 	}
-	if span := writeSpan(t, c.path, writer); span > 0 {
+	all := frames(t, c.path)
+	written := roce(t, all, writer)
+	if span := writeSpan(written); span > 0 {
 		wire := float64(65536*writeIters) / (1 << 20) / span.Seconds()
 		if r := xr.avg / wire; r < 1.0/3 || r > 3 {
 			t.Errorf("reported %.2f MB/s, the capture shows %.2f MB/s (%d messages of 64 KiB in %v)", xr.avg, wire, writeIters, span)
@@ -130,7 +132,7 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	}
 	t.Logf("ib_write_bw %s, MTU %d: %.2f MB/s average", map[bool]string{true: "guest -> xrnic", false: "xrnic -> guest"}[xrnicServer], g.mtu, xr.avg)
 
-	checkICRC(t, c, name)
+	checkICRC(t, c, name, all)
 
 	// Every byte as written: the WRITE data on the wire, placed at the addresses
 	// its RETHs name, against xrnic's buffer after the run.
@@ -138,19 +140,15 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	if err != nil {
 		t.Fatalf("bench's buffer: %v", err)
 	}
-	all := frames(t, c.path)
 	m := newWriteModel()
+	for i := range written {
+		m.add(&written[i].Packet)
+	}
 	if xrnicServer {
-		for _, p := range roce(t, all, ipGuest) {
-			m.add(&p)
-		}
 		// bench's buffer is [client half | server half] and the server half is
 		// what it announced: its local VAddr.
 		m.compare(t, "guest's WRITEs in xrnic's memory", buf, vaddr(t, xOut, "local")-uint64(len(buf)/2))
 	} else {
-		for _, p := range roce(t, all, ipXrnic) {
-			m.add(&p)
-		}
 		// bench sends from its buffer's first half at the offset it writes to.
 		m.compare(t, "xrnic's WRITEs against its source buffer", buf, vaddr(t, xOut, "remote"))
 	}
@@ -199,7 +197,7 @@ func dropOnWire(t *testing.T, rate float64) *bpf.Attachment {
 
 // recovery counts, among the frames xrnic sent, the PSN sequence error NAKs and
 // the request packets sent again (a PSN seen before).
-func recovery(t *testing.T, all [][]byte) (naks, resent int) {
+func recovery(t *testing.T, all []frame) (naks, resent int) {
 	seen := map[wire.PSN]bool{}
 	for _, p := range roce(t, all, ipXrnic) {
 		info := p.Info()
@@ -264,7 +262,7 @@ func pingpong(t *testing.T, g *guest, size int, xrnicServer bool) {
 			t.Errorf("%s: %q, %q: want %s bytes and %d iters", who, b[0], it[0], want, iters)
 		}
 	}
-	sent := checkICRC(t, c, name)
+	sent := checkICRC(t, c, name, frames(t, c.path))
 	// Every message crossed the wire both ways: at least ceil(size/MTU) packets
 	// per message from xrnic.
 	if want := iters * max(1, (size+g.mtu-1)/g.mtu); sent < want {

@@ -24,7 +24,7 @@ func TestWriteModel(t *testing.T) {
 			var pkts []wire.Packet
 			for _, f := range all {
 				var p wire.Packet
-				if wire.Parse(f, &p) == nil && p.Info().Mask&wire.MaskWrite != 0 {
+				if wire.Parse(f.data, &p) == nil && p.Info().Mask&wire.MaskWrite != 0 {
 					pkts = append(pkts, p)
 					m.add(&p)
 				}

@@ -73,7 +73,7 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 		}
 		t.Logf("ib_%s, client %s: %.2f MB/s", test, map[bool]string{true: "rxe", false: "xrnic"}[xrnicServer], xr.avg)
 	}
-	checkICRC(t, c, name)
+	checkICRC(t, c, name, frames(t, c.path))
 }
 
 // fieldAfter returns the word after flag in args.
