@@ -145,6 +145,18 @@ func ClientExchange(c net.Conn, my *Dest) (Dest, error) {
 	if _, err := c.Write(m); err != nil {
 		return Dest{}, fmt.Errorf("couldn't send local address: %w", peerErr(c, err, 0, 0))
 	}
+	rem, err := readDest(c)
+	if err != nil {
+		return Dest{}, err
+	}
+	if _, err := c.Write(doneMsg); err != nil {
+		return Dest{}, fmt.Errorf("couldn't write \"done\": %w", peerErr(c, err, 0, 0))
+	}
+	return rem, nil
+}
+
+// readDest reads and parses the peer's address message.
+func readDest(c net.Conn) (Dest, error) {
 	var r [MsgSize]byte
 	if n, err := io.ReadFull(c, r[:]); err != nil {
 		return Dest{}, fmt.Errorf("couldn't read remote address: %w", peerErr(c, err, n, MsgSize))
@@ -152,9 +164,6 @@ func ClientExchange(c net.Conn, my *Dest) (Dest, error) {
 	rem, err := ParseMessage(r[:])
 	if err != nil {
 		return Dest{}, fmt.Errorf("%w (%v) sent a bad address: %v", ErrPeer, c.RemoteAddr(), err)
-	}
-	if _, err := c.Write(doneMsg); err != nil {
-		return Dest{}, fmt.Errorf("couldn't write \"done\": %w", peerErr(c, err, 0, 0))
 	}
 	return rem, nil
 }
@@ -170,13 +179,9 @@ func ServerExchange(c net.Conn, my *Dest, connect func(rem *Dest) error) (Dest, 
 		return Dest{}, err
 	}
 	setDeadline(c)
-	var r [MsgSize]byte
-	if n, err := io.ReadFull(c, r[:]); err != nil {
-		return Dest{}, fmt.Errorf("couldn't read remote address: %w", peerErr(c, err, n, MsgSize))
-	}
-	rem, err := ParseMessage(r[:])
+	rem, err := readDest(c)
 	if err != nil {
-		return Dest{}, fmt.Errorf("%w (%v) sent a bad address: %v", ErrPeer, c.RemoteAddr(), err)
+		return Dest{}, err
 	}
 	if err := connect(&rem); err != nil {
 		return Dest{}, fmt.Errorf("couldn't connect to remote QP: %w", err)
