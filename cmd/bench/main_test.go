@@ -177,43 +177,53 @@ func TestLinkRun(t *testing.T) {
 	}
 }
 
+// runPairOnVeth runs bench with args (args[2] is -d's value, filled in) as a
+// server in A's namespace and, once the server printed ready, as a client of it
+// in B's; it returns both outputs and results.
+func runPairOnVeth(t *testing.T, ctx context.Context, p *testenv.Pair, args []string, ready string) (sout, cout string, serr, cerr error) {
+	t.Helper()
+	readyCh := make(chan struct{})
+	var so, co bytes.Buffer
+	sres, cres := make(chan error, 1), make(chan error, 1)
+	sargs := append([]string(nil), args...)
+	sargs[2] = p.A.Name
+	if err := p.A.NS.Go(func() {
+		sres <- run(ctx, sargs, &signalWriter{w: &so, needle: ready, ch: readyCh}, io.Discard)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-readyCh:
+	case err := <-sres:
+		t.Fatalf("server: %v\n%s", err, so.String())
+	}
+	cargs := append([]string(nil), args...)
+	cargs[2] = p.B.Name
+	cargs = append(cargs, p.A.IPv4.String())
+	if err := p.B.NS.Go(func() { cres <- run(ctx, cargs, &co, io.Discard) }); err != nil {
+		t.Fatal(err)
+	}
+	cerr = <-cres
+	serr = <-sres
+	return so.String(), co.String(), serr, cerr
+}
+
 // TestWriteBWVeth: the server in one namespace, the client in the other, over
 // AF_XDP on a veth pair, as two hosts would run it.
 func TestWriteBWVeth(t *testing.T) {
 	testutil.RequireRoot(t)
 	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 1500})
-	ready := make(chan struct{})
-	var sout, cout bytes.Buffer
-	serr, cerr := make(chan error, 1), make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	args := []string{"-d", "", "--link", "af_xdp", "-s", "65536", "-n", "200", "-p", "18515"}
-	sargs := append([]string{"write_bw"}, args...)
-	sargs[2] = p.A.Name
-	err := p.A.NS.Go(func() {
-		serr <- run(ctx, sargs, &signalWriter{w: &sout, needle: "Waiting for client", ch: ready}, io.Discard)
-	})
-	if err != nil {
-		t.Fatal(err)
+	args := []string{"write_bw", "-d", "", "--link", "af_xdp", "-s", "65536", "-n", "200", "-p", "18515"}
+	sout, cout, serr, cerr := runPairOnVeth(t, ctx, p, args, "Waiting for client")
+	if cerr != nil {
+		t.Fatalf("client: %v\n%s", cerr, cout)
 	}
-	select {
-	case <-ready:
-	case err := <-serr:
-		t.Fatalf("server: %v\n%s", err, sout.String())
+	if serr != nil {
+		t.Fatalf("server: %v\n%s", serr, sout)
 	}
-	cargs := append([]string{"write_bw"}, args...)
-	cargs[2] = p.B.Name
-	cargs = append(cargs, p.A.IPv4.String())
-	if err := p.B.NS.Go(func() { cerr <- run(ctx, cargs, &cout, io.Discard) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-cerr; err != nil {
-		t.Fatalf("client: %v\n%s", err, cout.String())
-	}
-	if err := <-serr; err != nil {
-		t.Fatalf("server: %v\n%s", err, sout.String())
-	}
-	for side, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+	for side, out := range map[string]string{"client": cout, "server": sout} {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		f := strings.Fields(lines[len(lines)-2])
 		if len(f) != 5 || f[0] != "65536" || f[1] != "200" {
@@ -227,7 +237,7 @@ func TestWriteBWVeth(t *testing.T) {
 			t.Errorf("%s: no IPv4 GID line:\n%s", side, out)
 		}
 	}
-	t.Logf("client:\n%s", cout.String())
+	t.Logf("client:\n%s", cout)
 }
 
 // signalWriter closes ch once what was written contains needle.

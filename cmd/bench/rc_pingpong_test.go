@@ -163,46 +163,25 @@ func TestRCPingpongVeth(t *testing.T) {
 		extra       []string
 	}{{"1", "200", nil}, {"4096", "200", []string{"-e"}}, {"1048576", "10", nil}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		ready := make(chan struct{})
-		var sout, cout bytes.Buffer
-		serr, cerr := make(chan error, 1), make(chan error, 1)
 		args := append([]string{"rc_pingpong", "-d", "", "--link", "af_xdp", "-g", "1", "-c", "-s", c.size, "-n", c.iters}, c.extra...)
-		sargs := append([]string(nil), args...)
-		sargs[2] = p.A.Name
-		err := p.A.NS.Go(func() {
-			serr <- run(ctx, sargs, &signalWriter{w: &sout, needle: "local address:", ch: ready}, io.Discard)
-		})
-		if err != nil {
-			t.Fatal(err)
+		sout, cout, serr, cerr := runPairOnVeth(t, ctx, p, args, "local address:")
+		if cerr != nil {
+			t.Errorf("-s %s client: %v\n%s", c.size, cerr, cout)
 		}
-		select {
-		case <-ready:
-		case err := <-serr:
-			t.Fatalf("server: %v\n%s", err, sout.String())
-		}
-		cargs := append([]string(nil), args...)
-		cargs[2] = p.B.Name
-		cargs = append(cargs, p.A.IPv4.String())
-		if err := p.B.NS.Go(func() { cerr <- run(ctx, cargs, &cout, io.Discard) }); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-cerr; err != nil {
-			t.Errorf("-s %s client: %v\n%s", c.size, err, cout.String())
-		}
-		if err := <-serr; err != nil {
-			t.Errorf("-s %s server: %v\n%s", c.size, err, sout.String())
+		if serr != nil {
+			t.Errorf("-s %s server: %v\n%s", c.size, serr, sout)
 		}
 		cancel()
-		for side, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+		for side, out := range map[string]string{"client": cout, "server": sout} {
 			if !re.MatchString(out) {
 				t.Errorf("-s %s %s output:\n%s", c.size, side, out)
 			}
 		}
-		if !strings.Contains(sout.String(), "local address:  LID 0x0000, QPN") ||
-			!strings.Contains(sout.String(), "GID ::ffff:"+p.A.IPv4.String()+"\n") ||
-			!strings.Contains(sout.String(), "GID ::ffff:"+p.B.IPv4.String()+"\n") {
-			t.Errorf("server GIDs:\n%s", sout.String())
+		if !strings.Contains(sout, "local address:  LID 0x0000, QPN") ||
+			!strings.Contains(sout, "GID ::ffff:"+p.A.IPv4.String()+"\n") ||
+			!strings.Contains(sout, "GID ::ffff:"+p.B.IPv4.String()+"\n") {
+			t.Errorf("server GIDs:\n%s", sout)
 		}
-		t.Logf("-s %s client:\n%s", c.size, cout.String())
+		t.Logf("-s %s client:\n%s", c.size, cout)
 	}
 }
