@@ -127,6 +127,19 @@ func flipped(t *testing.T, what string, in, out []byte) (off int, bit byte, ok b
 	return off, bit, true
 }
 
+// checkCorruption checks that out is in with one bit flipped in [lo, hi) when
+// corrupt, and is in unchanged otherwise.
+func checkCorruption(t *testing.T, what string, in, out []byte, corrupt bool, lo, hi int) {
+	t.Helper()
+	off, _, changed := flipped(t, what, in, out)
+	switch {
+	case changed != corrupt:
+		t.Errorf("%s: frame changed %v, want %v", what, changed, corrupt)
+	case changed && (off < lo || off >= hi):
+		t.Errorf("%s: byte %d corrupted, want one in [%d, %d)", what, off, lo, hi)
+	}
+}
+
 // Each fault setting on every frame case, with and without a socket, through
 // both entry points: only RoCEv2 frames are hit; a dropped frame gets XDP_DROP,
 // a corrupted one is steered as usual with one bit flipped after its BTH.
@@ -185,13 +198,7 @@ func TestFaultsFrames(t *testing.T) {
 					if verdict == xdpDrop {
 						continue
 					}
-					off, _, changed := flipped(t, what, c.frame, out[:len(c.frame)])
-					switch {
-					case changed != corrupt:
-						t.Errorf("%s: frame changed %v, want %v", what, changed, corrupt)
-					case changed && (off < uoff+8+bthLen || off >= uoff+ulen):
-						t.Errorf("%s: byte %d corrupted, want one in [%d, %d)", what, off, uoff+8+bthLen, uoff+ulen)
-					}
+					checkCorruption(t, what, c.frame, out[:len(c.frame)], corrupt, uoff+8+bthLen, uoff+ulen)
 				}
 			}
 		}

@@ -277,13 +277,7 @@ func impairFrames(t *testing.T, w *testenv.Wire, im *Impair) {
 				if verdict == xdpDrop {
 					continue
 				}
-				off, _, changed := flipped(t, what, c.frame, out[:len(c.frame)])
-				switch {
-				case changed != corrupt:
-					t.Errorf("%s: frame changed %v, want %v", what, changed, corrupt)
-				case changed && (off < uoff+8+bthLen || off >= uoff+ulen):
-					t.Errorf("%s: byte %d corrupted, want one in [%d, %d)", what, off, uoff+8+bthLen, uoff+ulen)
-				}
+				checkCorruption(t, what, c.frame, out[:len(c.frame)], corrupt, uoff+8+bthLen, uoff+ulen)
 			}
 		}
 		// Not a port: no interface at all, and the middle's loopback.
