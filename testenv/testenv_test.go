@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -47,17 +46,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 func TestPairPing(t *testing.T) {
 	for _, static := range []bool{true, false} {
 		t.Run(fmt.Sprintf("static=%v", static), func(t *testing.T) {
-			p := testenv.NewTestPair(t, testenv.PairOptions{NoStaticNeighbors: !static})
-			for _, c := range []struct {
-				from *testenv.NS
-				to   netip.Addr
-			}{
-				{p.A.NS, p.B.IPv4}, {p.A.NS, p.B.IPv6}, {p.B.NS, p.A.IPv4}, {p.B.NS, p.A.IPv6},
-			} {
-				if err := c.from.Ping(ctxT(t, 3*time.Second), c.to); err != nil {
-					t.Errorf("ping %s from %s: %v", c.to, c.from.Name, err)
-				}
-			}
+			pingAll(t, testenv.NewTestPair(t, testenv.PairOptions{NoStaticNeighbors: !static}))
 		})
 	}
 }
@@ -65,49 +54,9 @@ func TestPairPing(t *testing.T) {
 func TestPairTCP(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{})
 	for _, dst := range []netip.Addr{p.B.IPv4, p.B.IPv6} {
-		var ln net.Listener
-		if err := p.B.Do(func() (err error) {
-			ln, err = net.Listen("tcp", net.JoinHostPort(dst.String(), "0"))
-			return err
-		}); err != nil {
-			t.Fatalf("listen in B: %v", err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				done <- err
-				return
-			}
-			defer c.Close()
-			_, err = io.Copy(c, c) // echo until the dialer closes its write side
-			done <- err
-		}()
-
-		var conn net.Conn
-		if err := p.A.Do(func() (err error) {
-			conn, err = net.DialTimeout("tcp", ln.Addr().String(), 3*time.Second)
-			return err
-		}); err != nil {
-			ln.Close()
-			t.Fatalf("dial %s from A: %v", ln.Addr(), err)
-		}
-		if got, want := conn.LocalAddr().(*net.TCPAddr).IP.String(), p.A.IPv4.String(); dst.Is4() && got != want {
+		local := tcpEcho(t, p, dst, 1<<20)
+		if got, want := local.(*net.TCPAddr).IP.String(), p.A.IPv4.String(); dst.Is4() && got != want {
 			t.Errorf("dialer's address: got %s, want %s", got, want)
-		}
-		msg := "hello over veth " + dst.String()
-		if _, err := conn.Write([]byte(msg)); err != nil {
-			t.Fatalf("write: %v", err)
-		}
-		conn.(*net.TCPConn).CloseWrite()
-		got, err := io.ReadAll(conn)
-		conn.Close()
-		ln.Close()
-		if err != nil || string(got) != msg {
-			t.Errorf("echo over %s: got %q, %v; want %q", dst, got, err, msg)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
 		}
 	}
 }

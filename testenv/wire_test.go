@@ -86,8 +86,8 @@ func TestWirePing(t *testing.T) {
 }
 
 // tcpEcho sends a message from A to an echo server on dst in B and checks it
-// comes back.
-func tcpEcho(t *testing.T, p *testenv.Pair, dst netip.Addr, size int) {
+// comes back; it returns the dialer's address.
+func tcpEcho(t *testing.T, p *testenv.Pair, dst netip.Addr, size int) net.Addr {
 	t.Helper()
 	var ln net.Listener
 	if err := p.B.Do(func() (err error) {
@@ -132,6 +132,7 @@ func tcpEcho(t *testing.T, p *testenv.Pair, dst netip.Addr, size int) {
 	if err := <-done; err != nil {
 		t.Errorf("server: %v", err)
 	}
+	return conn.LocalAddr()
 }
 
 // TCP crosses the wire intact, even with every fault at rate 1: only RoCEv2
