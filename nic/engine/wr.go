@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/qpstate"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -32,14 +33,62 @@ const (
 	WRTSO              WROpcode = 10 // IBV_WR_TSO (not supported)
 )
 
-var wrOpcodeNames = [...]string{"rdma-write", "rdma-write-with-imm", "send", "send-with-imm",
-	"rdma-read", "atomic-cmp-and-swp", "atomic-fetch-and-add", "local-inv", "bind-mw",
-	"send-with-inv", "tso"}
+// wrInfo is one row of the work-request opcode table (rxe_opcode.c
+// rxe_wr_opcode_info): the opcode's name, what its packets do in opcode-table
+// terms, and the QP types that execute it. An opcode with no QP types is refused
+// with ErrUnsupportedOp.
+type wrInfo struct {
+	name string
+	mask wire.OpMask
+	qpts qpTypeSet
+}
+
+// qpTypeSet is a set of QP types, one bit per qpstate.Type.
+type qpTypeSet uint8
+
+func qpts(ts ...qpstate.Type) qpTypeSet {
+	var s qpTypeSet
+	for _, t := range ts {
+		s |= 1 << t
+	}
+	return s
+}
+
+type wrTable [WRTSO + 1]wrInfo
+
+// wrOpcodes is the table, indexed by opcode. UD and GSI QPs send only SENDs (IBTA
+// 9.8.3); UC has no READ or atomics (IBTA 9.4).
+var wrOpcodes = wrTable{
+	WRRDMAWrite:        {"rdma-write", wire.MaskWrite, qpts(qpstate.RC, qpstate.UC)},
+	WRRDMAWriteWithImm: {"rdma-write-with-imm", wire.MaskWrite | wire.MaskImmDt, qpts(qpstate.RC, qpstate.UC)},
+	WRSend:             {"send", wire.MaskSend, qpts(qpstate.RC, qpstate.UC, qpstate.UD, qpstate.GSI)},
+	WRSendWithImm:      {"send-with-imm", wire.MaskSend | wire.MaskImmDt, qpts(qpstate.RC, qpstate.UC, qpstate.UD, qpstate.GSI)},
+	WRRDMARead:         {"rdma-read", wire.MaskRead, qpts(qpstate.RC)},
+	WRAtomicCmpSwp:     {"atomic-cmp-and-swp", wire.MaskAtomic, qpts(qpstate.RC)},
+	WRAtomicFetchAdd:   {"atomic-fetch-and-add", wire.MaskAtomic, qpts(qpstate.RC)},
+	WRLocalInv:         {name: "local-inv"},
+	WRBindMW:           {name: "bind-mw"},
+	WRSendWithInv:      {"send-with-inv", wire.MaskSend | wire.MaskIETH, qpts(qpstate.RC)},
+	WRTSO:              {name: "tso"},
+}
+
+// mask says what op's packets do; 0 for an opcode outside the table.
+func (t *wrTable) mask(op WROpcode) wire.OpMask {
+	if int(op) < len(t) {
+		return t[op].mask
+	}
+	return 0
+}
+
+// allowed reports whether a QP of type qt executes op.
+func (t *wrTable) allowed(qt qpstate.Type, op WROpcode) bool {
+	return int(op) < len(t) && t[op].qpts&(1<<qt) != 0
+}
 
 // String returns ibv_wr_opcode_str's text.
 func (o WROpcode) String() string {
-	if int(o) < len(wrOpcodeNames) {
-		return wrOpcodeNames[o]
+	if int(o) < len(wrOpcodes) {
+		return wrOpcodes[o].name
 	}
 	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
 }

@@ -1,0 +1,322 @@
+// Modify and its effects: the attribute checks, the state transitions and what
+// each does to the queues (rxe_qp.c rxe_qp_chk_attr, rxe_qp_from_attr, rxe_qp_error).
+
+package engine
+
+import (
+	"net"
+
+	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+// QPAttr is struct ibv_qp_attr: the scalar attributes and the primary path. A plain
+// value: Modify copies it.
+type QPAttr struct {
+	qpstate.Attr
+	AV AV // AttrAV
+}
+
+// Modify changes the QP's attributes and state (ibv_modify_qp). The checks that
+// need the QP's state run on the engine goroutine; the Op reports their result.
+// Resolving the next-hop MAC of a new AV happens first, in the caller.
+func (qp *QP) Modify(attr *QPAttr, mask qpstate.AttrMask) *Op {
+	if attr == nil {
+		return doneOp(errorf(ErrInvalidArg, "nil attributes"))
+	}
+	a := *attr
+	var rp routeParams
+	if mask&qpstate.AttrAV != 0 {
+		var err error
+		rp, err = qp.d.resolveAV(&a.AV)
+		if err != nil {
+			return doneOp(err)
+		}
+	}
+	return qp.d.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) })
+}
+
+// ModifySync is Modify followed by Wait.
+func (qp *QP) ModifySync(attr *QPAttr, mask qpstate.AttrMask) error {
+	return qp.Modify(attr, mask).Wait()
+}
+
+// modifyQP is the engine side of Modify (rxe_qp_chk_attr + rxe_qp_from_attr).
+func (e *engine) modifyQP(qp *QP, a *QPAttr, mask qpstate.AttrMask, rp routeParams) error {
+	if !qp.live {
+		return errorf(ErrDestroyed, "QP %#x", qp.qpn)
+	}
+	cur := qp.state
+	next, err := qpstate.CheckModifyAttr(cur, qp.typ, &a.Attr, mask, e.d.lim)
+	if err != nil {
+		return errorf(ErrInvalidArg, "%v", err)
+	}
+	if err := qpstate.CheckDrain(cur, next, qp.draining); err != nil {
+		return errorf(ErrWrongState, "%v", err)
+	}
+	if mask&qpstate.AttrCap != 0 && a.Cap != qp.cap {
+		return errorf(ErrInvalidArg, "resizing a QP's queues is not supported")
+	}
+	// Build the new path before changing anything, so a bad AV changes nothing.
+	var rt *route
+	if mask&qpstate.AttrAV != 0 || (mask&qpstate.AttrDestQPN != 0 && qp.rt != nil) {
+		if mask&qpstate.AttrAV == 0 {
+			rp = routeParams{src: qp.rt.src, dst: qp.rt.dst, smac: e.d.smac, dmac: qp.rt.dmac,
+				tclass: qp.av.TrafficClass, flowLabel: qp.av.FlowLabel, hopLimit: qp.av.HopLimit}
+		}
+		dqpn := qp.attr.DestQPN
+		if mask&qpstate.AttrDestQPN != 0 {
+			dqpn = a.DestQPN
+		}
+		rp.sport = e.d.sportFor(qp, dqpn, rp.flowLabel)
+		if rt, err = newRoute(rp); err != nil {
+			return err
+		}
+	}
+
+	// Apply the attributes (rxe_qp_from_attr).
+	at := &qp.attr
+	if mask&qpstate.AttrAccessFlags != 0 {
+		at.AccessFlags = a.AccessFlags
+	}
+	if mask&qpstate.AttrPKeyIndex != 0 {
+		at.PKeyIndex = a.PKeyIndex
+	}
+	if mask&qpstate.AttrPort != 0 {
+		at.Port = a.Port
+	}
+	if mask&qpstate.AttrQKey != 0 {
+		at.QKey = a.QKey
+	}
+	if rt != nil {
+		qp.rt = rt
+	}
+	if mask&qpstate.AttrAV != 0 {
+		qp.av = a.AV
+		qp.av.DMAC = append(net.HardwareAddr(nil), rt.dmac[:]...)
+	}
+	if mask&qpstate.AttrPathMTU != 0 {
+		at.PathMTU = a.PathMTU
+		qp.mtu = a.PathMTU.Bytes()
+	}
+	if mask&qpstate.AttrTimeout != 0 {
+		at.Timeout = a.Timeout
+		qp.timeout = ackTimeout(a.Timeout)
+	}
+	if mask&qpstate.AttrRetryCnt != 0 {
+		at.RetryCnt = a.RetryCnt
+		qp.comp.retryCnt = a.RetryCnt
+	}
+	if mask&qpstate.AttrRNRRetry != 0 {
+		at.RNRRetry = a.RNRRetry
+		qp.comp.rnrRetry = a.RNRRetry
+	}
+	if mask&qpstate.AttrRQPSN != 0 {
+		at.RQPSN = a.RQPSN
+		qp.resp.psn = a.RQPSN
+		qp.resp.ackPSN = a.RQPSN
+	}
+	if mask&qpstate.AttrMinRNRTimer != 0 {
+		at.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&qpstate.AttrSQPSN != 0 {
+		at.SQPSN = a.SQPSN
+		qp.req.psn = a.SQPSN
+		qp.req.hiPSN = a.SQPSN
+		qp.comp.psn = a.SQPSN
+	}
+	if mask&qpstate.AttrMaxQPRdAtomic != 0 {
+		at.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if mask&qpstate.AttrMaxDestRdAtomic != 0 {
+		at.MaxDestRdAtomic = a.MaxDestRdAtomic
+		qp.resp.setResources(int(a.MaxDestRdAtomic))
+	}
+	if mask&qpstate.AttrPathMigState != 0 {
+		at.PathMigState = a.PathMigState
+	}
+	if mask&qpstate.AttrDestQPN != 0 {
+		at.DestQPN = a.DestQPN
+	}
+	if mask&qpstate.AttrEnSQDAsyncNotify != 0 {
+		at.SQDrainNotify = a.SQDrainNotify
+	}
+	if qp.typ == qpstate.UD || qp.typ == qpstate.GSI {
+		qp.mtu = e.mtu
+		qp.sport = e.d.sportFor(qp, 0, 0)
+	}
+	if next == cur {
+		if qp.state == qpstate.SQE || qp.state == qpstate.RTS {
+			e.schedule(qp)
+		}
+		return nil
+	}
+	e.setState(qp, next)
+	return nil
+}
+
+// sportFor returns the UDP source port of qp's packets (see wire/sport.go).
+func (d *Device) sportFor(qp *QP, destQPN, flowLabel uint32) uint16 {
+	if p := d.info.FixedSourcePort; p != 0 {
+		return p
+	}
+	if qp.typ.Connected() {
+		return wire.UDPSport(flowLabel, qp.qpn, destQPN)
+	}
+	return wire.QPSport(qp.qpn)
+}
+
+// setState moves qp to s and does what the transition means (rxe_qp_from_attr's
+// state switch).
+func (e *engine) setState(qp *QP, s qpstate.State) {
+	qp.state = s
+	qp.attr.State = s
+	switch s {
+	case qpstate.Reset:
+		qp.setPubState(uint32(s)) // posters stop before the rings empty
+		e.resetQP(qp)
+		return
+	case qpstate.RTR:
+		qp.commEst = false
+	case qpstate.RTS:
+		qp.draining = false
+		e.schedule(qp)
+	case qpstate.SQD:
+		// Finish every WQE that started (a partly sent one included), start no more.
+		qp.drainEnd = qp.req.wqeIndex
+		if qp.drainEnd != qp.sq.prod.Load() && qp.sqSlots[qp.drainEnd&qp.sq.mask].state == wqeProcessing {
+			qp.drainEnd++
+		}
+		qp.draining = qp.sq.cons.Load() != qp.drainEnd
+		if !qp.draining {
+			e.sqDrained(qp)
+		}
+	case qpstate.Err:
+		qp.setPubState(uint32(s))
+		e.flushSend(qp)
+		e.flushRecv(qp)
+		e.timers.stop(&qp.retrans)
+		e.timers.stop(&qp.rnr)
+		if qp.srq != nil {
+			// The QP takes no more WQEs from its SRQ (Last WQE Reached).
+			e.d.evq.post(AsyncEvent{Type: EventQPLastWQEReached, QP: qp})
+		}
+		return
+	}
+	qp.setPubState(uint32(s))
+}
+
+// sqDrained ends the SQD drain, raising Send Queue Drained if asked.
+func (e *engine) sqDrained(qp *QP) {
+	qp.draining = false
+	if qp.attr.SQDrainNotify {
+		e.d.evq.post(AsyncEvent{Type: EventSQDrained, QP: qp})
+	}
+}
+
+// resetQP empties both queues without completions and forgets the connection
+// (rxe_qp_reset; IBTA 10.3.1: Reset).
+func (e *engine) resetQP(qp *QP) {
+	qp.sq.mu.Lock()
+	qp.sq.cons.Store(qp.sq.prod.Load())
+	qp.sq.mu.Unlock()
+	if qp.srq == nil {
+		qp.rq.mu.Lock()
+		qp.rq.cons.Store(qp.rq.prod.Load())
+		qp.rq.mu.Unlock()
+	}
+	e.timers.stop(&qp.retrans)
+	e.timers.stop(&qp.rnr)
+	qp.attr = qpstate.Attr{}
+	qp.av = AV{}
+	qp.rt = nil
+	qp.timeout = 0
+	qp.draining = false
+	qp.errPending = false
+	qp.resetTransport()
+}
+
+// resetTransport clears the requester, completer and responder.
+func (qp *QP) resetTransport() {
+	qp.req = reqState{opcode: -1, wqeIndex: qp.sq.cons.Load()}
+	qp.comp = compState{opcode: -1}
+	qp.resp.reset()
+	qp.mtu = 256
+}
+
+// qpError moves qp to ERR after a transport error, raising ev (rxe_qp_error).
+func (e *engine) qpError(qp *QP, ev EventType) {
+	if qp.state == qpstate.Err || qp.state == qpstate.Reset || !qp.live {
+		return
+	}
+	if ev != noEvent {
+		e.d.evq.post(AsyncEvent{Type: ev, QP: qp})
+	}
+	e.setState(qp, qpstate.Err)
+}
+
+// flushSend completes every send WQE not yet completed with WR_FLUSH_ERR (rxe
+// rxe_drain_resp_pkts with notify).
+func (e *engine) flushSend(qp *QP) {
+	for {
+		cons := qp.sq.cons.Load()
+		if cons == qp.sq.prod.Load() {
+			break
+		}
+		w := &qp.sqSlots[cons&qp.sq.mask]
+		w.status = cq.WRFlushErr
+		e.completeSend(qp, w)
+	}
+	qp.req.wqeIndex = qp.sq.cons.Load()
+	qp.req.opcode = -1
+}
+
+// flushRecv completes the receive in progress and every posted receive WQE with
+// WR_FLUSH_ERR. An SRQ's WQEs stay in the SRQ.
+func (e *engine) flushRecv(qp *QP) {
+	r := &qp.resp
+	if r.wqe != nil {
+		r.status = cq.WRFlushErr
+		e.completeRecv(qp, nil)
+	}
+	if qp.srq != nil {
+		return
+	}
+	for {
+		cons := qp.rq.cons.Load()
+		if cons == qp.rq.prod.Load() {
+			return
+		}
+		w := &qp.rqSlots[cons&qp.rq.mask]
+		e.wc = cq.WC{WRID: w.wrid, Status: cq.WRFlushErr, Opcode: cq.Recv, QPN: qp.qpn}
+		qp.rq.cons.Store(cons + 1)
+		e.pushWC(qp, qp.rcq, true)
+	}
+}
+
+// pushWC posts e.wc to c. A full CQ is IBTA class G: the QP goes to ERR.
+func (e *engine) pushWC(qp *QP, c *cq.CQ, solicited bool) {
+	if c.Push(&e.wc, solicited) {
+		return
+	}
+	e.d.cnt.inc(CntCQOverflow)
+	if qp.state != qpstate.Err {
+		qp.errPending = true
+		qp.errEvent = EventQPFatal
+	}
+}
+
+// checkError moves qp to ERR if a step asked for it, once the responses queued
+// before the failure (the NAK that reports it, say) have left.
+func (e *engine) checkError(qp *QP) {
+	if !qp.errPending {
+		return
+	}
+	if qp.resp.outLen > 0 {
+		e.schedule(qp)
+		return
+	}
+	qp.errPending = false
+	e.qpError(qp, qp.errEvent)
+}

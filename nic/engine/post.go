@@ -1,0 +1,267 @@
+// Posting: the post verbs, their checks at post time, and the doorbell that
+// hands a QP to the engine (rxe_verbs.c rxe_post_send, rxe_post_recv).
+
+package engine
+
+import (
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+// doorbell handles a QP whose poster rang: flush in ERR (and the send queue in
+// SQE), otherwise give the requester a turn.
+func (e *engine) doorbell(qp *QP) {
+	switch qp.state {
+	case qpstate.Err:
+		e.flushSend(qp)
+		e.flushRecv(qp)
+	case qpstate.SQE:
+		e.flushSend(qp)
+	default:
+		e.schedule(qp)
+	}
+}
+
+// ring rings qp's doorbell: at most one entry per QP on the device's stack.
+func (qp *QP) ring() {
+	if !qp.dbQueued.CompareAndSwap(false, true) {
+		return
+	}
+	d := qp.d
+	for {
+		old := d.dbHead.Load()
+		qp.dbNext = old
+		if d.dbHead.CompareAndSwap(old, qp) {
+			break
+		}
+	}
+	d.wake()
+}
+
+// lookupFault maps an mr.Fault of a local SGE to the post-time error.
+func lookupFault(f mr.Fault, sge *SGE) error {
+	switch f {
+	case mr.FaultInvalidKey:
+		return errorf(ErrBadLKey, "L_Key %#x", sge.LKey)
+	case mr.FaultPD:
+		return errorf(ErrWrongPD, "L_Key %#x is another PD's", sge.LKey)
+	case mr.FaultAccess:
+		return errorf(ErrAccess, "L_Key %#x lacks LOCAL_WRITE", sge.LKey)
+	case mr.FaultBounds:
+		return errorf(ErrSGERange, "SGE %#x+%d outside L_Key %#x", sge.Addr, sge.Length, sge.LKey)
+	}
+	return errorf(ErrInvalidArg, "SGE: %v", f)
+}
+
+// checkSGL validates an SGL at post time and returns its total length.
+func (d *Device) checkSGL(pd *PD, sgl []SGE, need mr.Access) (uint32, error) {
+	var total uint64
+	for i := range sgl {
+		s := &sgl[i]
+		if _, f := d.mrs.Lookup(s.LKey, pd.handle, s.Addr, int(s.Length), need, false); f != mr.FaultNone {
+			return 0, lookupFault(f, s)
+		}
+		total += uint64(s.Length)
+	}
+	if total > MaxMsgSize {
+		return 0, errorf(ErrInvalidArg, "message of %d bytes exceeds %d", total, MaxMsgSize)
+	}
+	return uint32(total), nil
+}
+
+// PostSend posts send work requests (ibv_post_send). It returns how many were
+// posted; on an error, wrs[n] is the bad one and nothing after it was posted. It
+// never blocks on the engine: the doorbell wakes it. Only the QP's state decides,
+// not the port's: a port that is DOWN takes posts, as rxe_post_send does, and the
+// local ACK timeout settles them (see SetPortState).
+func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
+	qp.sq.mu.Lock()
+	st := qp.pubState.Load()
+	prod := qp.sq.prod.Load()
+	for n = range wrs {
+		if err = qp.checkPostSend(st, prod, &wrs[n]); err != nil {
+			break
+		}
+		if err = qp.fillSendWQE(&qp.sqSlots[prod&qp.sq.mask], &wrs[n]); err != nil {
+			break
+		}
+		prod++
+		qp.sq.prod.Store(prod)
+	}
+	if err == nil {
+		n = len(wrs)
+	}
+	qp.sq.mu.Unlock()
+	if n > 0 {
+		qp.ring()
+	}
+	return n, err
+}
+
+func (qp *QP) checkPostSend(st uint32, prod uint32, wr *SendWR) error {
+	if st == stateDestroyed {
+		return errorf(ErrDestroyed, "QP %#x", qp.qpn)
+	}
+	if !qpstate.CanPostSend(qpstate.State(st)) {
+		return errorf(ErrWrongState, "post send in %v", qpstate.State(st))
+	}
+	if prod-qp.sq.cons.Load() >= qp.sq.cap {
+		return errorf(ErrQueueFull, "send queue of %d", qp.sq.cap)
+	}
+	if !wrOpcodes.allowed(qp.typ, wr.Opcode) {
+		return errorf(ErrUnsupportedOp, "%v on a %v QP", wr.Opcode, qp.typ)
+	}
+	if wr.Flags&^knownSendFlags != 0 {
+		return errorf(ErrInvalidArg, "send flags %#x", uint32(wr.Flags))
+	}
+	if len(wr.SGL) > int(qp.cap.MaxSendSGE) {
+		return errorf(ErrInvalidArg, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxSendSGE)
+	}
+	return nil
+}
+
+// fillSendWQE validates wr against memory and copies it into slot w (rxe
+// init_send_wqe and validate_send_wr).
+func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
+	d := qp.d
+	m := wrOpcodes.mask(wr.Opcode)
+	inline := wr.InlineData != nil || wr.Flags&SendInline != 0
+	if inline && m&(wire.MaskRead|wire.MaskAtomic) != 0 {
+		return errorf(ErrInvalidArg, "inline %v", wr.Opcode)
+	}
+	if wr.InlineData != nil && len(wr.SGL) > 0 {
+		return errorf(ErrInvalidArg, "both InlineData and an SGL")
+	}
+	need := mr.Access(0)
+	if m&(wire.MaskRead|wire.MaskAtomic) != 0 {
+		need = mr.LocalWrite // the response lands in these SGEs
+	}
+	var length uint32
+	if wr.InlineData != nil {
+		if len(wr.InlineData) > int(qp.cap.MaxInlineData) {
+			return errorf(ErrInvalidArg, "%d inline bytes exceed the QP's %d", len(wr.InlineData), qp.cap.MaxInlineData)
+		}
+		length = uint32(len(wr.InlineData))
+	} else {
+		var err error
+		if length, err = d.checkSGL(qp.pd, wr.SGL, need); err != nil {
+			return err
+		}
+		if inline && length > qp.cap.MaxInlineData {
+			return errorf(ErrInvalidArg, "%d inline bytes exceed the QP's %d", length, qp.cap.MaxInlineData)
+		}
+	}
+	switch {
+	case m&wire.MaskAtomic != 0:
+		if length != 8 {
+			return errorf(ErrInvalidArg, "atomic with %d local bytes (want 8)", length)
+		}
+		if wr.RemoteAddr&7 != 0 {
+			return errorf(ErrInvalidArg, "atomic at unaligned address %#x", wr.RemoteAddr)
+		}
+	case qp.typ == qpstate.UD || qp.typ == qpstate.GSI:
+		if wr.AH == nil {
+			return errorf(ErrInvalidArg, "UD send without an AH")
+		}
+		if wr.AH.pd != qp.pd {
+			return errorf(ErrWrongPD, "the AH belongs to another PD")
+		}
+		if wr.AH.dead.Load() {
+			return errorf(ErrDestroyed, "AH")
+		}
+		if int(length) > qp.d.mtu.Bytes() {
+			return errorf(ErrInvalidArg, "UD message of %d bytes exceeds the MTU %d", length, qp.d.mtu.Bytes())
+		}
+		if wr.RemoteQPN > wire.PSNMask {
+			return errorf(ErrInvalidArg, "remote QPN %#x", wr.RemoteQPN)
+		}
+	}
+	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
+	w.wrid = wr.WRID
+	w.opcode = wr.Opcode
+	w.flags = wr.Flags
+	w.mask = m
+	w.length = length
+	w.imm = wr.ImmData
+	w.invRKey = wr.InvalidateRKey
+	w.remoteAddr = wr.RemoteAddr
+	w.rkey = wr.RKey
+	w.compareAdd = wr.CompareAdd
+	w.swap = wr.Swap
+	w.dma = dmaCursor{resid: length}
+	w.iova = wr.RemoteAddr
+	if wr.AH != nil && !qp.typ.Connected() {
+		w.rt = wr.AH.rt
+		w.remoteQPN = wr.RemoteQPN
+		w.remoteQKey = wr.RemoteQKey
+	}
+	if inline {
+		w.isInline = true
+		if wr.InlineData != nil {
+			w.inline = append(w.inline, wr.InlineData...)
+		} else {
+			for i := range wr.SGL {
+				s := &wr.SGL[i]
+				b, f := d.mrs.Lookup(s.LKey, qp.pd.handle, s.Addr, int(s.Length), 0, false)
+				if f != mr.FaultNone { // deregistered since checkSGL
+					return lookupFault(f, s)
+				}
+				w.inline = append(w.inline, b...)
+			}
+		}
+	} else {
+		w.sgl = append(w.sgl, wr.SGL...)
+	}
+	return nil
+}
+
+// PostRecv posts receive work requests (ibv_post_recv); n and err as PostSend.
+func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
+	if qp.srq != nil {
+		return 0, errorf(ErrInvalidArg, "QP %#x takes its receives from an SRQ", qp.qpn)
+	}
+	qp.rq.mu.Lock()
+	st := qp.pubState.Load()
+	prod := qp.rq.prod.Load()
+	for n = range wrs {
+		wr := &wrs[n]
+		switch {
+		case st == stateDestroyed:
+			err = errorf(ErrDestroyed, "QP %#x", qp.qpn)
+		case !qpstate.CanPostRecv(qpstate.State(st)):
+			err = errorf(ErrWrongState, "post receive in %v", qpstate.State(st))
+		case prod-qp.rq.cons.Load() >= qp.rq.cap:
+			err = errorf(ErrQueueFull, "receive queue of %d", qp.rq.cap)
+		case len(wr.SGL) > int(qp.cap.MaxRecvSGE):
+			err = errorf(ErrInvalidArg, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxRecvSGE)
+		}
+		if err != nil {
+			break
+		}
+		if err = qp.d.fillRecvWQE(qp.pd, &qp.rqSlots[prod&qp.rq.mask], wr); err != nil {
+			break
+		}
+		prod++
+		qp.rq.prod.Store(prod)
+	}
+	if err == nil {
+		n = len(wrs)
+	}
+	qp.rq.mu.Unlock()
+	if n > 0 && qpstate.State(st) == qpstate.Err {
+		qp.ring() // flush it
+	}
+	return n, err
+}
+
+func (d *Device) fillRecvWQE(pd *PD, w *recvWQE, wr *RecvWR) error {
+	length, err := d.checkSGL(pd, wr.SGL, mr.LocalWrite)
+	if err != nil {
+		return err
+	}
+	w.wrid = wr.WRID
+	w.sgl = append(w.sgl[:0], wr.SGL...)
+	w.length = length
+	return nil
+}
