@@ -2,22 +2,12 @@ package verbs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
-)
-
-// Sentinel errors of this package; engine and object errors wrap the engine's own
-// sentinels (engine.ErrInvalidArg, ...), which errors.Is finds through these calls.
-var (
-	ErrInvalid  = errors.New("verbs: invalid argument")
-	ErrExists   = errors.New("verbs: already registered")
-	ErrNotFound = errors.New("verbs: not registered")
-	ErrClosed   = errors.New("verbs: device closed")
 )
 
 // Options configures Open.

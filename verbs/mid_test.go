@@ -650,7 +650,7 @@ func TestMID3Reentrancy(t *testing.T) {
 	case <-time.After(deadline):
 		t.Fatalf("the event handler did not finish\n%s", stacks())
 	}
-	if _, err := vb.qp.PostSend([]SendWR{{Opcode: WRSend}}); !errors.Is(err, engine.ErrDestroyed) {
+	if _, err := vb.qp.PostSend([]SendWR{{Opcode: WRSend}}); !errors.Is(err, engine.ErrClosed) {
 		t.Errorf("PostSend on the QP the handler destroyed: %v", err)
 	}
 	db.Engine().SetPortState(false)

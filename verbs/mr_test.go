@@ -105,10 +105,10 @@ func TestMRReregPDAndErrors(t *testing.T) {
 		acc   Access
 		want  []error
 	}{
-		{"no flags", 0, nil, 0, []error{engine.ErrInvalidArg, mr.ErrInvalid}},
-		{"access without the flag", ReregPD, pd2, AccessRemoteRead, []error{engine.ErrInvalidArg, mr.ErrInvalid}},
-		{"remote write without local write", ReregAccess, nil, AccessRemoteWrite, []error{engine.ErrInvalidArg, mr.ErrBadAccess}},
-		{"nil PD", ReregPD, nil, 0, []error{engine.ErrInvalidArg}},
+		{"no flags", 0, nil, 0, []error{engine.ErrInvalid, mr.ErrInvalid}},
+		{"access without the flag", ReregPD, pd2, AccessRemoteRead, []error{engine.ErrInvalid, mr.ErrInvalid}},
+		{"remote write without local write", ReregAccess, nil, AccessRemoteWrite, []error{engine.ErrInvalid, mr.ErrBadAccess}},
+		{"nil PD", ReregPD, nil, 0, []error{engine.ErrInvalid}},
 		{"PD of another device", ReregPD, pdB, 0, []error{engine.ErrWrongPD}},
 	} {
 		err := m.Rereg(c.flags, c.pd, nil, 0, c.acc)
@@ -124,8 +124,8 @@ func TestMRReregPDAndErrors(t *testing.T) {
 	if err := m.Dereg(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Rereg(ReregAccess, nil, nil, 0, AccessLocalWrite); !errors.Is(err, engine.ErrDestroyed) {
-		t.Errorf("Rereg after Dereg: %v, want ErrDestroyed", err)
+	if err := m.Rereg(ReregAccess, nil, nil, 0, AccessLocalWrite); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("Rereg after Dereg: %v, want ErrClosed", err)
 	}
 	if err := pd2.Dealloc(); err != nil {
 		t.Fatal(err)

@@ -3,24 +3,25 @@
 package cq
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/xrnic/xrnic/nic/errs"
 )
 
 // Sentinel errors. Every error this package returns wraps exactly one of them, so
 // callers test with errors.Is.
 var (
 	// ErrInvalid: a depth out of range or contradictory options (EINVAL in rxe).
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = errs.ErrInvalid
 	// ErrTooSmall: Resize to fewer entries than are queued (rxe_cq_chk_attr, EINVAL).
-	ErrTooSmall = errors.New("fewer entries than queued completions")
+	ErrTooSmall = fmt.Errorf("fewer entries than queued completions: %w", errs.ErrInvalid)
 	// ErrBusy: Close while QPs still reference the CQ (IBA C11-17) or while events
 	// returned by GetEvent are unacknowledged; Channel.Close while CQs use it.
-	ErrBusy = errors.New("busy")
+	ErrBusy = errs.ErrBusy
 	// ErrClosed: the CQ or channel was closed.
-	ErrClosed = errors.New("closed")
+	ErrClosed = errs.ErrClosed
 	// ErrOverrun: the CQ overflowed and is in the error state (IBV_EVENT_CQ_ERR).
-	ErrOverrun = errors.New("CQ overrun")
+	ErrOverrun = errs.ErrOverrun
 )
 
 func e(sentinel error, what string) error { return fmt.Errorf("cq: %s: %w", what, sentinel) }

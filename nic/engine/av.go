@@ -32,18 +32,18 @@ type AV struct {
 func (d *Device) resolveAV(av *AV) (routeParams, error) {
 	var p routeParams
 	if av.Port > 1 {
-		return p, errorf(ErrInvalidArg, "port %d (the device has port 1)", av.Port)
+		return p, errorf(ErrInvalid, "port %d (the device has port 1)", av.Port)
 	}
 	if int(av.SGIDIndex) >= len(d.cfg.GIDs) {
-		return p, errorf(ErrInvalidArg, "source GID index %d (table of %d)", av.SGIDIndex, len(d.cfg.GIDs))
+		return p, errorf(ErrInvalid, "source GID index %d (table of %d)", av.SGIDIndex, len(d.cfg.GIDs))
 	}
 	if av.DGID.IsZero() {
-		return p, errorf(ErrInvalidArg, "zero destination GID")
+		return p, errorf(ErrInvalid, "zero destination GID")
 	}
 	p.src = d.cfg.GIDs[av.SGIDIndex].Addr()
 	p.dst = av.DGID.Addr()
 	if p.src.Is4() != p.dst.Is4() {
-		return p, errorf(ErrInvalidArg, "source GID %v and destination GID %v are of different IP families",
+		return p, errorf(ErrInvalid, "source GID %v and destination GID %v are of different IP families",
 			d.cfg.GIDs[av.SGIDIndex], av.DGID)
 	}
 	p.smac = d.smac
@@ -54,7 +54,7 @@ func (d *Device) resolveAV(av *AV) (routeParams, error) {
 	case len(av.DMAC) == 6:
 		p.dmac = wire.MAC(av.DMAC)
 	case len(av.DMAC) != 0:
-		return p, errorf(ErrInvalidArg, "destination MAC %v", av.DMAC)
+		return p, errorf(ErrInvalid, "destination MAC %v", av.DMAC)
 	default:
 		mac, err := d.nextHop(p.dst)
 		if err != nil {

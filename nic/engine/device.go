@@ -199,27 +199,27 @@ type ctlReq struct {
 // then the link.
 func Open(l link.Link, cfg Config) (*Device, error) {
 	if l == nil {
-		return nil, errorf(ErrInvalidArg, "nil link")
+		return nil, errorf(ErrInvalid, "nil link")
 	}
 	info := l.Info()
 	if len(cfg.GIDs) == 0 {
-		return nil, errorf(ErrInvalidArg, "the GID table is empty")
+		return nil, errorf(ErrInvalid, "the GID table is empty")
 	}
 	if len(cfg.GIDs) > GIDTableLen {
-		return nil, errorf(ErrInvalidArg, "%d GIDs exceed the table's %d", len(cfg.GIDs), GIDTableLen)
+		return nil, errorf(ErrInvalid, "%d GIDs exceed the table's %d", len(cfg.GIDs), GIDTableLen)
 	}
 	for i, g := range cfg.GIDs {
 		if g.IsZero() {
-			return nil, errorf(ErrInvalidArg, "GID %d is zero", i)
+			return nil, errorf(ErrInvalid, "GID %d is zero", i)
 		}
 	}
 	mtuBytes := activeMTU(info.MTU)
 	if mtuBytes == 0 {
-		return nil, errorf(ErrInvalidArg, "link MTU %d cannot carry RoCE", info.MTU)
+		return nil, errorf(ErrInvalid, "link MTU %d cannot carry RoCE", info.MTU)
 	}
 	if cfg.MTU != 0 {
 		if _, ok := qpstate.MTUFromBytes(cfg.MTU); !ok {
-			return nil, errorf(ErrInvalidArg, "MTU %d is not an IB MTU", cfg.MTU)
+			return nil, errorf(ErrInvalid, "MTU %d is not an IB MTU", cfg.MTU)
 		}
 		mtuBytes = min(mtuBytes, cfg.MTU)
 	}

@@ -1,27 +1,29 @@
-// Sentinel errors of the engine's API.
+// Sentinel errors of the engine's API: the errs vocabulary under the engine's names.
 
 package engine
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/xrnic/xrnic/nic/errs"
 )
 
-// Sentinel errors. Every error the API returns wraps one of them (errors.Is).
+// Sentinel errors. Every error the API returns wraps one of them (errors.Is); each
+// is the errs value of the same name, so the layers above test with theirs.
 var (
-	ErrClosed        = errors.New("device closed")
-	ErrDestroyed     = errors.New("object destroyed")
-	ErrInvalidArg    = errors.New("invalid argument")
-	ErrWrongState    = errors.New("operation not allowed in the QP's state")
-	ErrWrongPD       = errors.New("object belongs to another protection domain")
-	ErrBadLKey       = errors.New("bad local key")
-	ErrSGERange      = errors.New("scatter/gather entry outside its memory region")
-	ErrQueueFull     = errors.New("work queue full")
-	ErrUnsupportedOp = errors.New("opcode not supported on this QP type")
-	ErrLimit         = errors.New("device limit exceeded")
-	ErrBusy          = errors.New("object in use")
-	ErrUnreachable   = errors.New("destination unreachable")
-	ErrAccess        = errors.New("memory region lacks the access the work request needs")
+	ErrInvalid     = errs.ErrInvalid
+	ErrClosed      = errs.ErrClosed
+	ErrBusy        = errs.ErrBusy
+	ErrWrongState  = errs.ErrWrongState
+	ErrWrongPD     = errs.ErrWrongPD
+	ErrBadLKey     = errs.ErrBadLKey
+	ErrSGERange    = errs.ErrSGERange
+	ErrAccess      = errs.ErrAccess
+	ErrQueueFull   = errs.ErrQueueFull
+	ErrUnsupported = errs.ErrUnsupported
+	ErrLimit       = errs.ErrLimit
+	ErrUnreachable = errs.ErrUnreachable
+	ErrDeadlock    = errs.ErrDeadlock
 )
 
 func errorf(sentinel error, format string, args ...any) error {

@@ -325,14 +325,14 @@ func TestPostErrors(t *testing.T) {
 		{"bad lkey", SendWR{Opcode: WRSend, SGL: []SGE{{Addr: a.mr.Addr(), Length: 8, LKey: 0xdead00}}}, ErrBadLKey},
 		{"wrong PD", SendWR{Opcode: WRSend, SGL: []SGE{other.mr.SGE(0, 8)}}, ErrWrongPD},
 		{"SGE out of range", SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(uint64(a.mr.Len())-4, 8)}}, ErrSGERange},
-		{"too many SGEs", SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 1), a.mr.SGE(0, 1), a.mr.SGE(0, 1)}}, ErrInvalidArg},
-		{"unknown opcode", SendWR{Opcode: WRTSO}, ErrUnsupportedOp},
-		{"local inv", SendWR{Opcode: WRLocalInv}, ErrUnsupportedOp},
-		{"inline too long", SendWR{Opcode: WRSend, InlineData: make([]byte, 17)}, ErrInvalidArg},
-		{"inline read", SendWR{Opcode: WRRDMARead, Flags: SendInline, SGL: []SGE{a.mr.SGE(0, 8)}}, ErrInvalidArg},
-		{"atomic length", SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{a.mr.SGE(0, 4)}}, ErrInvalidArg},
-		{"atomic alignment", SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: 4}, ErrInvalidArg},
-		{"bad flags", SendWR{Opcode: WRSend, Flags: 1 << 20}, ErrInvalidArg},
+		{"too many SGEs", SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 1), a.mr.SGE(0, 1), a.mr.SGE(0, 1)}}, ErrInvalid},
+		{"unknown opcode", SendWR{Opcode: WRTSO}, ErrUnsupported},
+		{"local inv", SendWR{Opcode: WRLocalInv}, ErrUnsupported},
+		{"inline too long", SendWR{Opcode: WRSend, InlineData: make([]byte, 17)}, ErrInvalid},
+		{"inline read", SendWR{Opcode: WRRDMARead, Flags: SendInline, SGL: []SGE{a.mr.SGE(0, 8)}}, ErrInvalid},
+		{"atomic length", SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{a.mr.SGE(0, 4)}}, ErrInvalid},
+		{"atomic alignment", SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: 4}, ErrInvalid},
+		{"bad flags", SendWR{Opcode: WRSend, Flags: 1 << 20}, ErrInvalid},
 	}
 	for _, c := range cases {
 		if n, err := a.qp.PostSend([]SendWR{c.wr}); !errors.Is(err, c.want) || n != 0 {
@@ -359,19 +359,19 @@ func TestPostErrors(t *testing.T) {
 	// UC refuses READs, UD refuses WRITEs.
 	uc := newNode(t, p.a, nodeOpts{typ: qpstate.UC})
 	connect(t, uc, newNode(t, p.b, nodeOpts{typ: qpstate.UC}), connOpts{})
-	if _, err := uc.qp.PostSend([]SendWR{{Opcode: WRRDMARead, SGL: []SGE{uc.mr.SGE(0, 8)}}}); !errors.Is(err, ErrUnsupportedOp) {
-		t.Errorf("UC READ: got %v, want ErrUnsupportedOp", err)
+	if _, err := uc.qp.PostSend([]SendWR{{Opcode: WRRDMARead, SGL: []SGE{uc.mr.SGE(0, 8)}}}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("UC READ: got %v, want ErrUnsupported", err)
 	}
 	// Destroyed QP.
 	if err := a.qp.Destroy().Wait(); err != nil {
 		t.Fatal(err)
 	}
 	pollN(t, a.cq, 2, time.Second) // the two receives flush
-	if _, err := a.qp.PostSend([]SendWR{wr}); !errors.Is(err, ErrDestroyed) {
-		t.Errorf("post to a destroyed QP: got %v, want ErrDestroyed", err)
+	if _, err := a.qp.PostSend([]SendWR{wr}); !errors.Is(err, ErrClosed) {
+		t.Errorf("post to a destroyed QP: got %v, want ErrClosed", err)
 	}
-	if err := a.qp.Destroy().Wait(); !errors.Is(err, ErrDestroyed) {
-		t.Errorf("destroy twice: got %v, want ErrDestroyed", err)
+	if err := a.qp.Destroy().Wait(); !errors.Is(err, ErrClosed) {
+		t.Errorf("destroy twice: got %v, want ErrClosed", err)
 	}
 }
 
@@ -384,9 +384,9 @@ func TestModifyErrors(t *testing.T) {
 		mask qpstate.AttrMask
 		want error
 	}{
-		{"RESET to RTR", QPAttr{Attr: qpstate.Attr{State: qpstate.RTR}}, qpstate.AttrState, ErrInvalidArg},
-		{"INIT without port", QPAttr{Attr: qpstate.Attr{State: qpstate.Init}}, qpstate.AttrState, ErrInvalidArg},
-		{"bad port", QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 2}}, qpstate.AttrState | qpstate.AttrPort | qpstate.AttrPKeyIndex | qpstate.AttrAccessFlags, ErrInvalidArg},
+		{"RESET to RTR", QPAttr{Attr: qpstate.Attr{State: qpstate.RTR}}, qpstate.AttrState, ErrInvalid},
+		{"INIT without port", QPAttr{Attr: qpstate.Attr{State: qpstate.Init}}, qpstate.AttrState, ErrInvalid},
+		{"bad port", QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 2}}, qpstate.AttrState | qpstate.AttrPort | qpstate.AttrPKeyIndex | qpstate.AttrAccessFlags, ErrInvalid},
 	}
 	for _, c := range cases {
 		if err := a.qp.ModifySync(&c.attr, c.mask); !errors.Is(err, c.want) {
@@ -401,13 +401,13 @@ func TestModifyErrors(t *testing.T) {
 		AV: AV{DGID: gids(addrB)[0], SGIDIndex: 3}}
 	mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
 		qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer
-	if err := a.qp.ModifySync(&rtr, mask); !errors.Is(err, ErrInvalidArg) {
-		t.Errorf("bad SGID index: got %v, want ErrInvalidArg", err)
+	if err := a.qp.ModifySync(&rtr, mask); !errors.Is(err, ErrInvalid) {
+		t.Errorf("bad SGID index: got %v, want ErrInvalid", err)
 	}
 	rtr.AV.SGIDIndex = 0
 	rtr.AV.DGID = gids(netipMust("2001:db8::1"))[0]
-	if err := a.qp.ModifySync(&rtr, mask); !errors.Is(err, ErrInvalidArg) {
-		t.Errorf("IPv6 DGID from an IPv4 GID: got %v, want ErrInvalidArg", err)
+	if err := a.qp.ModifySync(&rtr, mask); !errors.Is(err, ErrInvalid) {
+		t.Errorf("IPv6 DGID from an IPv4 GID: got %v, want ErrInvalid", err)
 	}
 	if s := a.qp.State(); s != qpstate.Init {
 		t.Errorf("state after failed modifies: got %v, want INIT", s)

@@ -39,7 +39,7 @@ type routeParams struct {
 // of the AV; the UDP checksum is 0, as rxe sends it.
 func newRoute(p routeParams) (*route, error) {
 	if p.src.Is4() != p.dst.Is4() || !p.src.IsValid() || !p.dst.IsValid() {
-		return nil, errorf(ErrInvalidArg, "source %v and destination %v are not of one IP family", p.src, p.dst)
+		return nil, errorf(ErrInvalid, "source %v and destination %v are not of one IP family", p.src, p.dst)
 	}
 	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac}
 	eth := wire.EthernetFields{Dst: p.dmac, Src: p.smac, EtherType: wire.EtherTypeIPv4}

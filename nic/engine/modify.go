@@ -23,7 +23,7 @@ type QPAttr struct {
 // Resolving the next-hop MAC of a new AV happens first, in the caller.
 func (qp *QP) Modify(attr *QPAttr, mask qpstate.AttrMask) *Op {
 	if attr == nil {
-		return doneOp(errorf(ErrInvalidArg, "nil attributes"))
+		return doneOp(errorf(ErrInvalid, "nil attributes"))
 	}
 	a := *attr
 	var rp routeParams
@@ -45,18 +45,18 @@ func (qp *QP) ModifySync(attr *QPAttr, mask qpstate.AttrMask) error {
 // modifyQP is the engine side of Modify (rxe_qp_chk_attr + rxe_qp_from_attr).
 func (e *engine) modifyQP(qp *QP, a *QPAttr, mask qpstate.AttrMask, rp routeParams) error {
 	if !qp.live {
-		return errorf(ErrDestroyed, "QP %#x", qp.qpn)
+		return errorf(ErrClosed, "QP %#x", qp.qpn)
 	}
 	cur := qp.state
 	next, err := qpstate.CheckModifyAttr(cur, qp.typ, &a.Attr, mask, e.d.lim)
 	if err != nil {
-		return errorf(ErrInvalidArg, "%v", err)
+		return errorf(ErrInvalid, "%v", err)
 	}
 	if err := qpstate.CheckDrain(cur, next, qp.draining); err != nil {
 		return errorf(ErrWrongState, "%v", err)
 	}
 	if mask&qpstate.AttrCap != 0 && a.Cap != qp.cap {
-		return errorf(ErrInvalidArg, "resizing a QP's queues is not supported")
+		return errorf(ErrInvalid, "resizing a QP's queues is not supported")
 	}
 	// Build the new path before changing anything, so a bad AV changes nothing.
 	var rt *route

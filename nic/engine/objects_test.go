@@ -26,8 +26,8 @@ func TestSRQ(t *testing.T) {
 	b2 := newNode(t, p.b, nodeOpts{pd: pdb, srq: srq})
 	connect(t, a1, b1, connOpts{})
 	connect(t, a2, b2, connOpts{})
-	if _, err := b1.qp.PostRecv([]RecvWR{{}}); !errors.Is(err, ErrInvalidArg) {
-		t.Fatalf("PostRecv on an SRQ QP: got %v, want ErrInvalidArg", err)
+	if _, err := b1.qp.PostRecv([]RecvWR{{}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("PostRecv on an SRQ QP: got %v, want ErrInvalid", err)
 	}
 	srqMR := b1.mr
 	for i := range 5 {
@@ -151,8 +151,8 @@ func TestQuery(t *testing.T) {
 	rtr := QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: qpstate.MTU2048, DestQPN: 1, MaxDestRdAtomic: 1},
 		AV: AV{DGID: gids(addrB)[0]}}
 	if err := n.qp.ModifySync(&rtr, qpstate.AttrState|qpstate.AttrAV|qpstate.AttrPathMTU|qpstate.AttrDestQPN|qpstate.AttrRQPSN|
-		qpstate.AttrMaxDestRdAtomic|qpstate.AttrMinRNRTimer); !errors.Is(err, ErrInvalidArg) {
-		t.Fatalf("path MTU above the port's: got %v, want ErrInvalidArg", err)
+		qpstate.AttrMaxDestRdAtomic|qpstate.AttrMinRNRTimer); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("path MTU above the port's: got %v, want ErrInvalid", err)
 	}
 }
 

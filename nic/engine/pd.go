@@ -54,7 +54,7 @@ func (pd *PD) Dealloc() error {
 		return errorf(ErrBusy, "PD %d still has %d objects", pd.handle, pd.refs.Load())
 	}
 	if pd.dead.Swap(true) {
-		return errorf(ErrDestroyed, "PD %d", pd.handle)
+		return errorf(ErrClosed, "PD %d", pd.handle)
 	}
 	pd.d.mu.Lock()
 	pd.d.npd--
@@ -65,7 +65,7 @@ func (pd *PD) Dealloc() error {
 // use takes a reference for an object created in the PD.
 func (pd *PD) use() error {
 	if pd.dead.Load() {
-		return errorf(ErrDestroyed, "PD %d", pd.handle)
+		return errorf(ErrClosed, "PD %d", pd.handle)
 	}
 	if pd.d.isClosed() {
 		return errorf(ErrClosed, "device is closed")
@@ -95,7 +95,7 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access mr.Access) (*MR, error) {
 	r, err := pd.d.mrs.Register(pd.handle, buf, iova, access)
 	if err != nil {
 		pd.unuse()
-		return nil, errorf(ErrInvalidArg, "%v", err)
+		return nil, errorf(ErrInvalid, "%v", err)
 	}
 	return &MR{pd: pd, r: r}, nil
 }
@@ -120,7 +120,7 @@ func (pd *PD) AllocFastRegMR() (*MR, error) {
 // 10.6.3.3).
 func (m *MR) FastReg(key uint32, buf []byte, iova uint64, access mr.Access) error {
 	if err := m.pd.d.mrs.FastReg(m.r, key, m.pd.handle, buf, iova, access); err != nil {
-		return errorf(ErrInvalidArg, "%v", err)
+		return errorf(ErrInvalid, "%v", err)
 	}
 	return nil
 }
@@ -162,18 +162,18 @@ func (m *MR) PD() *PD {
 // L_Key and R_Key stop working at once (a peer's RDMA with the old R_Key fails
 // with REM_ACCESS_ERR) and LKey and RKey return the new ones. Work requests
 // already posted with the old L_Key fail when the engine reaches them. On error
-// nothing changes; errors wrap ErrInvalidArg and the mr package's sentinel,
-// ErrDestroyed, or ErrWrongPD for a PD of another device.
+// nothing changes; errors wrap ErrInvalid and the mr package's sentinel,
+// ErrClosed, or ErrWrongPD for a PD of another device.
 func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf []byte, iova uint64, access mr.Access) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.dead.Load() {
-		return errorf(ErrDestroyed, "MR %#x", m.r.LKey())
+		return errorf(ErrClosed, "MR %#x", m.r.LKey())
 	}
 	npd := m.pd
 	if flags&mr.ReregPD != 0 {
 		if pd == nil {
-			return errorf(ErrInvalidArg, "rereg to a nil PD")
+			return errorf(ErrInvalid, "rereg to a nil PD")
 		}
 		if pd.d != m.pd.d {
 			return errorf(ErrWrongPD, "the PD belongs to another device")
@@ -189,7 +189,7 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf []byte, iova uint64, access 
 		if npd != m.pd {
 			npd.unuse()
 		}
-		return fmt.Errorf("engine: rereg MR %#x: %w: %w", m.r.LKey(), ErrInvalidArg, err)
+		return fmt.Errorf("engine: rereg MR %#x: %w: %w", m.r.LKey(), ErrInvalid, err)
 	}
 	if npd != m.pd {
 		m.pd.unuse()
@@ -203,10 +203,10 @@ func (m *MR) Dereg() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.dead.Swap(true) {
-		return errorf(ErrDestroyed, "MR %#x", m.r.LKey())
+		return errorf(ErrClosed, "MR %#x", m.r.LKey())
 	}
 	if err := m.pd.d.mrs.Deregister(m.r); err != nil {
-		return errorf(ErrInvalidArg, "%v", err)
+		return errorf(ErrInvalid, "%v", err)
 	}
 	m.pd.unuse()
 	return nil
@@ -254,7 +254,7 @@ func (ah *AH) AV() AV { return ah.av }
 // Destroy destroys the AH (ibv_destroy_ah). Sends already posted with it still go.
 func (ah *AH) Destroy() error {
 	if ah.dead.Swap(true) {
-		return errorf(ErrDestroyed, "AH")
+		return errorf(ErrClosed, "AH")
 	}
 	d := ah.pd.d
 	d.mu.Lock()
@@ -272,7 +272,7 @@ func (d *Device) CreateCQ(cqe int, opts cq.Options) (*cq.CQ, error) {
 		return nil, errorf(ErrClosed, "device is closed")
 	}
 	if cqe > MaxCQE {
-		return nil, errorf(ErrInvalidArg, "CQ of %d entries exceeds %d", cqe, MaxCQE)
+		return nil, errorf(ErrInvalid, "CQ of %d entries exceeds %d", cqe, MaxCQE)
 	}
 	user := opts.OnError
 	opts.OnError = func(c *cq.CQ) {
@@ -283,7 +283,7 @@ func (d *Device) CreateCQ(cqe int, opts cq.Options) (*cq.CQ, error) {
 	}
 	c, err := cq.New(cqe, opts)
 	if err != nil {
-		return nil, errorf(ErrInvalidArg, "%v", err)
+		return nil, errorf(ErrInvalid, "%v", err)
 	}
 	return c, nil
 }

@@ -51,7 +51,7 @@ func lookupFault(f mr.Fault, sge *SGE) error {
 	case mr.FaultBounds:
 		return errorf(ErrSGERange, "SGE %#x+%d outside L_Key %#x", sge.Addr, sge.Length, sge.LKey)
 	}
-	return errorf(ErrInvalidArg, "SGE: %v", f)
+	return errorf(ErrInvalid, "SGE: %v", f)
 }
 
 // checkSGL validates an SGL at post time and returns its total length.
@@ -65,7 +65,7 @@ func (d *Device) checkSGL(pd *PD, sgl []SGE, need mr.Access) (uint32, error) {
 		total += uint64(s.Length)
 	}
 	if total > MaxMsgSize {
-		return 0, errorf(ErrInvalidArg, "message of %d bytes exceeds %d", total, MaxMsgSize)
+		return 0, errorf(ErrInvalid, "message of %d bytes exceeds %d", total, MaxMsgSize)
 	}
 	return uint32(total), nil
 }
@@ -101,7 +101,7 @@ func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
 
 func (qp *QP) checkPostSend(st uint32, prod uint32, wr *SendWR) error {
 	if st == stateDestroyed {
-		return errorf(ErrDestroyed, "QP %#x", qp.qpn)
+		return errorf(ErrClosed, "QP %#x", qp.qpn)
 	}
 	if !qpstate.CanPostSend(qpstate.State(st)) {
 		return errorf(ErrWrongState, "post send in %v", qpstate.State(st))
@@ -110,13 +110,13 @@ func (qp *QP) checkPostSend(st uint32, prod uint32, wr *SendWR) error {
 		return errorf(ErrQueueFull, "send queue of %d", qp.sq.cap)
 	}
 	if !wrOpcodes.allowed(qp.typ, wr.Opcode) {
-		return errorf(ErrUnsupportedOp, "%v on a %v QP", wr.Opcode, qp.typ)
+		return errorf(ErrUnsupported, "%v on a %v QP", wr.Opcode, qp.typ)
 	}
 	if wr.Flags&^knownSendFlags != 0 {
-		return errorf(ErrInvalidArg, "send flags %#x", uint32(wr.Flags))
+		return errorf(ErrInvalid, "send flags %#x", uint32(wr.Flags))
 	}
 	if len(wr.SGL) > int(qp.cap.MaxSendSGE) {
-		return errorf(ErrInvalidArg, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxSendSGE)
+		return errorf(ErrInvalid, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxSendSGE)
 	}
 	return nil
 }
@@ -128,10 +128,10 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 	m := wrOpcodes.mask(wr.Opcode)
 	inline := wr.InlineData != nil || wr.Flags&SendInline != 0
 	if inline && m&(wire.MaskRead|wire.MaskAtomic) != 0 {
-		return errorf(ErrInvalidArg, "inline %v", wr.Opcode)
+		return errorf(ErrInvalid, "inline %v", wr.Opcode)
 	}
 	if wr.InlineData != nil && len(wr.SGL) > 0 {
-		return errorf(ErrInvalidArg, "both InlineData and an SGL")
+		return errorf(ErrInvalid, "both InlineData and an SGL")
 	}
 	need := mr.Access(0)
 	if m&(wire.MaskRead|wire.MaskAtomic) != 0 {
@@ -140,7 +140,7 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 	var length uint32
 	if wr.InlineData != nil {
 		if len(wr.InlineData) > int(qp.cap.MaxInlineData) {
-			return errorf(ErrInvalidArg, "%d inline bytes exceed the QP's %d", len(wr.InlineData), qp.cap.MaxInlineData)
+			return errorf(ErrInvalid, "%d inline bytes exceed the QP's %d", len(wr.InlineData), qp.cap.MaxInlineData)
 		}
 		length = uint32(len(wr.InlineData))
 	} else {
@@ -149,32 +149,32 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 			return err
 		}
 		if inline && length > qp.cap.MaxInlineData {
-			return errorf(ErrInvalidArg, "%d inline bytes exceed the QP's %d", length, qp.cap.MaxInlineData)
+			return errorf(ErrInvalid, "%d inline bytes exceed the QP's %d", length, qp.cap.MaxInlineData)
 		}
 	}
 	switch {
 	case m&wire.MaskAtomic != 0:
 		if length != 8 {
-			return errorf(ErrInvalidArg, "atomic with %d local bytes (want 8)", length)
+			return errorf(ErrInvalid, "atomic with %d local bytes (want 8)", length)
 		}
 		if wr.RemoteAddr&7 != 0 {
-			return errorf(ErrInvalidArg, "atomic at unaligned address %#x", wr.RemoteAddr)
+			return errorf(ErrInvalid, "atomic at unaligned address %#x", wr.RemoteAddr)
 		}
 	case qp.typ == qpstate.UD || qp.typ == qpstate.GSI:
 		if wr.AH == nil {
-			return errorf(ErrInvalidArg, "UD send without an AH")
+			return errorf(ErrInvalid, "UD send without an AH")
 		}
 		if wr.AH.pd != qp.pd {
 			return errorf(ErrWrongPD, "the AH belongs to another PD")
 		}
 		if wr.AH.dead.Load() {
-			return errorf(ErrDestroyed, "AH")
+			return errorf(ErrClosed, "AH")
 		}
 		if int(length) > qp.d.mtu.Bytes() {
-			return errorf(ErrInvalidArg, "UD message of %d bytes exceeds the MTU %d", length, qp.d.mtu.Bytes())
+			return errorf(ErrInvalid, "UD message of %d bytes exceeds the MTU %d", length, qp.d.mtu.Bytes())
 		}
 		if wr.RemoteQPN > wire.PSNMask {
-			return errorf(ErrInvalidArg, "remote QPN %#x", wr.RemoteQPN)
+			return errorf(ErrInvalid, "remote QPN %#x", wr.RemoteQPN)
 		}
 	}
 	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
@@ -219,7 +219,7 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 // PostRecv posts receive work requests (ibv_post_recv); n and err as PostSend.
 func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 	if qp.srq != nil {
-		return 0, errorf(ErrInvalidArg, "QP %#x takes its receives from an SRQ", qp.qpn)
+		return 0, errorf(ErrInvalid, "QP %#x takes its receives from an SRQ", qp.qpn)
 	}
 	qp.rq.mu.Lock()
 	st := qp.pubState.Load()
@@ -228,13 +228,13 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 		wr := &wrs[n]
 		switch {
 		case st == stateDestroyed:
-			err = errorf(ErrDestroyed, "QP %#x", qp.qpn)
+			err = errorf(ErrClosed, "QP %#x", qp.qpn)
 		case !qpstate.CanPostRecv(qpstate.State(st)):
 			err = errorf(ErrWrongState, "post receive in %v", qpstate.State(st))
 		case prod-qp.rq.cons.Load() >= qp.rq.cap:
 			err = errorf(ErrQueueFull, "receive queue of %d", qp.rq.cap)
 		case len(wr.SGL) > int(qp.cap.MaxRecvSGE):
-			err = errorf(ErrInvalidArg, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxRecvSGE)
+			err = errorf(ErrInvalid, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxRecvSGE)
 		}
 		if err != nil {
 			break

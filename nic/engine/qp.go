@@ -126,16 +126,16 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 	d := pd.d
 	if !a.Type.Valid() {
-		return nil, errorf(ErrInvalidArg, "QP type %v", a.Type)
+		return nil, errorf(ErrInvalid, "QP type %v", a.Type)
 	}
 	if a.SendCQ == nil || (a.RecvCQ == nil && a.SRQ == nil) {
-		return nil, errorf(ErrInvalidArg, "a QP needs a send CQ and a receive CQ")
+		return nil, errorf(ErrInvalid, "a QP needs a send CQ and a receive CQ")
 	}
 	if a.RecvCQ == nil {
 		a.RecvCQ = a.SendCQ
 	}
 	if err := qpstate.ValidateCap(a.Cap, d.lim, a.SRQ != nil); err != nil {
-		return nil, errorf(ErrInvalidArg, "%v", err)
+		return nil, errorf(ErrInvalid, "%v", err)
 	}
 	if a.SRQ != nil {
 		if a.SRQ.pd != pd {
@@ -144,7 +144,7 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 		if a.Type != qpstate.RC && a.Type != qpstate.UD {
 			// rxe allows an SRQ on UC too.
 			if a.Type != qpstate.UC {
-				return nil, errorf(ErrInvalidArg, "an SRQ on a %v QP", a.Type)
+				return nil, errorf(ErrInvalid, "an SRQ on a %v QP", a.Type)
 			}
 		}
 		a.Cap.MaxRecvWR, a.Cap.MaxRecvSGE = 0, 0
@@ -192,11 +192,11 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 
 	// References: the CQs (IBA C11-17) and the SRQ may not go away under the QP.
 	if err := qp.scq.Acquire(); err != nil {
-		return nil, errorf(ErrInvalidArg, "send CQ: %v", err)
+		return nil, errorf(ErrInvalid, "send CQ: %v", err)
 	}
 	if err := qp.rcq.Acquire(); err != nil {
 		qp.scq.Release()
-		return nil, errorf(ErrInvalidArg, "receive CQ: %v", err)
+		return nil, errorf(ErrInvalid, "receive CQ: %v", err)
 	}
 	if qp.srq != nil {
 		if err := qp.srq.use(); err != nil {
@@ -259,7 +259,7 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 	var a QPAttr
 	err := qp.d.exec(func(e *engine) error {
 		if !qp.live {
-			return errorf(ErrDestroyed, "QP %#x", qp.qpn)
+			return errorf(ErrClosed, "QP %#x", qp.qpn)
 		}
 		a.Attr = qp.attr
 		a.State = qp.state
@@ -278,11 +278,11 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 
 // Destroy destroys the QP (ibv_destroy_qp): every outstanding work request
 // completes with WR_FLUSH_ERR first, then the QP releases its CQs, SRQ and PD.
-// Posts after Destroy fail with ErrDestroyed.
+// Posts after Destroy fail with ErrClosed.
 func (qp *QP) Destroy() *Op {
 	return qp.d.exec(func(e *engine) error {
 		if !qp.live {
-			return errorf(ErrDestroyed, "QP %#x", qp.qpn)
+			return errorf(ErrClosed, "QP %#x", qp.qpn)
 		}
 		e.destroyQP(qp)
 		return nil

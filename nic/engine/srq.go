@@ -42,13 +42,13 @@ type SRQ struct {
 func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
 	d := pd.d
 	if a.MaxWR == 0 || a.MaxWR > MaxSRQWR {
-		return nil, errorf(ErrInvalidArg, "SRQ max_wr %d not in 1..%d", a.MaxWR, MaxSRQWR)
+		return nil, errorf(ErrInvalid, "SRQ max_wr %d not in 1..%d", a.MaxWR, MaxSRQWR)
 	}
 	if a.MaxSGE > MaxSRQSGE {
-		return nil, errorf(ErrInvalidArg, "SRQ max_sge %d exceeds %d", a.MaxSGE, MaxSRQSGE)
+		return nil, errorf(ErrInvalid, "SRQ max_sge %d exceeds %d", a.MaxSGE, MaxSRQSGE)
 	}
 	if a.Limit > a.MaxWR {
-		return nil, errorf(ErrInvalidArg, "SRQ limit %d exceeds max_wr %d", a.Limit, a.MaxWR)
+		return nil, errorf(ErrInvalid, "SRQ limit %d exceeds max_wr %d", a.Limit, a.MaxWR)
 	}
 	a.MaxSGE = max(a.MaxSGE, 1)
 	d.mu.Lock()
@@ -86,11 +86,11 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (n int, err error) {
 		wr := &wrs[n]
 		switch {
 		case s.dead.Load():
-			return n, errorf(ErrDestroyed, "SRQ")
+			return n, errorf(ErrClosed, "SRQ")
 		case prod-s.rq.cons.Load() >= s.rq.cap:
 			return n, errorf(ErrQueueFull, "SRQ of %d", s.rq.cap)
 		case len(wr.SGL) > int(s.maxSGE):
-			return n, errorf(ErrInvalidArg, "%d SGEs exceed the SRQ's %d", len(wr.SGL), s.maxSGE)
+			return n, errorf(ErrInvalid, "%d SGEs exceed the SRQ's %d", len(wr.SGL), s.maxSGE)
 		}
 		if err := s.d.fillRecvWQE(s.pd, &s.slots[prod&s.rq.mask], wr); err != nil {
 			return n, err
@@ -102,14 +102,14 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (n int, err error) {
 }
 
 // Modify arms the limit (ibv_modify_srq with IBV_SRQ_LIMIT). Resizing fails with
-// ErrInvalidArg.
+// ErrInvalid.
 func (s *SRQ) Modify(a SRQAttr, mask SRQAttrMask) error {
 	if mask&SRQMaxWR != 0 {
-		return errorf(ErrInvalidArg, "resizing an SRQ is not supported")
+		return errorf(ErrInvalid, "resizing an SRQ is not supported")
 	}
 	if mask&SRQLimit != 0 {
 		if a.Limit > s.rq.cap {
-			return errorf(ErrInvalidArg, "SRQ limit %d exceeds max_wr %d", a.Limit, s.rq.cap)
+			return errorf(ErrInvalid, "SRQ limit %d exceeds max_wr %d", a.Limit, s.rq.cap)
 		}
 		s.limit.Store(a.Limit)
 	}
@@ -131,7 +131,7 @@ func (s *SRQ) Destroy() error {
 		return errorf(ErrBusy, "SRQ has %d QPs", s.refs.Load())
 	}
 	if s.dead.Swap(true) {
-		return errorf(ErrDestroyed, "SRQ")
+		return errorf(ErrClosed, "SRQ")
 	}
 	s.d.mu.Lock()
 	s.d.nsrq--
@@ -142,7 +142,7 @@ func (s *SRQ) Destroy() error {
 
 func (s *SRQ) use() error {
 	if s.dead.Load() {
-		return errorf(ErrDestroyed, "SRQ")
+		return errorf(ErrClosed, "SRQ")
 	}
 	s.refs.Add(1)
 	return nil

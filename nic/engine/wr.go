@@ -18,7 +18,7 @@ import (
 type WROpcode uint8
 
 // The send opcodes. The engine executes the first ten on the QP types the IBTA
-// allows them on (see PostSend); the others are refused with ErrUnsupportedOp.
+// allows them on (see PostSend); the others are refused with ErrUnsupported.
 const (
 	WRRDMAWrite        WROpcode = 0  // IBV_WR_RDMA_WRITE
 	WRRDMAWriteWithImm WROpcode = 1  // IBV_WR_RDMA_WRITE_WITH_IMM
@@ -36,7 +36,7 @@ const (
 // wrInfo is one row of the work-request opcode table (rxe_opcode.c
 // rxe_wr_opcode_info): the opcode's name, what its packets do in opcode-table
 // terms, and the QP types that execute it. An opcode with no QP types is refused
-// with ErrUnsupportedOp.
+// with ErrUnsupported.
 type wrInfo struct {
 	name string
 	mask wire.OpMask

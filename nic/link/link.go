@@ -11,6 +11,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/xrnic/xrnic/nic/errs"
 )
 
 // Kind names a Link implementation.
@@ -56,7 +58,7 @@ const RoCEv2Port = 4791
 
 // Sentinel errors; every error a Link returns wraps one of them.
 var (
-	ErrClosed      = errors.New("link closed")
+	ErrClosed      = errs.ErrClosed
 	ErrBadOption   = errors.New("bad link option")
 	ErrBadFrame    = errors.New("frame cannot be sent on this link")
 	ErrUnavailable = errors.New("link unavailable")

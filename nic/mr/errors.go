@@ -3,8 +3,9 @@
 package mr
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/xrnic/xrnic/nic/errs"
 )
 
 // Sentinel errors. Every error this package returns wraps exactly one of them, so
@@ -13,24 +14,24 @@ var (
 	// ErrBadAccess: access flags that contradict each other or the rules of IBTA
 	// 10.6.3.1 (REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE), or unknown
 	// bits; ib_check_mr_access returns EINVAL for these.
-	ErrBadAccess = errors.New("invalid access flags")
+	ErrBadAccess = fmt.Errorf("invalid access flags: %w", errs.ErrInvalid)
 	// ErrNotSupported: a flag this NIC does not implement (ON_DEMAND,
 	// FLUSH_PERSISTENT); the kernel says EOPNOTSUPP.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = errs.ErrUnsupported
 	// ErrInvalidKey: the region is not (or no longer) registered in this table:
 	// deregistered twice, reregistered after Deregister, from another table, nil.
-	ErrInvalidKey = errors.New("invalid key")
+	ErrInvalidKey = fmt.Errorf("invalid key: %w", errs.ErrInvalid)
 	// ErrTooMany: every index of the table is in use.
-	ErrTooMany = errors.New("too many memory regions")
+	ErrTooMany = fmt.Errorf("too many memory regions: %w", errs.ErrLimit)
 	// ErrBadLength: an empty buffer, or an IOVA range that wraps past 2^64.
-	ErrBadLength = errors.New("bad length")
+	ErrBadLength = fmt.Errorf("bad length: %w", errs.ErrInvalid)
 	// ErrInUse: Unmap of a mapping that a registered region still covers.
-	ErrInUse = errors.New("in use")
+	ErrInUse = errs.ErrBusy
 	// ErrNoMemory: mmap(2) or mlock(2) failed; the error also wraps the errno.
-	ErrNoMemory = errors.New("cannot map or lock memory")
+	ErrNoMemory = fmt.Errorf("cannot map or lock memory: %w", errs.ErrLimit)
 	// ErrInvalid: any other bad argument (rereg flags, a ZeroBased region with a
 	// non-zero IOVA, FastReg of a region that is not a free fast-reg region).
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = errs.ErrInvalid
 )
 
 func e(sentinel error, what string) error { return fmt.Errorf("mr: %s: %w", what, sentinel) }

@@ -2,23 +2,29 @@
 
 package qpstate
 
-import "errors"
+import (
+	"fmt"
 
-// Sentinel errors. Every error this package returns wraps exactly one of them.
+	"github.com/xrnic/xrnic/nic/errs"
+)
+
+// Sentinel errors. Every error this package returns wraps exactly one of them, and
+// each wraps the errs class libibverbs would answer with (EINVAL, EOPNOTSUPP, EPERM
+// as EINVAL, EBUSY).
 var (
 	// ErrBadTransition: the table has no such transition for the QP type, or a
 	// state or type is out of range.
-	ErrBadTransition = errors.New("invalid QP state transition")
+	ErrBadTransition = fmt.Errorf("invalid QP state transition: %w", errs.ErrInvalid)
 	// ErrMissingAttr: the mask lacks an attribute the transition requires.
-	ErrMissingAttr = errors.New("missing required QP attribute")
+	ErrMissingAttr = fmt.Errorf("missing required QP attribute: %w", errs.ErrInvalid)
 	// ErrUnexpectedAttr: the mask holds an attribute the transition does not allow.
-	ErrUnexpectedAttr = errors.New("QP attribute not allowed here")
+	ErrUnexpectedAttr = fmt.Errorf("QP attribute not allowed here: %w", errs.ErrInvalid)
 	// ErrBadAttr: an attribute's value is out of range.
-	ErrBadAttr = errors.New("invalid QP attribute value")
+	ErrBadAttr = fmt.Errorf("invalid QP attribute value: %w", errs.ErrInvalid)
 	// ErrNotSupported: a valid IBTA attribute xrnic does not implement on RoCE.
-	ErrNotSupported = errors.New("QP attribute not supported")
+	ErrNotSupported = fmt.Errorf("QP attribute not supported: %w", errs.ErrUnsupported)
 	// ErrNotPermitted: the attribute needs privilege (a controlled Q_Key).
-	ErrNotPermitted = errors.New("QP attribute not permitted")
+	ErrNotPermitted = fmt.Errorf("QP attribute not permitted: %w", errs.ErrInvalid)
 	// ErrDraining: the QP is in SQD and its send queue has not drained yet.
-	ErrDraining = errors.New("send queue still draining")
+	ErrDraining = fmt.Errorf("send queue still draining: %w", errs.ErrBusy)
 )

@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/errs"
 )
 
 // Sentinels for errors.Is. Errors from this package wrap one of them, and the
@@ -22,7 +24,7 @@ var (
 	ErrNoQueue = errors.New("xsk: no such queue")
 	// ErrBusy: another XSK holds the queue, or a closed one had not yet released
 	// it when the bind retries ran out (PLATFORM 7).
-	ErrBusy = errors.New("xsk: queue busy")
+	ErrBusy = errs.ErrBusy
 	// ErrNotSupported: the kernel or driver lacks a feature asked for (zero-copy on
 	// veth, XDP_MMAP_OFFSETS v2, XDP_MAX_TX_SKB_BUDGET).
 	ErrNotSupported = errors.New("xsk: not supported")
@@ -33,7 +35,7 @@ var (
 	// (ENETDOWN, ENXIO); frames stay queued and go out once it comes back.
 	ErrLinkDown = errors.New("xsk: link down")
 	// ErrClosed: the Socket was closed.
-	ErrClosed = errors.New("xsk: socket closed")
+	ErrClosed = errs.ErrClosed
 )
 
 // sysError wraps a failed system call: it matches sentinel and errno in errors.Is.
