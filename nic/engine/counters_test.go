@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/clock"
 	"github.com/xrnic/xrnic/nic/link"
 )
 
@@ -56,7 +57,7 @@ func TestEngineCounters(t *testing.T) {
 // TestEngineCountersTimers: a lost WRITE fires the retransmit timer, which the
 // loop counts.
 func TestEngineCountersTimers(t *testing.T) {
-	clk := NewManualClock(time.Unix(6000, 0))
+	clk := clock.NewManual(time.Unix(6000, 0))
 	p, a, b := rcPair(t, pairOpts{clock: clk, mem: link.MemoryOptions{AtoB: link.Faults{Drop: 1}}}, nodeOpts{}, connOpts{timeout: 12})
 	send(t, a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)},
 		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})

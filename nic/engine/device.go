@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/clock"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
@@ -23,9 +24,11 @@ import (
 // Config configures Open. The zero value of each field picks its default. A plain
 // value: Open copies it.
 type Config struct {
-	// Clock is where time comes from: SystemClock when nil. Tests pass a
-	// ManualClock to move timers deterministically.
-	Clock Clock
+	// Clock is where time comes from: clock.System when nil. Tests pass a
+	// clock.Manual to move timers deterministically. The engine keeps its own
+	// timer heap (no allocation per timer) and reads only Now; a clock.Subscriber
+	// wakes it when the time jumps.
+	Clock clock.Clock
 	// GIDs is the port's GID table (netdev.GIDTable gives it for an interface):
 	// index i is GID index i of address vectors. At least one is needed.
 	GIDs []netdev.GID
@@ -150,7 +153,7 @@ type Device struct {
 	link  link.Link
 	info  link.Info
 	cfg   Config
-	clock Clock
+	clock clock.Clock
 	epoch time.Time
 	mtu   qpstate.MTU // active port MTU
 	smac  wire.MAC
@@ -225,7 +228,7 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 	}
 	mtu, _ := qpstate.MTUFromBytes(mtuBytes)
 	if cfg.Clock == nil {
-		cfg.Clock = SystemClock{}
+		cfg.Clock = clock.System{}
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = DefaultBatch
@@ -266,7 +269,7 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 	}
 	d.e.init(d)
 	d.evq.start(cfg.EventHandler, cfg.Logf, &d.cnt)
-	if s, ok := cfg.Clock.(Subscriber); ok {
+	if s, ok := cfg.Clock.(clock.Subscriber); ok {
 		s.Subscribe(d.wake)
 	}
 	go d.routineEngine()
@@ -299,7 +302,7 @@ func (d *Device) exec(fn func(e *engine) error) *Op {
 }
 
 // Sync returns an Op that completes after the engine has run one more pass of
-// its loop, timers included: after a ManualClock.Advance, Sync().Wait() returns
+// its loop, timers included: after a clock.Manual.Advance, Sync().Wait() returns
 // once the timers that became due have fired.
 func (d *Device) Sync() *Op { return d.exec(nil) }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/clock"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
@@ -174,7 +175,7 @@ func TestRNR(t *testing.T) {
 // every local ACK timeout, retry_cnt times, then fail with RETRY_EXC_ERR. The
 // clock is manual: each Advance past the timeout fires exactly one retry.
 func TestRetryExceeded(t *testing.T) {
-	clk := NewManualClock(time.Unix(1000, 0))
+	clk := clock.NewManual(time.Unix(1000, 0))
 	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -417,7 +418,7 @@ func TestModifyErrors(t *testing.T) {
 // TestRNRTimerManualClock: after an RNR NAK the requester sends nothing until
 // the timer the NAK names has run on the device's clock.
 func TestRNRTimerManualClock(t *testing.T) {
-	clk := NewManualClock(time.Unix(2000, 0))
+	clk := clock.NewManual(time.Unix(2000, 0))
 	p, a, b := rcPair(t, pairOpts{clock: clk}, nodeOpts{}, connOpts{minRNR: 16, rnrRetry: 7, timeout: 20}) // 2.56 ms
 	send(t, a, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("wait")})
 	deadline := time.Now().Add(5 * time.Second)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/clock"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/qpstate"
@@ -261,7 +262,7 @@ func TestRetryFencedWQEAfterRewind(t *testing.T) {
 // found the transmit ring full and then was rewound by a retry must not hold a
 // slot that makes a fenced WQE before it wait forever.
 func TestRetryReadSlotTakenOnlyWhenSent(t *testing.T) {
-	clk := NewManualClock(time.Unix(3000, 0))
+	clk := clock.NewManual(time.Unix(3000, 0))
 	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk, batch: 1}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024, timeout: 12})
 	fill(a.buf[:2048], 9)
 	fill(b.buf[4096:5096], 10)
@@ -322,7 +323,7 @@ func TestRetryReadSlotTakenOnlyWhenSent(t *testing.T) {
 // one packet too long, shifting the FETCH_ADD behind it onto a PSN the responder
 // took as new: the add ran twice.
 func TestRetryLateACKDuringResend(t *testing.T) {
-	clk := NewManualClock(time.Unix(4000, 0))
+	clk := clock.NewManual(time.Unix(4000, 0))
 	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk, txBudget: 1}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024, timeout: 12})
 	fill(a.buf[:2048], 11)
 	binary.NativeEndian.PutUint64(b.buf[8192:], 70)
@@ -422,7 +423,7 @@ func TestRetryLateACKDuringResend(t *testing.T) {
 // retry at once, with retry_cnt restored. Before, it waited for the local ACK
 // timeout (here a clock that never moves) and spent a retry.
 func TestRetryNewNAKDuringRetry(t *testing.T) {
-	clk := NewManualClock(time.Unix(5000, 0))
+	clk := clock.NewManual(time.Unix(5000, 0))
 	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024, timeout: 12, retry: 1})
 	fill(a.buf[:8192], 12)
 	var first wire.PSN

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/clock"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
@@ -27,7 +28,7 @@ var (
 // pairOpts configure newPair.
 type pairOpts struct {
 	mem      link.MemoryOptions
-	clock    Clock
+	clock    clock.Clock
 	v6       bool
 	mtu      int
 	events   func(AsyncEvent)
