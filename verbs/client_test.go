@@ -61,8 +61,8 @@ func TestMID8DeviceUsableFromAddUntilUnregistered(t *testing.T) {
 			if err := qp.Destroy().Wait(); err != nil {
 				addErr = err
 			}
-			cq.Close()
-			addErr = pd.Dealloc()
+			cq.Destroy().Wait()
+			addErr = pd.Dealloc().Wait()
 		},
 		Remove: func(d *Device) {
 			if d != a {
@@ -73,7 +73,7 @@ func TestMID8DeviceUsableFromAddUntilUnregistered(t *testing.T) {
 				removeErr = err
 				return
 			}
-			removeErr = pd.Dealloc()
+			removeErr = pd.Dealloc().Wait()
 		},
 	}
 	if err := RegisterClient(c); err != nil {

@@ -180,9 +180,13 @@ func (d *Device) closeLink() {
 // Close unregisters the device: every client's Remove runs and returns first
 // (MID10), then the link watch ends, then the engine stops (flushing what is
 // outstanding) and so do its event handler calls, then the link closes if Open
-// opened it. Idempotent; later calls return the first result. It must not be
-// called from an event handler of this device (it waits for the handlers' end).
+// opened it. Idempotent; later calls return the first result. Called from a
+// callback of this device (an event handler, an Op callback, a CQ handler) it
+// would wait for itself: it fails with an error wrapping ErrDeadlock instead.
 func (d *Device) Close() error {
+	if d.eng.InCallback() {
+		return fmt.Errorf("verbs: close of %s from one of its callbacks: %w", d.name, ErrDeadlock)
+	}
 	d.closeOnce.Do(func() {
 		registry.removeDevice(d)
 		d.stopWatch()

@@ -42,10 +42,10 @@ func TestUDThroughAHIntoSRQWithSolicitedChannel(t *testing.T) {
 	}
 	ch := NewCompChannel()
 	t.Cleanup(func() { // after the endpoints' cleanups
-		if err := srq.Destroy(); err != nil {
+		if err := srq.Destroy().Wait(); err != nil {
 			t.Error(err)
 		}
-		if err := pdB.Dealloc(); err != nil {
+		if err := pdB.Dealloc().Wait(); err != nil {
 			t.Error(err)
 		}
 		if err := ch.Close(); err != nil {

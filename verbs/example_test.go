@@ -40,7 +40,7 @@ func Example() {
 	// Release in the reverse order: QP, CQ, MR, PD, then the device.
 	release := func(s *side) {
 		s.qp.Destroy().Wait()
-		s.cq.Close()
+		s.cq.Destroy().Wait()
 		s.mr.Dereg()
 		s.pd.Dealloc()
 		s.dev.Close()

@@ -7,6 +7,8 @@ package verbs
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -364,10 +366,7 @@ func TestMID2EventsFromEverywhereArriveInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			c.Close()
-			<-c.Done()
-		})
+		t.Cleanup(func() { c.Destroy().Wait() })
 		cqs[i] = c
 		wg.Go(func() {
 			for j := range 3 {
@@ -607,6 +606,7 @@ func TestMID3Reentrancy(t *testing.T) {
 	var unregFirst, unregSecond func()
 	var handled atomic.Bool
 	var regMu sync.Mutex // orders the handler's use of unregFirst after its assignment
+	closed := make(chan string, 2)
 	regMu.Lock()
 	unregFirst = db.RegisterEventHandler(func(ev AsyncEvent) {
 		if handled.Load() {
@@ -628,13 +628,17 @@ func TestMID3Reentrancy(t *testing.T) {
 		if attr, _, err := qp.Query(); err != nil || attr.State != QPSReset {
 			t.Errorf("Query after RESET: %v, %v", attr.State, err)
 		}
-		if err := qp.Destroy().Wait(); err != nil {
-			t.Errorf("Destroy in an event handler: %v", err)
+		// The QP's own handler may destroy it (LT5) but not wait for that: the
+		// destroy completes when this handler returns. The CQ's close waits for
+		// its last QP (LT8), whose destroy the engine may or may not have done
+		// yet; both report through Notify.
+		qpOp := qp.Destroy()
+		if err := qpOp.Wait(); !errors.Is(err, ErrDeadlock) {
+			t.Errorf("waiting in the QP's own event handler for its Destroy: %v, want ErrDeadlock", err)
 		}
-		if err := vb.scq.Close(); err != nil {
-			t.Errorf("CQ Close in an event handler: %v", err)
-		}
-		if err := vb.mr.Dereg(); err != nil {
+		qpOp.Notify(func(err error) { closed <- fmt.Sprint("QP destroy: ", err) })
+		vb.scq.Close().Notify(func(err error) { closed <- fmt.Sprint("CQ close: ", err) })
+		if err := vb.mr.Dereg().Wait(); err != nil {
 			t.Errorf("Dereg in an event handler: %v", err)
 		}
 		regMu.Lock()
@@ -649,6 +653,18 @@ func TestMID3Reentrancy(t *testing.T) {
 	case <-victimDone:
 	case <-time.After(deadline):
 		t.Fatalf("the event handler did not finish\n%s", stacks())
+	}
+	var got []string
+	for range 2 {
+		select {
+		case s := <-closed:
+			got = append(got, s)
+		case <-time.After(deadline):
+			t.Fatalf("close completions: %q of 2\n%s", got, stacks())
+		}
+	}
+	if slices.Sort(got); !slices.Equal(got, []string{"CQ close: <nil>", "QP destroy: <nil>"}) {
+		t.Errorf("close completions %q", got)
 	}
 	if _, err := vb.qp.PostSend([]SendWR{{Opcode: WRSend}}); !errors.Is(err, engine.ErrClosed) {
 		t.Errorf("PostSend on the QP the handler destroyed: %v", err)
@@ -696,10 +712,7 @@ func TestMID5NoCallbackInCallersChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		small.Close()
-		<-small.Done()
-	}()
+	defer func() { small.Destroy().Wait() }()
 
 	const n = 50
 	for i := range n {

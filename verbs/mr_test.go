@@ -91,10 +91,10 @@ func TestMRReregPDAndErrors(t *testing.T) {
 	if m.PD() != pd2 || m.Region().PD() != pd2.Handle() || m.LKey() == key {
 		t.Fatalf("after Rereg PD: PD %p (want %p), table PD %d, key %#x (was %#x)", m.PD(), pd2, m.Region().PD(), m.LKey(), key)
 	}
-	if err := pd1.Dealloc(); err != nil {
+	if err := pd1.Dealloc().Wait(); err != nil {
 		t.Fatalf("the old PD keeps a reference: %v", err)
 	}
-	if err := pd2.Dealloc(); !errors.Is(err, engine.ErrBusy) {
+	if err := pd2.Dealloc().Wait(); !errors.Is(err, engine.ErrBusy) {
 		t.Fatalf("Dealloc of the MR's new PD: %v, want ErrBusy", err)
 	}
 	key = m.LKey()
@@ -121,13 +121,13 @@ func TestMRReregPDAndErrors(t *testing.T) {
 			t.Errorf("%s: the failed Rereg changed the key", c.name)
 		}
 	}
-	if err := m.Dereg(); err != nil {
+	if err := m.Dereg().Wait(); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Rereg(ReregAccess, nil, nil, 0, AccessLocalWrite); !errors.Is(err, engine.ErrClosed) {
 		t.Errorf("Rereg after Dereg: %v, want ErrClosed", err)
 	}
-	if err := pd2.Dealloc(); err != nil {
+	if err := pd2.Dealloc().Wait(); err != nil {
 		t.Fatal(err)
 	}
 	pdB.Dealloc()

@@ -54,9 +54,9 @@ type (
 	AsyncEvent  = engine.AsyncEvent
 	EventType   = engine.EventType
 	Counters    = engine.Counters
-	CQ          = cq.CQ
-	CQOptions   = cq.Options
-	CompChannel = cq.Channel
+	CQ          = engine.CQ
+	CQOptions   = engine.CQOptions
+	CompChannel = engine.CompChannel
 	WC          = cq.WC
 	WCStatus    = cq.Status
 	WCOpcode    = cq.Opcode
@@ -177,4 +177,4 @@ const (
 )
 
 // NewCompChannel returns a completion channel (ibv_create_comp_channel).
-func NewCompChannel() *CompChannel { return cq.NewChannel() }
+func NewCompChannel() *CompChannel { return engine.NewCompChannel() }

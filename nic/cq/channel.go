@@ -145,11 +145,12 @@ func (ch *Channel) attach() error {
 }
 
 // detach takes a closing CQ off the channel, discarding its undelivered events;
-// it fails with ErrBusy if events it delivered are unacknowledged. c.mu is held.
-func (ch *Channel) detach(c *CQ) error {
+// it fails with ErrBusy if events it delivered are unacknowledged, unless force.
+// c.mu is held.
+func (ch *Channel) detach(c *CQ, force bool) error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if u := c.evGot - c.evAcked; u > 0 {
+	if u := c.evGot - c.evAcked; u > 0 && !force {
 		return fmt.Errorf("cq: close: %d completion events not acknowledged: %w", u, ErrBusy)
 	}
 	if c.chQueued {

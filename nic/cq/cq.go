@@ -8,6 +8,8 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+
+	"github.com/xrnic/xrnic/internal/goid"
 )
 
 // Arming state, the IB_CQ_SOLICITED / IB_CQ_NEXT_COMP bits of rxe's cq->notify.
@@ -51,6 +53,10 @@ type Options struct {
 
 	// Logf, if set, logs the start and stop of the CQ's dispatcher goroutine.
 	Logf func(format string, args ...any)
+
+	// Context is the consumer's value (ibv_create_cq's cq_context), returned by
+	// Context.
+	Context any
 }
 
 // CQ is a completion queue.
@@ -82,18 +88,23 @@ type CQ struct {
 	ch      *Channel
 	onError func(*CQ)
 	logf    func(string, ...any)
+	context any
+
+	dispatcherID atomic.Uint64 // the dispatcher's goroutine id, once started
 
 	// Dispatcher: one goroutine per CQ that has a handler or OnError, started when
 	// the first of them is registered and stopped by Close. started and the
 	// closing of stop/done are guarded by mu.
 	handler  atomic.Pointer[func(*CQ)]
 	closed   atomic.Bool // mirrors state == stateClosed for the dispatcher
+	quietA   atomic.Bool // mirrors quiet for the dispatcher
 	pendComp atomic.Bool // a completion event awaits the handler
 	pendErr  atomic.Bool // IBV_EVENT_CQ_ERR awaits OnError
 	kick     chan struct{}
 	stop     chan struct{}
 	done     chan struct{}
 	started  bool
+	quiet    bool // StopCallbacks: stop/done are closed, no call starts
 
 	// Channel bookkeeping, guarded by ch.mu (see channel.go).
 	chNext     *CQ    // next CQ in the channel's ready list
@@ -142,6 +153,7 @@ func New(cqe int, opts Options) (*CQ, error) {
 		ch:      opts.Channel,
 		onError: opts.OnError,
 		logf:    opts.Logf,
+		context: opts.Context,
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -368,17 +380,24 @@ func (c *CQ) Release() {
 // not wait for it, because it may be the caller (a handler may close its own CQ).
 // Done is closed when the last call has returned; wait on it for the guarantee
 // that no consumer code of this CQ runs any more.
-func (c *CQ) Close() error {
+func (c *CQ) Close() error { return c.close(false) }
+
+// Shutdown closes the CQ even while QPs hold references or events are
+// unacknowledged: for the device's close, which has destroyed the QPs and outlives
+// the consumer's bookkeeping. ErrClosed if it is closed already.
+func (c *CQ) Shutdown() error { return c.close(true) }
+
+func (c *CQ) close(force bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state == stateClosed {
 		return fmt.Errorf("cq: close: %w", ErrClosed)
 	}
-	if c.refs > 0 {
+	if c.refs > 0 && !force {
 		return fmt.Errorf("cq: close: %d QPs still use the CQ: %w", c.refs, ErrBusy)
 	}
 	if c.ch != nil {
-		if err := c.ch.detach(c); err != nil {
+		if err := c.ch.detach(c, force); err != nil {
 			return err
 		}
 	}
@@ -387,13 +406,46 @@ func (c *CQ) Close() error {
 	c.armed = 0
 	c.head, c.tail = 0, 0
 	c.ring = nil
+	c.endDispatchLocked()
+	return nil
+}
+
+// StopCallbacks ends the CQ's handler and OnError calls without closing it:
+// completions are still queued and polled, but no consumer code of this CQ starts
+// any more, and Done is closed when the last call has returned. The device's close
+// uses it, so the flush completions it produced stay pollable while no handler
+// runs after it. Idempotent.
+func (c *CQ) StopCallbacks() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endDispatchLocked()
+}
+
+// endDispatchLocked stops the dispatcher (or closes done if it never started),
+// once. c.mu is held.
+func (c *CQ) endDispatchLocked() {
+	if c.quiet {
+		return
+	}
+	c.quiet = true
+	c.quietA.Store(true)
 	if c.started {
 		close(c.stop)
 	} else {
 		close(c.done)
 	}
-	return nil
 }
+
+// OnDispatcher reports whether the caller is the CQ's dispatcher goroutine, that
+// is, a handler or OnError of this CQ: a wait for Done from there would wait for
+// itself.
+func (c *CQ) OnDispatcher() bool {
+	id := c.dispatcherID.Load()
+	return id != 0 && id == goid.ID()
+}
+
+// Context returns Options.Context (ibv_cq's cq_context).
+func (c *CQ) Context() any { return c.context }
 
 // Done returns a channel that is closed once the CQ is closed and no handler or
 // OnError call is running: from then on none will run.

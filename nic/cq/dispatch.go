@@ -3,7 +3,11 @@
 
 package cq
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/xrnic/xrnic/internal/goid"
+)
 
 // SetHandler installs (or, with nil, removes) the completion handler; see
 // Options.Handler for when and where it runs. A handler call already running
@@ -29,7 +33,7 @@ func (c *CQ) SetHandler(h func(*CQ)) error {
 
 // startLocked starts the dispatcher goroutine once. c.mu is held.
 func (c *CQ) startLocked() {
-	if c.started {
+	if c.started || c.quiet {
 		return
 	}
 	c.started = true
@@ -81,6 +85,7 @@ func (c *CQ) routineDispatch() {
 		defer c.logf("cq: dispatcher stopped")
 	}
 	defer close(c.done)
+	c.dispatcherID.Store(goid.ID())
 	for {
 		select {
 		case <-c.stop:
@@ -89,6 +94,9 @@ func (c *CQ) routineDispatch() {
 		}
 		// The flags are cleared before the calls, so a firing during a call sets
 		// them again and its kick brings us back: nothing is lost.
+		if c.quietA.Load() {
+			return
+		}
 		if c.pendErr.Swap(false) && !c.closed.Load() {
 			c.onError(c)
 		}

@@ -3,9 +3,7 @@
 package cq
 
 import (
-	"bytes"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,20 +15,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // watchdog is the generous deadline of the tests that wait for another
 // goroutine. It bounds a hang, it does not measure speed.
 const watchdog = 30 * time.Second
-
-// goid returns the current goroutine's id, parsed from runtime.Stack. Tests only:
-// it tells whether a callback ran on the caller's goroutine.
-func goid() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	b = b[:bytes.IndexByte(b, ' ')]
-	id, err := strconv.ParseUint(string(b), 10, 64)
-	if err != nil {
-		panic("goid: " + err.Error())
-	}
-	return id
-}
 
 // mustNew creates a CQ and closes it (and waits for its dispatcher) at cleanup.
 func mustNew(t testing.TB, cqe int, opts Options) *CQ {

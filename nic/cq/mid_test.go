@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xrnic/xrnic/internal/goid"
 )
 
 // MID1, MID3: Push, Poll and ReqNotify from many goroutines at once never block,
@@ -191,7 +193,7 @@ func TestMID4ConcurrentPollersLoseNothing(t *testing.T) {
 // ReqNotify call chain. The test goroutine marks itself while inside those calls;
 // the callbacks compare their goroutine id with the caller's.
 func TestMID5HandlerNeverInCallersCallChain(t *testing.T) {
-	caller := goid()
+	caller := goid.ID()
 	var inside atomic.Bool   // set while the test goroutine is inside Push/Poll/ReqNotify
 	var inChain atomic.Int64 // callbacks that ran on the caller's goroutine inside a call
 	var sameGoroutine atomic.Int64
@@ -199,7 +201,7 @@ func TestMID5HandlerNeverInCallersCallChain(t *testing.T) {
 	errDone := make(chan struct{})
 	check := func() {
 		calls.Add(1)
-		if goid() == caller {
+		if goid.ID() == caller {
 			sameGoroutine.Add(1)
 			if inside.Load() {
 				inChain.Add(1)

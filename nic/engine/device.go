@@ -181,21 +181,26 @@ type Device struct {
 	portMu   sync.Mutex
 	portDown atomic.Bool
 
+	n lifetime // the device's lifetime: its children are PDs and CQs
+
 	mu      sync.Mutex // guards the object bookkeeping below
+	cqs     map[*CQ]struct{}
 	qpns    map[uint32]*QP
 	nextQPN uint32
 	npd     int
 	nsrq    int
 	nah     int
 	pdSeq   uint32
+	cqSeq   uint32
 	macs    map[netip.Addr]wire.MAC // resolved next hops
 
 	e engine // owned by RoutineEngine
 }
 
 type ctlReq struct {
-	fn func(e *engine) error // nil: a Sync, finished at the end of the pass
-	op *Op
+	fn    func(e *engine) error // nil: a Sync, finished at the end of the pass
+	op    *Op
+	close *lifetime // a close: op completes through evq.finishClose
 }
 
 // Open starts a device on l. The device does not own l: close the device first,
@@ -256,6 +261,7 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		qpns:    make(map[uint32]*QP),
+		cqs:     make(map[*CQ]struct{}),
 		nextQPN: minQPN,
 		macs:    make(map[netip.Addr]wire.MAC),
 	}
@@ -287,18 +293,38 @@ func (d *Device) wake() {
 }
 
 // exec queues fn for the engine goroutine and returns its Op.
-func (d *Device) exec(fn func(e *engine) error) *Op {
-	op := newOp()
+func (d *Device) exec(fn func(e *engine) error) *Op { return d.enqueue(fn, nil) }
+
+// execClose is exec for the close of n: the Op completes when fn has run and no
+// event of n is being delivered.
+func (d *Device) execClose(n *lifetime, fn func(e *engine) error) *Op {
+	op := d.enqueue(fn, n)
+	op.guard = func() bool { return d.evq.delivering(n) }
+	return op
+}
+
+func (d *Device) enqueue(fn func(e *engine) error, n *lifetime) *Op {
+	op := d.newOp()
 	d.ctlMu.Lock()
 	if d.stopped {
 		d.ctlMu.Unlock()
-		op.finish(errorf(ErrClosed, "device is closed"))
+		op.finish(errDevClosed)
 		return op
 	}
-	d.ctlQ = append(d.ctlQ, ctlReq{fn: fn, op: op})
+	d.ctlQ = append(d.ctlQ, ctlReq{fn: fn, op: op, close: n})
 	d.ctlMu.Unlock()
 	d.wake()
 	return op
+}
+
+// newOp returns a pending Op whose callbacks run on the device's RoutineEvents.
+func (d *Device) newOp() *Op { return newOp(&d.evq) }
+
+// doneOp returns an Op that has completed with err.
+func (d *Device) doneOp(err error) *Op {
+	o := d.newOp()
+	o.finish(err)
+	return o
 }
 
 // Sync returns an Op that completes after the engine has run one more pass of
@@ -307,20 +333,54 @@ func (d *Device) exec(fn func(e *engine) error) *Op {
 func (d *Device) Sync() *Op { return d.exec(nil) }
 
 // Close flushes every QP (each outstanding work request completes with
-// WR_FLUSH_ERR), stops the engine and the event goroutine, and returns when they
-// have ended. Later calls return the first result. Objects of a closed device fail
-// with ErrClosed.
+// WR_FLUSH_ERR), stops the engine, stops every CQ's handler calls and waits for
+// its handler goroutine (the completions stay pollable), then stops
+// RoutineEvents: when Close returns, no callback of any
+// object of the device runs or will run (NDKPI LT12). Later calls return the first
+// result. Objects of a closed device fail with ErrClosed. Called from a callback
+// of the device (an event handler, an Op callback, a CQ handler) it would wait for
+// itself: it returns an error wrapping ErrDeadlock and does nothing (LT11).
 func (d *Device) Close() error {
+	if d.InCallback() {
+		return errorf(ErrDeadlock, "device close from one of its callbacks")
+	}
 	d.closeOnce.Do(func() {
+		d.n.markClosing()
 		op := d.exec(func(e *engine) error {
 			e.shutdown()
 			return nil
 		})
 		d.closeErr = op.Wait()
 		<-d.done
+		d.mu.Lock()
+		cqs := make([]*CQ, 0, len(d.cqs))
+		for c := range d.cqs {
+			cqs = append(cqs, c)
+		}
+		d.mu.Unlock()
+		for _, c := range cqs {
+			c.StopCallbacks() // the flush completions stay pollable
+			<-c.Done()
+		}
 		d.evq.close()
 	})
 	return d.closeErr
+}
+
+// InCallback reports whether the caller is one of the device's callback
+// goroutines: RoutineEvents (event handlers, Op callbacks) or a CQ's dispatcher.
+func (d *Device) InCallback() bool {
+	if d.evq.onGoroutine() {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for c := range d.cqs {
+		if c.OnDispatcher() {
+			return true
+		}
+	}
+	return false
 }
 
 // Query returns the device attributes (ibv_query_device).
@@ -504,9 +564,12 @@ func (e *engine) runControl() bool {
 	d.ctlMu.Unlock()
 	for i := range e.pending {
 		r := &e.pending[i]
-		if r.fn == nil {
+		switch {
+		case r.fn == nil:
 			e.syncs = append(e.syncs, r.op)
-		} else {
+		case r.close != nil:
+			d.evq.finishClose(r.close, r.op, r.fn(e))
+		default:
 			r.op.finish(r.fn(e))
 		}
 		*r = ctlReq{}
@@ -518,7 +581,7 @@ func (e *engine) runControl() bool {
 		d.ctlQ = nil
 		d.ctlMu.Unlock()
 		for _, r := range rest {
-			r.op.finish(errorf(ErrClosed, "device is closed"))
+			r.op.finish(errDevClosed)
 		}
 		return false
 	}

@@ -29,3 +29,21 @@ var (
 func errorf(sentinel error, format string, args ...any) error {
 	return fmt.Errorf("engine: %s: %w", fmt.Sprintf(format, args...), sentinel)
 }
+
+// Errors of the control plane's fixed cases, made once: returning them allocates
+// nothing.
+var (
+	errClosedParent = errorf(ErrClosed, "the parent object is closed or closing")
+	errClosedAgain  = errorf(ErrClosed, "the object is closed or closing already")
+	errBusyChildren = errorf(ErrBusy, "the object still has children")
+	errDeadlockWait = errorf(ErrDeadlock, "waiting for a close from the callback it waits for")
+	errDevClosed    = errorf(ErrClosed, "device is closed")
+)
+
+// Errors of the post verbs, made once so that a failed post allocates nothing
+// (perftest's loops spin on ErrQueueFull).
+var (
+	errSRQClosed = errorf(ErrClosed, "SRQ")
+	errSRQFull   = errorf(ErrQueueFull, "SRQ full")
+	errSRQSGEs   = errorf(ErrInvalid, "more SGEs than the SRQ's max_sge")
+)

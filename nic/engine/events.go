@@ -6,8 +6,9 @@ package engine
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 
-	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/internal/goid"
 )
 
 // EventType is an asynchronous event type, numbered as enum ibv_event_type. A plain
@@ -57,22 +58,58 @@ func (t EventType) String() string {
 type AsyncEvent struct {
 	Type EventType
 	QP   *QP
-	CQ   *cq.CQ
+	CQ   *CQ
 	SRQ  *SRQ
 	Port uint8
 }
 
-// eventQueue hands events from the engine (which never blocks) to RoutineEvents,
-// which calls the handler one event at a time, in order.
+// lifetime is that of the object the event concerns; nil for device and port
+// events.
+func (ev *AsyncEvent) lifetime() *lifetime {
+	switch {
+	case ev.QP != nil:
+		return &ev.QP.n
+	case ev.CQ != nil:
+		return &ev.CQ.n
+	case ev.SRQ != nil:
+		return &ev.SRQ.n
+	}
+	return nil
+}
+
+// evItem is one thing for RoutineEvents to do: deliver an event, or call an Op's
+// callback (fn != nil).
+type evItem struct {
+	ev  AsyncEvent
+	fn  func(error)
+	err error
+}
+
+// eventQueue is the device's callback goroutine, RoutineEvents: it delivers the
+// asynchronous events and runs the Ops' Notify callbacks, one at a time, in the
+// order they were queued, never in an API call's chain (MID2, MID5). The engine
+// queues and never blocks. An object's events are discarded once its close is
+// accepted; a close completes after the event of the object being delivered, if
+// any, has returned (NDKPI LT13).
 type eventQueue struct {
 	mu      sync.Mutex
-	q       []AsyncEvent
-	kick    chan struct{}
+	q       []evItem
+	cur     *lifetime     // the object whose event is being delivered
+	after   []closeWait   // closes waiting for cur's event to return
+	stopped bool          // closed: nothing more is queued
+	kick    chan struct{} // one token: RoutineEvents has work
 	stop    chan struct{}
 	done    chan struct{}
+	gid     atomic.Uint64 // RoutineEvents' goroutine id
 	handler func(AsyncEvent)
 	logf    func(string, ...any)
 	cnt     *counters
+}
+
+// closeWait is a close Op that completes when the current event returns.
+type closeWait struct {
+	op  *Op
+	err error
 }
 
 func (eq *eventQueue) start(h func(AsyncEvent), logf func(string, ...any), c *counters) {
@@ -80,51 +117,93 @@ func (eq *eventQueue) start(h func(AsyncEvent), logf func(string, ...any), c *co
 	eq.kick = make(chan struct{}, 1)
 	eq.stop = make(chan struct{})
 	eq.done = make(chan struct{})
-	if h == nil {
-		close(eq.done)
-		return
-	}
 	go eq.routineEvents()
 }
 
-// post queues ev; safe from any goroutine and never blocks.
+// post queues ev; safe from any goroutine and never blocks. Events of a closed
+// object, and all events when there is no handler, are dropped.
 func (eq *eventQueue) post(ev AsyncEvent) {
 	if eq.handler == nil {
 		return
 	}
-	eq.mu.Lock()
-	if len(eq.q) >= MaxAsyncEvents {
-		eq.mu.Unlock()
-		eq.cnt.inc(CntEventsDropped)
+	if n := ev.lifetime(); n != nil && n.dead.Load() {
 		return
 	}
-	eq.q = append(eq.q, ev)
+	eq.push(evItem{ev: ev})
+}
+
+// call queues f(err), an Op's callback. After the queue has stopped (the device
+// is closed) f runs on a goroutine of its own.
+func (eq *eventQueue) call(f func(error), err error) {
+	if eq == nil || !eq.push(evItem{fn: f, err: err}) {
+		go f(err)
+	}
+}
+
+func (eq *eventQueue) push(it evItem) bool {
+	eq.mu.Lock()
+	if eq.stopped {
+		eq.mu.Unlock()
+		return false
+	}
+	if it.fn == nil && len(eq.q) >= MaxAsyncEvents {
+		eq.mu.Unlock()
+		eq.cnt.inc(CntEventsDropped)
+		return true
+	}
+	eq.q = append(eq.q, it)
 	eq.mu.Unlock()
 	select {
 	case eq.kick <- struct{}{}:
 	default:
 	}
+	return true
 }
 
-// close stops RoutineEvents after it delivered what was queued, and waits for it.
-func (eq *eventQueue) close() {
-	if eq.handler != nil {
-		close(eq.stop)
+// finishClose completes op, the close of n, once no event of n is being
+// delivered: at once, or when the current one returns. n is dead already, so no
+// later event of n is delivered.
+func (eq *eventQueue) finishClose(n *lifetime, op *Op, err error) {
+	eq.mu.Lock()
+	if eq.cur == n && n != nil {
+		eq.after = append(eq.after, closeWait{op, err})
+		eq.mu.Unlock()
+		return
 	}
+	eq.mu.Unlock()
+	op.finish(err)
+}
+
+// delivering reports whether the caller is RoutineEvents delivering an event of
+// n: a close of n waited for here would wait for itself.
+func (eq *eventQueue) delivering(n *lifetime) bool {
+	eq.mu.Lock()
+	cur := eq.cur
+	eq.mu.Unlock()
+	return cur == n && eq.onGoroutine()
+}
+
+// onGoroutine reports whether the caller is RoutineEvents.
+func (eq *eventQueue) onGoroutine() bool { return eq.gid.Load() == goid.ID() }
+
+// close stops RoutineEvents after it has run what was queued, and waits for it.
+func (eq *eventQueue) close() {
+	close(eq.stop)
 	<-eq.done
 }
 
 func (eq *eventQueue) routineEvents() {
 	defer close(eq.done)
+	eq.gid.Store(goid.ID())
 	eq.logf("engine: RoutineEvents started")
 	defer eq.logf("engine: RoutineEvents stopped")
-	var batch []AsyncEvent
+	var batch []evItem
 	for {
 		eq.mu.Lock()
 		batch, eq.q = eq.q, batch[:0]
 		eq.mu.Unlock()
-		for _, ev := range batch {
-			eq.handler(ev)
+		for i := range batch {
+			eq.run(&batch[i])
 		}
 		clear(batch)
 		if len(batch) > 0 {
@@ -136,11 +215,39 @@ func (eq *eventQueue) routineEvents() {
 			eq.mu.Lock()
 			rest := eq.q
 			eq.q = nil
+			eq.stopped = true
 			eq.mu.Unlock()
-			for _, ev := range rest {
-				eq.handler(ev)
+			for i := range rest {
+				eq.run(&rest[i])
 			}
 			return
 		}
+	}
+}
+
+// run delivers one item. An event whose object is dead is skipped; the check and
+// the marking of cur are one step under mu, which finishClose also takes after
+// the object died, so a close either sees cur or the event sees dead.
+func (eq *eventQueue) run(it *evItem) {
+	if it.fn != nil {
+		it.fn(it.err)
+		return
+	}
+	n := it.ev.lifetime()
+	eq.mu.Lock()
+	if n != nil && n.dead.Load() {
+		eq.mu.Unlock()
+		return
+	}
+	eq.cur = n
+	eq.mu.Unlock()
+	eq.handler(it.ev)
+	eq.mu.Lock()
+	eq.cur = nil
+	after := eq.after
+	eq.after = nil
+	eq.mu.Unlock()
+	for _, w := range after {
+		w.op.finish(w.err)
 	}
 }

@@ -87,8 +87,8 @@ func newPair(t testing.TB, o pairOpts) *pair {
 type node struct {
 	d   *Device
 	pd  *PD
-	cq  *cq.CQ
-	rcq *cq.CQ
+	cq  *CQ
+	rcq *CQ
 	qp  *QP
 	mr  *MR
 	buf []byte
@@ -129,8 +129,8 @@ func newNode(t testing.TB, d *Device, o nodeOpts) *node {
 			t.Fatalf("AllocPD: %v", err)
 		}
 	}
-	if n.cq, err = cq.New(o.cqe, cq.Options{}); err != nil {
-		t.Fatalf("cq.New: %v", err)
+	if n.cq, err = d.CreateCQ(o.cqe, CQOptions{}); err != nil {
+		t.Fatalf("CreateCQ: %v", err)
 	}
 	n.rcq = n.cq
 	n.buf = make([]byte, o.bufLen)
@@ -247,7 +247,7 @@ func rcPair(t testing.TB, po pairOpts, no nodeOpts, co connOpts) (*pair, *node, 
 }
 
 // pollN polls c until n completions arrived or the deadline passed.
-func pollN(t testing.TB, c *cq.CQ, n int, d time.Duration) []cq.WC {
+func pollN(t testing.TB, c *CQ, n int, d time.Duration) []cq.WC {
 	t.Helper()
 	got := make([]cq.WC, 0, n)
 	buf := make([]cq.WC, 64)
@@ -266,13 +266,13 @@ func pollN(t testing.TB, c *cq.CQ, n int, d time.Duration) []cq.WC {
 }
 
 // pollOne polls exactly one completion.
-func pollOne(t testing.TB, c *cq.CQ) cq.WC {
+func pollOne(t testing.TB, c *CQ) cq.WC {
 	t.Helper()
 	return pollN(t, c, 1, 5*time.Second)[0]
 }
 
 // noMore checks that c stays empty for a moment.
-func noMore(t testing.TB, c *cq.CQ) {
+func noMore(t testing.TB, c *CQ) {
 	t.Helper()
 	time.Sleep(20 * time.Millisecond)
 	var w [4]cq.WC

@@ -23,7 +23,7 @@ type QPAttr struct {
 // Resolving the next-hop MAC of a new AV happens first, in the caller.
 func (qp *QP) Modify(attr *QPAttr, mask qpstate.AttrMask) *Op {
 	if attr == nil {
-		return doneOp(errorf(ErrInvalid, "nil attributes"))
+		return qp.d.doneOp(errorf(ErrInvalid, "nil attributes"))
 	}
 	a := *attr
 	var rp routeParams
@@ -31,7 +31,7 @@ func (qp *QP) Modify(attr *QPAttr, mask qpstate.AttrMask) *Op {
 		var err error
 		rp, err = qp.d.resolveAV(&a.AV)
 		if err != nil {
-			return doneOp(err)
+			return qp.d.doneOp(err)
 		}
 	}
 	return qp.d.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) })
@@ -296,7 +296,7 @@ func (e *engine) flushRecv(qp *QP) {
 }
 
 // pushWC posts e.wc to c. A full CQ is IBTA class G: the QP goes to ERR.
-func (e *engine) pushWC(qp *QP, c *cq.CQ, solicited bool) {
+func (e *engine) pushWC(qp *QP, c *CQ, solicited bool) {
 	if c.Push(&e.wc, solicited) {
 		return
 	}

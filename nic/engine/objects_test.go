@@ -63,7 +63,7 @@ func TestSRQ(t *testing.T) {
 	if got := srq.Query(); got.Limit != 0 || got.MaxWR != 8 || srq.Len() != 2 {
 		t.Fatalf("SRQ after the event: %+v, %d posted", got, srq.Len())
 	}
-	if err := srq.Destroy(); !errors.Is(err, ErrBusy) {
+	if err := srq.Destroy().Wait(); !errors.Is(err, ErrBusy) {
 		t.Fatalf("destroy an SRQ in use: got %v, want ErrBusy", err)
 	}
 	// A QP error flushes the QP's receive in progress, not the SRQ's WQEs, and
@@ -79,7 +79,7 @@ func TestSRQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := srq.Destroy(); err != nil {
+	if err := srq.Destroy().Wait(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -163,7 +163,7 @@ func TestCQOverflow(t *testing.T) {
 	p := newPair(t, pairOpts{events: func(ev AsyncEvent) { events <- ev }})
 	a := newNode(t, p.a, nodeOpts{})
 	b := newNode(t, p.b, nodeOpts{})
-	c, err := p.a.CreateCQ(2, cq.Options{})
+	c, err := p.a.CreateCQ(2, CQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +241,11 @@ func TestDeviceLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pd.Dealloc(); !errors.Is(err, ErrBusy) {
+	if err := pd.Dealloc().Wait(); !errors.Is(err, ErrBusy) {
 		t.Fatalf("dealloc a PD with an MR: got %v, want ErrBusy", err)
 	}
 	m.Dereg()
-	if err := pd.Dealloc(); err != nil {
+	if err := pd.Dealloc().Wait(); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.a.Close(); err != nil {

@@ -7,15 +7,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/qpstate"
 )
 
 // QPInitAttr is struct ibv_qp_init_attr. A plain value: CreateQP copies it.
 type QPInitAttr struct {
 	Type   qpstate.Type
-	SendCQ *cq.CQ
-	RecvCQ *cq.CQ
+	SendCQ *CQ
+	RecvCQ *CQ
 	SRQ    *SRQ // optional: receives come from the SRQ
 	Cap    qpstate.Cap
 	// SigAll makes every send WR signaled (sq_sig_all).
@@ -37,12 +36,13 @@ type QP struct {
 	pd     *PD
 	qpn    uint32
 	typ    qpstate.Type
-	scq    *cq.CQ
-	rcq    *cq.CQ
+	scq    *CQ
+	rcq    *CQ
 	srq    *SRQ
 	sigAll bool
 	cap    qpstate.Cap
 	ctx    any
+	n      lifetime // parents: the PD, the CQs and the SRQ; no children
 
 	sq       ring
 	sqSlots  []sendWQE
@@ -103,12 +103,8 @@ func (qp *QP) State() qpstate.State {
 // device.
 func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	d := pd.d
-	if err := pd.use(); err != nil {
-		return nil, err
-	}
 	qp, err := pd.newQP(a)
 	if err != nil {
-		pd.unuse()
 		return nil, err
 	}
 	op := d.exec(func(e *engine) error {
@@ -190,20 +186,16 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 	qp.rnr.init(qp, timerRNR)
 	qp.resetTransport()
 
-	// References: the CQs (IBA C11-17) and the SRQ may not go away under the QP.
-	if err := qp.scq.Acquire(); err != nil {
-		return nil, errorf(ErrInvalid, "send CQ: %v", err)
+	// The PD, the CQs (IBA C11-17) and the SRQ may not go away under the QP.
+	parents := []*lifetime{&pd.n, &a.SendCQ.n}
+	if a.RecvCQ != a.SendCQ {
+		parents = append(parents, &a.RecvCQ.n)
 	}
-	if err := qp.rcq.Acquire(); err != nil {
-		qp.scq.Release()
-		return nil, errorf(ErrInvalid, "receive CQ: %v", err)
+	if a.SRQ != nil {
+		parents = append(parents, &a.SRQ.n)
 	}
-	if qp.srq != nil {
-		if err := qp.srq.use(); err != nil {
-			qp.scq.Release()
-			qp.rcq.Release()
-			return nil, err
-		}
+	if err := qp.n.adopt(parents...); err != nil {
+		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -229,19 +221,11 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 		}
 	}
 	if err != nil {
-		qp.dropRefs()
+		qp.n.orphan()
 		return nil, err
 	}
 	d.qpns[qp.qpn] = qp
 	return qp, nil
-}
-
-func (qp *QP) dropRefs() {
-	qp.scq.Release()
-	qp.rcq.Release()
-	if qp.srq != nil {
-		qp.srq.unuse()
-	}
 }
 
 // releaseQP undoes newQP's bookkeeping.
@@ -250,8 +234,7 @@ func (pd *PD) releaseQP(qp *QP) {
 	d.mu.Lock()
 	delete(d.qpns, qp.qpn)
 	d.mu.Unlock()
-	qp.dropRefs()
-	pd.unuse()
+	qp.n.orphan()
 }
 
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
@@ -277,10 +260,13 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 }
 
 // Destroy destroys the QP (ibv_destroy_qp): every outstanding work request
-// completes with WR_FLUSH_ERR first, then the QP releases its CQs, SRQ and PD.
-// Posts after Destroy fail with ErrClosed.
+// completes with WR_FLUSH_ERR, then the QP releases its CQs, SRQ and PD, and the
+// Op completes once no event handler call for the QP runs any more. Events raised
+// for it and not yet delivered are discarded, as uverbs does. Posts after Destroy
+// fail with ErrClosed.
 func (qp *QP) Destroy() *Op {
-	return qp.d.exec(func(e *engine) error {
+	qp.n.dead.Store(true) // its events are discarded from now on
+	return qp.d.execClose(&qp.n, func(e *engine) error {
 		if !qp.live {
 			return errorf(ErrClosed, "QP %#x", qp.qpn)
 		}
@@ -288,6 +274,9 @@ func (qp *QP) Destroy() *Op {
 		return nil
 	})
 }
+
+// Close is Destroy: a QP has no children to wait for.
+func (qp *QP) Close() *Op { return qp.Destroy() }
 
 // destroyQP flushes qp and removes it; the engine side of Destroy and Close.
 func (e *engine) destroyQP(qp *QP) {
@@ -298,6 +287,7 @@ func (e *engine) destroyQP(qp *QP) {
 	e.timers.stop(&qp.retrans)
 	e.timers.stop(&qp.rnr)
 	qp.setPubState(stateDestroyed)
+	qp.n.dead.Store(true)
 	qp.live = false
 	delete(e.qps, qp.qpn)
 	qp.pd.releaseQP(qp)

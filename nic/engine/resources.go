@@ -5,10 +5,7 @@ package engine
 
 import (
 	"cmp"
-	"runtime"
 	"slices"
-	"sync"
-	"weak"
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
@@ -40,10 +37,10 @@ type QPInfo struct {
 // CQInfo is one completion queue, as `rdma resource show cq` shows it. A plain
 // value.
 type CQInfo struct {
-	CQN    uint32 // a number the snapshots give the CQ for as long as it lives
+	CQN    uint32 // the CQ's number (cqn), given at creation
 	CQE    int    // capacity
 	Queued int    // completions waiting to be polled
-	Users  int    // QPs of the snapshot that post to it
+	Users  int    // QPs that post to it
 	Stats  cq.Stats
 }
 
@@ -62,12 +59,9 @@ type MRInfo struct {
 // MRN is the region's number, the index in its keys (rxe's mrn).
 func (m MRInfo) MRN() uint32 { return m.LKey >> mr.KeyIndexShift }
 
-// Resources is a snapshot of a device's objects. The engine keeps QPs in a table,
-// so QPs are listed one by one, and memory regions live in the device's mr.Table,
-// so they are listed too; CQs are not registered with the device (any cq.CQ works
-// with it), so the CQs listed are those the listed QPs use; protection domains,
-// SRQs and AHs are counted, not listed, because the device keeps only their
-// number. A plain value.
+// Resources is a snapshot of a device's objects: QPs, CQs and memory regions are
+// listed; protection domains, SRQs and AHs are counted, not listed, because the
+// device keeps only their number. A plain value.
 type Resources struct {
 	QPs  []QPInfo // by QPN
 	CQs  []CQInfo // by CQN
@@ -84,15 +78,12 @@ type Resources struct {
 // for the handler).
 func (d *Device) Resources() (Resources, error) {
 	var r Resources
-	var cqs []*cq.CQ
 	err := d.exec(func(e *engine) error {
 		r.QPs = make([]QPInfo, 0, len(e.qps))
 		for _, qp := range e.qps {
-			if !qp.live {
-				continue
+			if qp.live {
+				r.QPs = append(r.QPs, qp.engineInfo())
 			}
-			r.QPs = append(r.QPs, qp.infoLocked())
-			cqs = append(cqs, qp.scq, qp.rcq)
 		}
 		return nil
 	}).Wait()
@@ -100,19 +91,11 @@ func (d *Device) Resources() (Resources, error) {
 		return Resources{}, err
 	}
 	// The CQs' own locks are taken here, off the engine goroutine.
-	users := map[*cq.CQ]int{}
-	for i := range r.QPs {
-		s, rc := cqs[2*i], cqs[2*i+1]
-		r.QPs[i].SendCQ = cqNumber(s)
-		r.QPs[i].RecvCQ = cqNumber(rc)
-		users[s]++
-		if rc != s {
-			users[rc]++
-		}
+	d.mu.Lock()
+	for c := range d.cqs {
+		r.CQs = append(r.CQs, CQInfo{CQN: c.cqn, CQE: c.Cqe(), Queued: c.Len(), Users: c.n.live(), Stats: c.Stats()})
 	}
-	for c, n := range users {
-		r.CQs = append(r.CQs, CQInfo{CQN: cqNumber(c), CQE: c.Cqe(), Queued: c.Len(), Users: n, Stats: c.Stats()})
-	}
+	d.mu.Unlock()
 	slices.SortFunc(r.QPs, func(a, b QPInfo) int { return cmp.Compare(a.QPN, b.QPN) })
 	slices.SortFunc(r.CQs, func(a, b CQInfo) int { return cmp.Compare(a.CQN, b.CQN) })
 	d.mu.Lock()
@@ -126,11 +109,12 @@ func (d *Device) Resources() (Resources, error) {
 	return r, nil
 }
 
-// infoLocked reads the QP's state; the caller is the engine goroutine.
-func (qp *QP) infoLocked() QPInfo {
+// engineInfo reads the QP's state; the caller is the engine goroutine.
+func (qp *QP) engineInfo() QPInfo {
 	i := QPInfo{
 		QPN: qp.qpn, Type: qp.typ, State: qp.state, DestQPN: qp.attr.DestQPN,
 		SQPSN: qp.req.psn, RQPSN: qp.resp.psn, PD: qp.pd.handle, SRQ: qp.srq != nil,
+		SendCQ: qp.scq.cqn, RecvCQ: qp.rcq.cqn,
 		DGID:          qp.av.DGID,
 		SQOutstanding: int(qp.sq.count()), SQCap: int(qp.sq.cap),
 	}
@@ -141,37 +125,4 @@ func (qp *QP) infoLocked() QPInfo {
 		i.RQPosted, i.RQCap = int(qp.rq.count()), int(qp.rq.cap)
 	}
 	return i
-}
-
-// CQ numbers: handed out in order the first time a snapshot meets a CQ, and
-// forgotten when the CQ is garbage collected. The map holds weak pointers, so
-// naming a CQ never keeps it alive.
-var cqNums struct {
-	mu   sync.Mutex
-	m    map[weak.Pointer[cq.CQ]]uint32
-	next uint32
-}
-
-func cqNumber(c *cq.CQ) uint32 {
-	if c == nil {
-		return 0
-	}
-	wp := weak.Make(c)
-	cqNums.mu.Lock()
-	defer cqNums.mu.Unlock()
-	if n, ok := cqNums.m[wp]; ok {
-		return n
-	}
-	if cqNums.m == nil {
-		cqNums.m = make(map[weak.Pointer[cq.CQ]]uint32)
-	}
-	cqNums.next++
-	n := cqNums.next
-	cqNums.m[wp] = n
-	runtime.AddCleanup(c, func(wp weak.Pointer[cq.CQ]) {
-		cqNums.mu.Lock()
-		delete(cqNums.m, wp)
-		cqNums.mu.Unlock()
-	}, wp)
-	return n
 }

@@ -46,22 +46,28 @@ func TestResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ra.CQs) != 1 || ra.CQs[0].CQN == c.CQN || ra.QPs[0].SQPSN != 0x101 {
-		t.Errorf("A's resources: %+v (B's CQ is %d)", ra, c.CQN)
+	if len(ra.CQs) != 1 || ra.CQs[0].CQN != ra.QPs[0].SendCQ || ra.QPs[0].SQPSN != 0x101 {
+		t.Errorf("A's resources: %+v", ra)
 	}
 	if again, _ := p.b.Resources(); again.CQs[0].CQN != c.CQN {
 		t.Errorf("CQ number changed from %d to %d", c.CQN, again.CQs[0].CQN)
 	}
 
 	b.qp.Destroy().Wait()
-	if r, _ := p.b.Resources(); len(r.QPs) != 0 || len(r.CQs) != 0 || len(r.MRs) != 1 {
-		t.Errorf("after destroying the QP: %+v", r)
+	if r, _ := p.b.Resources(); len(r.QPs) != 0 || len(r.CQs) != 1 || r.CQs[0].Users != 0 || len(r.MRs) != 1 {
+		t.Errorf("after destroying the QP (the CQ stays, unused): %+v", r)
+	}
+	if err := b.cq.Destroy().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := p.b.Resources(); len(r.CQs) != 0 {
+		t.Errorf("after destroying the CQ: %+v", r.CQs)
 	}
 	f, err := b.pd.AllocFastRegMR()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.mr.Dereg(); err != nil {
+	if err := b.mr.Dereg().Wait(); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := p.b.Resources(); len(r.MRs) != 1 || r.MRs[0].LKey != f.LKey() || !r.MRs[0].FastReg || r.MRs[0].Valid || r.MRs[0].Len != 0 {

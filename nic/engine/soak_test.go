@@ -389,7 +389,7 @@ func (s *soak) run(da, db *Device, seed uint64) {
 	time.Sleep(30 * time.Millisecond)
 	var extra [4]cq.WC
 	for _, q := range s.qps {
-		for _, c := range []*cq.CQ{q.a.cq, q.b.cq} {
+		for _, c := range []*CQ{q.a.cq, q.b.cq} {
 			if n := c.Poll(extra[:]); n != 0 {
 				s.fatalf("QP %d: completions after the last one: %+v", q.idx, extra[:n])
 			}

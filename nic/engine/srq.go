@@ -3,9 +3,7 @@
 
 package engine
 
-import (
-	"sync/atomic"
-)
+import "sync/atomic"
 
 // SRQAttr are an SRQ's attributes (struct ibv_srq_attr). A plain value.
 type SRQAttr struct {
@@ -34,8 +32,7 @@ type SRQ struct {
 	slots  []recvWQE
 	maxSGE uint32
 	limit  atomic.Uint32
-	refs   atomic.Int32 // QPs attached
-	dead   atomic.Bool
+	n      lifetime // children: the QPs attached
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -58,13 +55,11 @@ func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
 	}
 	d.nsrq++
 	d.mu.Unlock()
-	if err := pd.use(); err != nil {
-		d.mu.Lock()
-		d.nsrq--
-		d.mu.Unlock()
+	s := &SRQ{d: d, pd: pd, maxSGE: a.MaxSGE}
+	if err := s.n.adopt(&pd.n); err != nil {
+		d.forget(&d.nsrq)
 		return nil, err
 	}
-	s := &SRQ{d: d, pd: pd, maxSGE: a.MaxSGE}
 	n := s.rq.init(int(a.MaxWR))
 	s.slots = make([]recvWQE, n)
 	sgl := make([]SGE, n*int(a.MaxSGE))
@@ -85,12 +80,12 @@ func (s *SRQ) PostRecv(wrs []RecvWR) (n int, err error) {
 	for n = range wrs {
 		wr := &wrs[n]
 		switch {
-		case s.dead.Load():
-			return n, errorf(ErrClosed, "SRQ")
+		case s.n.dead.Load():
+			return n, errSRQClosed
 		case prod-s.rq.cons.Load() >= s.rq.cap:
-			return n, errorf(ErrQueueFull, "SRQ of %d", s.rq.cap)
+			return n, errSRQFull
 		case len(wr.SGL) > int(s.maxSGE):
-			return n, errorf(ErrInvalid, "%d SGEs exceed the SRQ's %d", len(wr.SGL), s.maxSGE)
+			return n, errSRQSGEs
 		}
 		if err := s.d.fillRecvWQE(s.pd, &s.slots[prod&s.rq.mask], wr); err != nil {
 			return n, err
@@ -124,31 +119,36 @@ func (s *SRQ) Query() SRQAttr {
 // Len returns the number of posted WRs not yet taken by a QP (a snapshot).
 func (s *SRQ) Len() int { return int(s.rq.count()) }
 
-// Destroy destroys the SRQ (ibv_destroy_srq); it fails with ErrBusy while QPs use
-// it. Its posted WRs are discarded without completions, as the verbs do.
-func (s *SRQ) Destroy() error {
-	if s.refs.Load() != 0 {
-		return errorf(ErrBusy, "SRQ has %d QPs", s.refs.Load())
+// Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy, changing
+// nothing, while QPs use it. Its posted WRs are discarded without completions, as
+// the verbs do: they belong to no CQ. The Op completes once no event handler call
+// for the SRQ runs any more.
+func (s *SRQ) Destroy() *Op {
+	if err := s.n.closeBusy(); err != nil {
+		return s.d.doneOp(err)
 	}
-	if s.dead.Swap(true) {
-		return errorf(ErrClosed, "SRQ")
-	}
-	s.d.mu.Lock()
-	s.d.nsrq--
-	s.d.mu.Unlock()
-	s.pd.unuse()
-	return nil
+	op := s.d.newOp()
+	op.guard = func() bool { return s.d.evq.delivering(&s.n) }
+	s.retire(op)
+	return op
 }
 
-func (s *SRQ) use() error {
-	if s.dead.Load() {
-		return errorf(ErrClosed, "SRQ")
+// Close destroys the SRQ once the last QP using it is destroyed (NDKPI's close of
+// an antecedent, LT8); the Op completes as Destroy's.
+func (s *SRQ) Close() *Op {
+	op := s.d.newOp()
+	op.guard = func() bool { return s.d.evq.delivering(&s.n) }
+	if err := s.n.closeWhenIdle(func() { s.retire(op) }); err != nil {
+		op.finish(err)
 	}
-	s.refs.Add(1)
-	return nil
+	return op
 }
 
-func (s *SRQ) unuse() { s.refs.Add(-1) }
+func (s *SRQ) retire(op *Op) {
+	s.d.forget(&s.d.nsrq)
+	s.n.orphan()
+	s.d.evq.finishClose(&s.n, op, nil)
+}
 
 // take copies the oldest WQE into w and removes it (rxe get_srq_wqe); false when
 // the SRQ is empty. Engine only.

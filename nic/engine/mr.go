@@ -1,0 +1,154 @@
+// Memory regions (ibv_mr): registration, fast registration, re-registration.
+
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xrnic/xrnic/nic/mr"
+)
+
+// MR is a registered memory region (ibv_mr). Safe for concurrent use: Rereg and
+// Dereg serialise on the MR's own mutex; the accessors read the current
+// registration atomically.
+type MR struct {
+	mu   sync.Mutex // guards pd against Rereg; held by Rereg and Dereg
+	pd   *PD
+	r    *mr.Region
+	dead atomic.Bool
+}
+
+// RegMR registers buf as a memory region whose first byte has IOVA iova
+// (ibv_reg_mr with an explicit IOVA; Go has no addresses to offer).
+func (pd *PD) RegMR(buf []byte, iova uint64, access mr.Access) (*MR, error) {
+	if err := pd.use(); err != nil {
+		return nil, err
+	}
+	r, err := pd.d.mrs.Register(pd.handle, buf, iova, access)
+	if err != nil {
+		pd.unuse()
+		return nil, errorf(ErrInvalid, "%v", err)
+	}
+	return &MR{pd: pd, r: r}, nil
+}
+
+// AllocFastRegMR reserves a fast-registration region (ib_alloc_mr): it has keys
+// but no memory until Region().FastReg binds some. Only such regions can be
+// invalidated by a SEND with Invalidate.
+func (pd *PD) AllocFastRegMR() (*MR, error) {
+	if err := pd.use(); err != nil {
+		return nil, err
+	}
+	r, err := pd.d.mrs.AllocFastReg(pd.handle)
+	if err != nil {
+		pd.unuse()
+		return nil, errorf(ErrLimit, "%v", err)
+	}
+	return &MR{pd: pd, r: r}, nil
+}
+
+// FastReg binds buf at iova with access to a fast-registration region under key,
+// whose low byte the consumer picks (the REG_MR work request's effect, IBTA
+// 10.6.3.3).
+func (m *MR) FastReg(key uint32, buf []byte, iova uint64, access mr.Access) error {
+	if err := m.pd.d.mrs.FastReg(m.r, key, m.pd.handle, buf, iova, access); err != nil {
+		return errorf(ErrInvalid, "%v", err)
+	}
+	return nil
+}
+
+// LKey is the local key.
+func (m *MR) LKey() uint32 { return m.r.LKey() }
+
+// RKey is the remote key.
+func (m *MR) RKey() uint32 { return m.r.RKey() }
+
+// Addr is the IOVA of the region's first byte.
+func (m *MR) Addr() uint64 { return m.r.Addr() }
+
+// Len is the region's length.
+func (m *MR) Len() int { return m.r.Len() }
+
+// Bytes is the registered memory.
+func (m *MR) Bytes() []byte { return m.r.Bytes() }
+
+// Region is the underlying mr.Region.
+func (m *MR) Region() *mr.Region { return m.r }
+
+// SGE returns an SGE for length bytes at offset off of the region.
+func (m *MR) SGE(off uint64, length uint32) SGE {
+	return SGE{Addr: m.Addr() + off, Length: length, LKey: m.LKey()}
+}
+
+// PD returns the MR's protection domain (the new one after a Rereg with ReregPD).
+func (m *MR) PD() *PD {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pd
+}
+
+// Rereg changes what the region describes (ibv_rereg_mr): flags says which of pd,
+// the translation (buf, whose first byte gets IOVA iova) and access to take; the
+// other arguments are ignored (a non-zero access without ReregAccess is an error,
+// as in libibverbs). The region keeps its index but gets a new key byte: its old
+// L_Key and R_Key stop working at once (a peer's RDMA with the old R_Key fails
+// with REM_ACCESS_ERR) and LKey and RKey return the new ones. Work requests
+// already posted with the old L_Key fail when the engine reaches them. On error
+// nothing changes; errors wrap ErrInvalid and the mr package's sentinel,
+// ErrClosed, or ErrWrongPD for a PD of another device.
+func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf []byte, iova uint64, access mr.Access) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead.Load() {
+		return errorf(ErrClosed, "MR %#x", m.r.LKey())
+	}
+	npd := m.pd
+	if flags&mr.ReregPD != 0 {
+		if pd == nil {
+			return errorf(ErrInvalid, "rereg to a nil PD")
+		}
+		if pd.d != m.pd.d {
+			return errorf(ErrWrongPD, "the PD belongs to another device")
+		}
+		if pd != m.pd {
+			if err := pd.use(); err != nil {
+				return err
+			}
+			npd = pd
+		}
+	}
+	if _, err := m.pd.d.mrs.Reregister(m.r, flags, npd.handle, buf, iova, access); err != nil {
+		if npd != m.pd {
+			npd.unuse()
+		}
+		return fmt.Errorf("engine: rereg MR %#x: %w: %w", m.r.LKey(), ErrInvalid, err)
+	}
+	if npd != m.pd {
+		m.pd.unuse()
+		m.pd = npd
+	}
+	return nil
+}
+
+// Dereg deregisters the region (ibv_dereg_mr): its keys stop working at once.
+// The Op is complete when Dereg returns. Work requests already posted with its
+// keys fail when the engine reaches them.
+func (m *MR) Dereg() *Op { return m.pd.d.doneOp(m.dereg()) }
+
+// Close is Dereg: a region has no children to wait for.
+func (m *MR) Close() *Op { return m.Dereg() }
+
+func (m *MR) dereg() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead.Swap(true) {
+		return errorf(ErrClosed, "MR %#x", m.r.LKey())
+	}
+	if err := m.pd.d.mrs.Deregister(m.r); err != nil {
+		return errorf(ErrInvalid, "%v", err)
+	}
+	m.pd.unuse()
+	return nil
+}
