@@ -1,6 +1,10 @@
 package verbs
 
 import (
+	"net/netip"
+
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpstate"
 	"github.com/xrnic/xrnic/nic/wire"
 )
@@ -45,3 +49,28 @@ const (
 	QPAccessRemoteRead   = qpstate.AccessRemoteRead
 	QPAccessRemoteAtomic = qpstate.AccessRemoteAtomic
 )
+
+// GID is a port GID (union ibv_gid): for RoCEv2, an IPv6 address or an
+// IPv4-mapped one.
+type GID = netdev.GID
+
+// GIDFromAddr returns the GID of an IP address (IPv4 addresses are mapped).
+func GIDFromAddr(a netip.Addr) GID { return netdev.GIDFromAddr(a) }
+
+// ParseGID parses a GID in the text form ibv_devinfo and rdma print (an IPv6
+// address, or an IPv4 address).
+func ParseGID(s string) (GID, error) { return netdev.ParseGID(s) }
+
+// MTUFromBytes returns the IB MTU of exactly n bytes (256, 512, ..., 4096).
+func MTUFromBytes(n int) (MTU, bool) { return qpstate.MTUFromBytes(n) }
+
+// The access flag for a zero-based region (IBV_ACCESS_ZERO_BASED): its IOVA is 0.
+const AccessZeroBased = mr.ZeroBased
+
+// MapBuffer maps n bytes of anonymous, page-aligned memory for a memory region,
+// as perftest allocates its buffers (mmap rather than the Go heap). Free it with
+// UnmapBuffer after the region is deregistered.
+func MapBuffer(n int) ([]byte, error) { return mr.MapAnonymous(n) }
+
+// UnmapBuffer frees a buffer from MapBuffer. It fails while a region uses it.
+func UnmapBuffer(b []byte) error { return mr.Unmap(b) }

@@ -21,10 +21,10 @@ type Options struct {
 	Interface string
 	LinkKind  link.Kind
 	// GIDs is the port's GID table; default: netdev.GIDTable of the interface.
-	GIDs []netdev.GID
+	GIDs []GID
 	// Engine tunes the engine (clock, MTU, batch, ...); its GIDs and EventHandler
 	// are set by Open.
-	Engine engine.Config
+	Engine EngineConfig
 	// Logf reports the link choice and the start and stop of the device's
 	// goroutines.
 	Logf func(format string, args ...any)
@@ -44,7 +44,7 @@ type Options struct {
 // device moves no frames and should be closed. The device is not unregistered on
 // its own: clients learn of a removal through their Remove when the application
 // calls Close. A caller-supplied Options.Link is not watched (its namespace is not
-// known here); report its state with Engine().SetPortState. If the subscription
+// known here); report its state with SetPortState. If the subscription
 // fails later (netlink overflow), Logf says so and the port keeps its last state.
 type Device struct {
 	name    string
@@ -199,8 +199,23 @@ func (d *Device) Close() error {
 // Name is the device's name.
 func (d *Device) Name() string { return d.name }
 
-// Engine is the device's engine, for counters and tests.
+// Engine is the device's engine, for the package's tests. Applications and the
+// daemon use the Device's methods.
 func (d *Device) Engine() *engine.Device { return d.eng }
+
+// EngineCounters returns the engine loop's counters (not rxe's: loops, polls,
+// batches, idle waits).
+func (d *Device) EngineCounters() EngineCounters { return d.eng.EngineCounters() }
+
+// Resources returns a snapshot of the device's QPs, CQs and MRs and the number
+// of PDs, SRQs and AHs, as `rdma resource show` lists them. It waits for one pass
+// of the engine; ErrClosed after Close.
+func (d *Device) Resources() (Resources, error) { return d.eng.Resources() }
+
+// SetPortState reports the link's state when the application watches it itself
+// (a caller-supplied Options.Link): the port goes ACTIVE or DOWN with
+// EventPortActive or EventPortErr. Never blocks.
+func (d *Device) SetPortState(up bool) { d.eng.SetPortState(up) }
 
 // Link is the wire the device runs on.
 func (d *Device) Link() link.Link { return d.link }
@@ -213,16 +228,16 @@ func (d *Device) QueryPort() PortAttr { return d.eng.QueryPort() }
 
 // QueryGID returns entry index of the port's GID table (ibv_query_gid). An index
 // outside the table fails with an error wrapping ErrInvalid.
-func (d *Device) QueryGID(index int) (netdev.GID, error) {
+func (d *Device) QueryGID(index int) (GID, error) {
 	gids := d.eng.GIDs()
 	if index < 0 || index >= len(gids) {
-		return netdev.GID{}, fmt.Errorf("%w: GID index %d (table of %d)", ErrInvalid, index, len(gids))
+		return GID{}, fmt.Errorf("%w: GID index %d (table of %d)", ErrInvalid, index, len(gids))
 	}
 	return gids[index], nil
 }
 
 // GIDs returns a copy of the port's GID table: entry i is GID index i.
-func (d *Device) GIDs() []netdev.GID { return d.eng.GIDs() }
+func (d *Device) GIDs() []GID { return d.eng.GIDs() }
 
 // Counters returns the device's counters, named like rxe's hw counters.
 func (d *Device) Counters() Counters { return d.eng.Counters() }

@@ -9,8 +9,20 @@
 // interface's link state with port events (see Device).
 //
 // The objects are the engine's (nic/engine), named here as libibverbs names them.
-// Control operations that change a QP (Modify, Destroy) complete asynchronously and
-// return an Op to wait on; the ndk layer builds its completions on that.
+// Applications import this package only (and nic/link for link kinds): its types,
+// constants and sentinel errors are the whole API.
+//
+// The control contract: creates return the object at once (they never wait for
+// the network: address resolution is asynchronous). Every Modify, Destroy,
+// Dealloc, Dereg and Close returns an *Op, complete on return or later, which the
+// caller waits for (Wait, Done) or hands a callback (Notify) that runs on the
+// device's callback goroutine, never in the caller's call chain. Each object
+// knows its parent and its children: Destroy, Dealloc and Dereg answer ErrBusy
+// while children live, as libibverbs' EBUSY; Close instead stays pending until the
+// last child is gone (NDKPI's close, for ndk). Closing flushes outstanding work
+// with WR_FLUSH_ERR, and no event or callback names an object after its close
+// completed. A wait that would wait for the calling callback itself fails with
+// ErrDeadlock.
 //
 // A minimal RC connection (both ends exchange QPN, PSN, GID, rkey and address out of
 // band, as ibv_rc_pingpong does over TCP):
@@ -70,6 +82,24 @@ type (
 	ReregFlags  = mr.ReregFlags
 	SRQAttrMask = engine.SRQAttrMask
 	PortState   = engine.PortState
+
+	// The device side: what the daemon and monitoring read (rdma statistic,
+	// rdma resource).
+	EngineConfig   = engine.Config
+	Counter        = engine.Counter
+	EngineCounter  = engine.EngineCounter
+	EngineCounters = engine.EngineCounters
+	Resources      = engine.Resources
+	QPInfo         = engine.QPInfo
+	CQInfo         = engine.CQInfo
+	MRInfo         = engine.MRInfo
+)
+
+// The numbers of counters: Counters()[i] is Counter(i), EngineCounters()[i] is
+// EngineCounter(i).
+const (
+	NumCounters       = engine.NumCounters
+	NumEngineCounters = engine.NumEngineCounters
 )
 
 // QP types.
