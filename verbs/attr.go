@@ -43,8 +43,13 @@ const (
 	MTU4096 = qpstate.MTU4096
 )
 
+// QPBaseAttr are QPAttr's scalar attributes (the part of struct ibv_qp_attr
+// besides the address vector), for composite literals.
+type QPBaseAttr = qpstate.Attr
+
 // QP access flags for QPAttr.AccessFlags (the remote rights a QP grants).
 const (
+	QPAccessLocalWrite   = qpstate.AccessLocalWrite
 	QPAccessRemoteWrite  = qpstate.AccessRemoteWrite
 	QPAccessRemoteRead   = qpstate.AccessRemoteRead
 	QPAccessRemoteAtomic = qpstate.AccessRemoteAtomic

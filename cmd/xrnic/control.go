@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/bpf"
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 // controlTimeout bounds one control exchange, both sides.
@@ -32,22 +32,22 @@ const controlTimeout = 5 * time.Second
 // snapshot is the daemon's device as the introspection commands print it. A
 // plain value, JSON on the control socket.
 type snapshot struct {
-	Error     string           `json:"error,omitempty"`
-	Device    string           `json:"device"`
-	Port      int              `json:"port"`
-	Interface string           `json:"interface"`
-	Link      string           `json:"link"`
-	XDPMode   string           `json:"xdp_mode,omitempty"`
-	PortState string           `json:"port_state"`
-	PID       int              `json:"pid"`
-	Comm      string           `json:"comm"`
-	Counters  []namedValue     `json:"counters"`        // in the order of engine.Counter
-	Engine    []namedValue     `json:"engine_counters"` // in the order of engine.EngineCounter
-	LinkStats link.Stats       `json:"link_stats"`
-	XDP       *bpf.Counters    `json:"xdp,omitempty"` // AF_XDP links only
-	Resources engine.Resources `json:"resources"`
-	Sessions  []sessionInfo    `json:"sessions"`
-	Ended     [2]uint64        `json:"sessions_ended"` // ok, failed
+	Error     string          `json:"error,omitempty"`
+	Device    string          `json:"device"`
+	Port      int             `json:"port"`
+	Interface string          `json:"interface"`
+	Link      string          `json:"link"`
+	XDPMode   string          `json:"xdp_mode,omitempty"`
+	PortState string          `json:"port_state"`
+	PID       int             `json:"pid"`
+	Comm      string          `json:"comm"`
+	Counters  []namedValue    `json:"counters"`        // in the order of verbs.Counter
+	Engine    []namedValue    `json:"engine_counters"` // in the order of verbs.EngineCounter
+	LinkStats link.Stats      `json:"link_stats"`
+	XDP       *bpf.Counters   `json:"xdp,omitempty"` // AF_XDP links only
+	Resources verbs.Resources `json:"resources"`
+	Sessions  []sessionInfo   `json:"sessions"`
+	Ended     [2]uint64       `json:"sessions_ended"` // ok, failed
 }
 
 type namedValue struct {
@@ -66,7 +66,7 @@ type sessionInfo struct {
 
 // snapshot takes the device's snapshot.
 func (d *daemon) snapshot() (snapshot, error) {
-	res, err := d.dev.Engine().Resources()
+	res, err := d.dev.Resources()
 	if err != nil {
 		return snapshot{}, err
 	}
@@ -78,10 +78,10 @@ func (d *daemon) snapshot() (snapshot, error) {
 	}
 	cnt := d.dev.Counters()
 	for i, v := range cnt {
-		s.Counters = append(s.Counters, namedValue{engine.Counter(i).String(), v})
+		s.Counters = append(s.Counters, namedValue{verbs.Counter(i).String(), v})
 	}
-	for i, v := range d.dev.Engine().EngineCounters() {
-		s.Engine = append(s.Engine, namedValue{engine.EngineCounter(i).String(), v})
+	for i, v := range d.dev.EngineCounters() {
+		s.Engine = append(s.Engine, namedValue{verbs.EngineCounter(i).String(), v})
 	}
 	if x, ok := d.l.(*link.AFXDP); ok {
 		s.XDPMode = d.cfg.mode.String()

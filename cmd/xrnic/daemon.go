@@ -19,7 +19,6 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
@@ -145,7 +144,7 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 			d.lg.printf("%s: XDP program detached", c.iface)
 		}
 	})
-	ecfg := engine.Config{}
+	ecfg := verbs.EngineConfig{}
 	if l.Info().Kind == link.KindAFXDP {
 		resolve, closeNS, err := neighborResolver()
 		if err != nil {
@@ -252,11 +251,11 @@ func (d *daemon) watchPort(ctx context.Context, wg *sync.WaitGroup, fatal contex
 			case ev.Err != nil:
 				d.lg.printf("%s: port events end: %v", info.Name, ev.Err)
 			case ev.Removed:
-				d.dev.Engine().SetPortState(false)
+				d.dev.SetPortState(false)
 				fatal(fmt.Errorf("interface %s was removed", info.Name))
 			case ev.Up != up:
 				up = ev.Up
-				d.dev.Engine().SetPortState(up)
+				d.dev.SetPortState(up)
 				d.lg.printf("%s: port 1 %s", info.Name, d.dev.QueryPort().State)
 			}
 		}

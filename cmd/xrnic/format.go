@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 // formatStatistic is `rdma statistic`: the port's counters on one line; details
@@ -95,9 +95,9 @@ func formatQPs(w io.Writer, s *snapshot) {
 	o := ownersOf(s)
 	var b strings.Builder
 	for _, q := range s.Resources.QPs {
-		connected := q.Type == qpstate.RC || q.Type == qpstate.UC
+		connected := q.Type == verbs.RC || q.Type == verbs.UC
 		fmt.Fprintf(&b, "link %s/%d lqpn %d", s.Device, s.Port, q.QPN)
-		if connected && q.State != qpstate.Reset && q.State != qpstate.Init {
+		if connected && q.State != verbs.QPSReset && q.State != verbs.QPSInit {
 			fmt.Fprintf(&b, " rqpn %d", q.DestQPN)
 		}
 		fmt.Fprintf(&b, " type %s state %s", q.Type, q.State)

@@ -20,10 +20,9 @@ import (
 
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/cq"
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -164,25 +163,25 @@ func fixture() snapshot {
 	s := snapshot{Device: "xrnic0", Port: 1, Interface: "veth0", Link: "af_xdp", XDPMode: "generic", PortState: "ACTIVE",
 		PID: 4242, Comm: "xrnic", LinkStats: link.Stats{RxDropped: 1, TxErrors: 2},
 		XDP: &bpf.Counters{Seen: 2100, Redirected: 2030, Passed: 70}}
-	for i := range engine.NumCounters {
-		s.Counters = append(s.Counters, namedValue{engine.Counter(i).String(), uint64(i) * 10})
+	for i := range verbs.NumCounters {
+		s.Counters = append(s.Counters, namedValue{verbs.Counter(i).String(), uint64(i) * 10})
 	}
-	for i := range engine.NumEngineCounters {
-		s.Engine = append(s.Engine, namedValue{engine.EngineCounter(i).String(), uint64(i)*1000 + 7})
+	for i := range verbs.NumEngineCounters {
+		s.Engine = append(s.Engine, namedValue{verbs.EngineCounter(i).String(), uint64(i)*1000 + 7})
 	}
-	s.Resources = engine.Resources{
-		QPs: []engine.QPInfo{
-			{QPN: 17, Type: qpstate.RC, State: qpstate.RTS, DestQPN: 18, SQPSN: 0x9b45f6, RQPSN: 0x40f91b, PathMTU: 4096,
+	s.Resources = verbs.Resources{
+		QPs: []verbs.QPInfo{
+			{QPN: 17, Type: verbs.RC, State: verbs.QPSRTS, DestQPN: 18, SQPSN: 0x9b45f6, RQPSN: 0x40f91b, PathMTU: 4096,
 				PD: 1, SendCQ: 1, RecvCQ: 2, SQOutstanding: 3, SQCap: 128, RQPosted: 1, RQCap: 1},
-			{QPN: 19, Type: qpstate.RC, State: qpstate.Init, PD: 2, SendCQ: 3, RecvCQ: 3, SQCap: 16, RQCap: 16},
-			{QPN: 20, Type: qpstate.UD, State: qpstate.RTS, SQPSN: 5, PD: 2, SendCQ: 3, RecvCQ: 3, SRQ: true, SQCap: 16},
+			{QPN: 19, Type: verbs.RC, State: verbs.QPSInit, PD: 2, SendCQ: 3, RecvCQ: 3, SQCap: 16, RQCap: 16},
+			{QPN: 20, Type: verbs.UD, State: verbs.QPSRTS, SQPSN: 5, PD: 2, SendCQ: 3, RecvCQ: 3, SRQ: true, SQCap: 16},
 		},
-		CQs: []engine.CQInfo{
+		CQs: []verbs.CQInfo{
 			{CQN: 1, CQE: 255, Queued: 2, Users: 1, Stats: cqStats(2000, 1998, 0, 0)},
 			{CQN: 2, CQE: 1, Users: 1},
 			{CQN: 3, CQE: 63, Users: 2, Stats: cqStats(70, 6, 4, 1)},
 		},
-		MRs: []engine.MRInfo{
+		MRs: []verbs.MRInfo{
 			{LKey: 0x1a7, RKey: 0x1a7, Addr: 0x7f3a00000000, Len: 65536, Access: mr.LocalWrite | mr.RemoteWrite, PD: 1, Valid: true},
 			{LKey: 0x2c0, RKey: 0x2c0, Addr: 0, Len: 4096, Access: mr.LocalWrite | mr.RemoteRead | mr.ZeroBased, PD: 2, Valid: true},
 			{LKey: 0x355, RKey: 0x355, PD: 2, FastReg: true},

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 // counterHelp explains each engine counter; the names are rxe's.
@@ -74,8 +74,8 @@ var engineHelp = map[string]string{
 // collector reads the daemon at each scrape. Safe for concurrent scrapes.
 type collector struct {
 	d        *daemon
-	counters [engine.NumCounters]*prometheus.Desc
-	engine   [engine.NumEngineCounters]*prometheus.Desc
+	counters [verbs.NumCounters]*prometheus.Desc
+	engine   [verbs.NumEngineCounters]*prometheus.Desc
 
 	info, portState, up                      *prometheus.Desc
 	linkRx, linkRxBytes, linkTx, linkTxBytes *prometheus.Desc
@@ -90,7 +90,7 @@ type collector struct {
 func newCollector(d *daemon) *collector {
 	c := &collector{d: d}
 	for i := range c.counters {
-		n := engine.Counter(i).String()
+		n := verbs.Counter(i).String()
 		h := counterHelp[n]
 		if h == "" {
 			h = "Engine counter " + n + "."
@@ -98,7 +98,7 @@ func newCollector(d *daemon) *collector {
 		c.counters[i] = desc(n+"_total", h+" (rxe hw counter "+n+")", "device", "port")
 	}
 	for i := range c.engine {
-		n := engine.EngineCounter(i).String()
+		n := verbs.EngineCounter(i).String()
 		h := engineHelp[n]
 		if h == "" {
 			h = "Engine loop counter " + n + "."

@@ -15,9 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -109,8 +107,8 @@ func OpenLoopbackDevices(pairs [][2]string) (srv, cli *Side, err error) {
 		return nil, nil, err
 	}
 	open := func(l link.Link, a netip.Addr) (*Side, error) {
-		d, err := verbs.Open(verbs.Options{Link: l, GIDs: []netdev.GID{netdev.GIDFromAddr(a)},
-			Engine: engine.Config{Logf: func(string, ...any) {}}})
+		d, err := verbs.Open(verbs.Options{Link: l, GIDs: []verbs.GID{verbs.GIDFromAddr(a)},
+			Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}})
 		if err != nil {
 			l.Close()
 			return nil, err

@@ -16,7 +16,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -140,20 +139,20 @@ func (s *session) setSendWRs(size uint64) {
 		wr.WRID = uint64(i)
 		wr.SGL = w.sge[i : i+1]
 		if p.CQMod == 1 {
-			wr.Flags = engine.SendSignaled
+			wr.Flags = verbs.SendSignaled
 		}
 		switch p.Test.Verb {
 		case VerbWrite:
-			wr.Opcode = engine.WRRDMAWrite
+			wr.Opcode = verbs.WRRDMAWrite
 		case VerbRead:
-			wr.Opcode = engine.WRRDMARead
+			wr.Opcode = verbs.WRRDMARead
 		case VerbSend:
-			wr.Opcode = engine.WRSend
+			wr.Opcode = verbs.WRSend
 		case VerbAtomic:
-			wr.Opcode = engine.WRAtomicFetchAdd
+			wr.Opcode = verbs.WRAtomicFetchAdd
 			wr.CompareAdd = atomicAdd
 			if p.AtomicType == CmpAndSwap {
-				wr.Opcode = engine.WRAtomicCmpSwp
+				wr.Opcode = verbs.WRAtomicCmpSwp
 				wr.CompareAdd, wr.Swap = 0, atomicSwap
 			}
 		}
@@ -161,7 +160,7 @@ func (s *session) setSendWRs(size uint64) {
 			wr.RemoteAddr, wr.RKey = s.rem[i].VAddr, s.rem[i].RKey
 		}
 		if (p.Test.Verb == VerbSend || p.Test.Verb == VerbWrite) && size <= uint64(s.inline) {
-			wr.Flags |= engine.SendInline
+			wr.Flags |= verbs.SendInline
 		}
 	}
 }
@@ -216,7 +215,7 @@ func (s *session) postSend(i int) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, engine.ErrQueueFull) {
+		if !errors.Is(err, verbs.ErrQueueFull) {
 			return fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, s.w.scnt[i], err)
 		}
 		if s.halted() {
@@ -276,7 +275,7 @@ func (l *bwLoop) postSends() error {
 		wr := &w.send[i]
 		for (w.scnt[i] < l.iters || l.dur) && w.scnt[i]+1 <= l.tx+w.ccnt[i] {
 			if l.cqMod > 1 && w.scnt[i]%l.cqMod == 0 && !(!l.dur && w.scnt[i] == l.iters-1) {
-				wr.Flags &^= engine.SendSignaled
+				wr.Flags &^= verbs.SendSignaled
 			}
 			if !l.noPeak {
 				l.res.samples.Posted[l.totscnt] = int64(time.Since(l.base))
@@ -296,7 +295,7 @@ func (l *bwLoop) postSends() error {
 			w.scnt[i]++
 			l.totscnt++
 			if w.scnt[i]%l.cqMod == l.cqMod-1 || (!l.dur && w.scnt[i] == l.iters-1) {
-				wr.Flags |= engine.SendSignaled
+				wr.Flags |= verbs.SendSignaled
 			}
 		}
 	}
@@ -565,9 +564,9 @@ func (s *session) runLatWrite(size uint64) (latResult, error) {
 	iters := p.Iters
 	res := latResult{posted: make([]int64, max(iters, 1))}
 	wr := &s.w.send[0]
-	wr.Flags = engine.SendSignaled
+	wr.Flags = verbs.SendSignaled
 	if size <= uint64(s.inline) {
-		wr.Flags |= engine.SendInline
+		wr.Flags |= verbs.SendInline
 	}
 	postIdx := int(size - 1)
 	pollIdx := int(uint64(p.QPs)*s.buffSize + size - 1)
@@ -641,7 +640,7 @@ func (s *session) runLat() (latResult, error) {
 	dur := p.DurationMode()
 	iters := p.Iters
 	res := latResult{posted: make([]int64, max(iters, 1))}
-	s.w.send[0].Flags = engine.SendSignaled
+	s.w.send[0].Flags = verbs.SendSignaled
 	base := time.Now()
 	var dc *durClock
 	if dur {
@@ -691,7 +690,7 @@ func (s *session) runLatSend(size uint64) (latResult, error) {
 	wr := &s.w.send[0]
 	wr.Flags = 0
 	if size <= uint64(s.inline) {
-		wr.Flags |= engine.SendInline
+		wr.Flags |= verbs.SendInline
 	}
 	client := !p.Server()
 	rxDepth := uint64(p.RxDepth)
@@ -732,7 +731,7 @@ func (s *session) runLatSend(size uint64) (latResult, error) {
 			poll := false
 			if scnt%uint64(p.CQMod) == 0 || (!dur && scnt == iters) {
 				poll = true
-				wr.Flags |= engine.SendSignaled
+				wr.Flags |= verbs.SendSignaled
 			}
 			if err := s.postSend(0); err != nil {
 				return res, err
@@ -745,7 +744,7 @@ func (s *session) runLatSend(size uint64) (latResult, error) {
 				if ok && wc.Status != verbs.WCStatus(0) {
 					return res, wcError(s.side(), wc, scnt, scnt)
 				}
-				wr.Flags &^= engine.SendSignaled
+				wr.Flags &^= verbs.SendSignaled
 			}
 		}
 		if dur && dc.ended() {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 func mustParse(t *testing.T, test string, args ...string) *Params {
@@ -268,9 +268,9 @@ func TestPrintSamples(t *testing.T) {
 
 func TestBestGIDLikePerftest(t *testing.T) {
 	// ib_core's table for a veth: default GID (fe80::), IPv4, global IPv6.
-	var tbl []netdev.GID
+	var tbl []verbs.GID
 	for _, g := range []string{"fe80::1", "192.0.2.1", "2001:db8::1"} {
-		gid, err := netdev.ParseGID(g)
+		gid, err := verbs.ParseGID(g)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/oob"
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -36,7 +35,7 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	}
 	dev, err := verbs.Open(verbs.Options{Interface: p.Device, LinkKind: p.LinkKind,
 		Logf:   linkLog(errw),
-		Engine: engine.Config{Logf: func(string, ...any) {}}})
+		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}})
 	if err != nil {
 		return fmt.Errorf("device %s: %w", p.Device, err)
 	}

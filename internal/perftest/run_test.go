@@ -19,9 +19,7 @@ import (
 
 	"github.com/xrnic/xrnic/internal/oob"
 	"github.com/xrnic/xrnic/internal/testutil"
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -162,7 +160,7 @@ func openSide(t *testing.T, a netip.Addr) (*verbs.Device, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := verbs.Open(verbs.Options{Link: l, GIDs: []netdev.GID{netdev.GIDFromAddr(a)}, Engine: engine.Config{Logf: func(string, ...any) {}}})
+	d, err := verbs.Open(verbs.Options{Link: l, GIDs: []verbs.GID{verbs.GIDFromAddr(a)}, Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}})
 	if err != nil {
 		l.Close()
 		t.Fatal(err)

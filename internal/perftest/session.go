@@ -13,10 +13,6 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 
-	"github.com/xrnic/xrnic/nic/engine"
-	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -45,9 +41,9 @@ type session struct {
 	conn *Conn
 
 	cycleBuffer, cacheLine int
-	mtu                    qpstate.MTU
+	mtu                    verbs.MTU
 	gidIndex               int
-	gid                    netdev.GID
+	gid                    verbs.GID
 	outReads               int
 	inline                 int
 
@@ -74,7 +70,7 @@ func (s *session) info() Info {
 
 // bestGID is perftest's get_best_gid_index: the preferred address family first,
 // then global scope over link-local.
-func bestGID(gids []netdev.GID, ipv6 bool) int {
+func bestGID(gids []verbs.GID, ipv6 bool) int {
 	best, bestScore := -1, -1
 	for i, g := range gids {
 		if g.IsZero() {
@@ -102,7 +98,7 @@ func bestGID(gids []netdev.GID, ipv6 bool) int {
 func (s *session) setup() error {
 	p := s.p
 	port := s.dev.QueryPort()
-	if port.State != engine.PortActive {
+	if port.State != verbs.PortActive {
 		return fmt.Errorf("port 1 of %s is %v", s.name, port.State)
 	}
 	gids := port.GIDs
@@ -138,7 +134,7 @@ func (s *session) setup() error {
 	// check_mtu: ours (the -m request or the port's), then the smaller of the two.
 	cur := port.ActiveMTU
 	if p.MTU != 0 {
-		m, _ := qpstate.MTUFromBytes(p.MTU)
+		m, _ := verbs.MTUFromBytes(p.MTU)
 		if m > cur {
 			fmt.Fprintf(s.out, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", cur)
 		} else {
@@ -149,7 +145,7 @@ func (s *session) setup() error {
 	if err != nil {
 		return err
 	}
-	if r := qpstate.MTU(rm); r.Valid() && r < cur {
+	if r := verbs.MTU(rm); r.Valid() && r < cur {
 		cur = r
 	}
 	s.mtu = cur
@@ -196,7 +192,7 @@ func (s *session) createResources() error {
 	p := s.p
 	s.buffSize = max(p.Size, uint64(s.cycleBuffer))
 	var err error
-	if s.buf, err = mr.MapAnonymous(int(2 * uint64(p.QPs) * s.buffSize)); err != nil {
+	if s.buf, err = verbs.MapBuffer(int(2 * uint64(p.QPs) * s.buffSize)); err != nil {
 		return err
 	}
 	// perftest's create_single_mr: random bytes, zeros for write_lat (whose
@@ -224,13 +220,13 @@ func (s *session) createResources() error {
 	var access uint32
 	switch p.Test.Verb {
 	case VerbAtomic:
-		access = qpstate.AccessRemoteAtomic
+		access = verbs.QPAccessRemoteAtomic
 	case VerbRead:
-		access = qpstate.AccessRemoteRead
+		access = verbs.QPAccessRemoteRead
 	case VerbWrite:
-		access = qpstate.AccessRemoteWrite
+		access = verbs.QPAccessRemoteWrite
 	case VerbSend:
-		access = qpstate.AccessRemoteWrite | qpstate.AccessLocalWrite
+		access = verbs.QPAccessRemoteWrite | verbs.QPAccessLocalWrite
 	}
 	for range p.QPs {
 		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.scq, RecvCQ: s.rcq,
@@ -240,8 +236,8 @@ func (s *session) createResources() error {
 			return err
 		}
 		s.qps = append(s.qps, qp)
-		a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.Init, PKeyIndex: 0, Port: 1, AccessFlags: access}}
-		if err := qp.ModifySync(&a, qpstate.AttrState|qpstate.AttrPKeyIndex|qpstate.AttrPort|qpstate.AttrAccessFlags); err != nil {
+		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, PKeyIndex: 0, Port: 1, AccessFlags: access}}
+		if err := qp.ModifySync(&a, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 			return fmt.Errorf("failed to modify QP to INIT: %w", err)
 		}
 	}
@@ -254,22 +250,22 @@ func (s *session) connect() error {
 	p := s.p
 	for i, qp := range s.qps {
 		my, rem := &s.my[i], &s.rem[i]
-		if netdev.GID(rem.GID).IsIPv4Mapped() != s.gid.IsIPv4Mapped() {
+		if verbs.GID(rem.GID).IsIPv4Mapped() != s.gid.IsIPv4Mapped() {
 			return errors.New("found incompatibility issue with GID types: try a different IP version (-x)")
 		}
-		a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: s.mtu, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
+		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
 			MaxDestRdAtomic: uint8(my.OutReads), MinRNRTimer: minRNRTimer},
-			AV: engine.AV{DGID: rem.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: 0xFF, Port: 1}}
-		mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
-			qpstate.AttrMinRNRTimer | qpstate.AttrMaxDestRdAtomic
+			AV: verbs.AV{DGID: rem.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: 0xFF, Port: 1}}
+		mask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+			verbs.AttrMinRNRTimer | verbs.AttrMaxDestRdAtomic
 		if err := qp.ModifySync(&a, mask); err != nil {
 			return fmt.Errorf("failed to modify QP %#x to RTR: %w", qp.QPN(), err)
 		}
 		if p.Test.Kind == Lat || !p.Server() || p.Duplex {
-			a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, SQPSN: wire.PSN(my.PSN), Timeout: uint8(p.QPTimeout),
+			a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, SQPSN: wire.PSN(my.PSN), Timeout: uint8(p.QPTimeout),
 				RetryCnt: retryCount, RNRRetry: rnrRetry, MaxRdAtomic: uint8(rem.OutReads)}}
-			mask := qpstate.AttrState | qpstate.AttrSQPSN | qpstate.AttrTimeout | qpstate.AttrRetryCnt |
-				qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic
+			mask := verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt |
+				verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 			if err := qp.ModifySync(&a, mask); err != nil {
 				return fmt.Errorf("failed to modify QP %#x to RTS: %w", qp.QPN(), err)
 			}
@@ -284,23 +280,23 @@ func (s *session) close() {
 		_ = qp.Destroy().Wait()
 	}
 	if s.mr != nil {
-		_ = s.mr.Dereg()
+		_ = s.mr.Dereg().Wait()
 	}
 	if s.scq != nil {
-		_ = s.scq.Close()
+		_ = s.scq.Destroy().Wait()
 	}
 	if s.rcq != nil {
-		_ = s.rcq.Close()
+		_ = s.rcq.Destroy().Wait()
 	}
 	if s.pd != nil {
-		_ = s.pd.Dealloc()
+		_ = s.pd.Dealloc().Wait()
 	}
 }
 
 // unmap frees the memory once the device is closed (no engine holds a slice).
 func (s *session) unmap() {
 	if s.buf != nil {
-		_ = mr.Unmap(s.buf)
+		_ = verbs.UnmapBuffer(s.buf)
 		s.buf = nil
 	}
 }

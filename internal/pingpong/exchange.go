@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/oob"
-	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 // MsgSize is sizeof "0000:000000:000000:00000000000000000000000000000000": the
@@ -45,22 +45,22 @@ type Dest struct {
 	LID uint16 // 0 on RoCE
 	QPN uint32 // 24 bits
 	PSN uint32 // 24 bits
-	GID netdev.GID
+	GID verbs.GID
 }
 
 // WireGID is gid_to_wire_gid: the GID as four "%08x" of htobe32 of its 32-bit
 // words, which is its 16 bytes in order as 32 lower-case hex digits.
-func WireGID(g netdev.GID) string { return hex.EncodeToString(g[:]) }
+func WireGID(g verbs.GID) string { return hex.EncodeToString(g[:]) }
 
 // ParseWireGID is wire_gid_to_gid for a well-formed field: exactly 32 hex
 // digits (either case, as sscanf's %x reads them).
-func ParseWireGID(s string) (netdev.GID, error) {
-	var g netdev.GID
+func ParseWireGID(s string) (verbs.GID, error) {
+	var g verbs.GID
 	if len(s) != 2*len(g) {
 		return g, fmt.Errorf("GID %q: %d characters, want 32 hex digits", s, len(s))
 	}
 	if _, err := hex.Decode(g[:], []byte(s)); err != nil {
-		return netdev.GID{}, fmt.Errorf("GID %q: want 32 hex digits", s)
+		return verbs.GID{}, fmt.Errorf("GID %q: want 32 hex digits", s)
 	}
 	return g, nil
 }
@@ -226,7 +226,7 @@ func peerErr(c net.Conn, err error, n, want int) error {
 // only for ::a.b.c.d and ::ffff:a.b.c.d. ok is false when the text does not fit
 // the 33-byte buffer (more than 32 characters): inet_ntop then fails and leaves
 // the buffer as it was.
-func Ntop(g netdev.GID) (s string, ok bool) {
+func Ntop(g verbs.GID) (s string, ok bool) {
 	var w [8]int
 	for i := range 16 {
 		w[i/2] |= int(g[i]) << ((1 - i%2) * 8)

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/verbs"
 )
 
-func gid(t *testing.T, s string) netdev.GID {
+func gid(t *testing.T, s string) verbs.GID {
 	t.Helper()
-	g, err := netdev.ParseGID(s)
+	g, err := verbs.ParseGID(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func gid(t *testing.T, s string) netdev.GID {
 
 // cWireGID is gid_to_wire_gid as a little-endian host runs it: memcpy the GID
 // into uint32_t[4], then sprintf("%08x", htobe32(w)) for each word.
-func cWireGID(g netdev.GID) string {
+func cWireGID(g verbs.GID) string {
 	var b strings.Builder
 	for i := 0; i < 16; i += 4 {
 		w := binary.LittleEndian.Uint32(g[i:]) // the word as the host reads it
@@ -125,19 +125,19 @@ func TestParseMessage(t *testing.T) {
 }
 
 func TestNtop(t *testing.T) {
-	raw := func(ws ...uint16) netdev.GID {
-		var g netdev.GID
+	raw := func(ws ...uint16) verbs.GID {
+		var g verbs.GID
 		for i, w := range ws {
 			binary.BigEndian.PutUint16(g[2*i:], w)
 		}
 		return g
 	}
 	for _, c := range []struct {
-		g    netdev.GID
+		g    verbs.GID
 		want string
 		ok   bool
 	}{
-		{netdev.GID{}, "::", true},
+		{verbs.GID{}, "::", true},
 		{gid(t, "::ffff:192.0.2.2"), "::ffff:192.0.2.2", true},
 		{gid(t, "::ffff:192.0.2.11"), "::ffff:192.0.2.11", true},
 		{raw(0, 0, 0, 0, 0, 0xffff, 0, 0), "::ffff:0.0.0.0", true},

@@ -26,7 +26,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 // ErrUsage marks a bad command line; the message says what is wrong.
@@ -59,7 +59,7 @@ type Params struct {
 	LinkKind   link.Kind // --link
 	IBPort     int       // -i: must be 1
 	Size       int       // -s
-	MTU        qpstate.MTU
+	MTU        verbs.MTU
 	RxDepth    int // -r
 	Iters      int // -n
 	SL         int // -l: accepted; RoCE v2 carries no SL
@@ -168,7 +168,7 @@ func (p *Params) finish(fs *flag.FlagSet, mtu int, odp, prefetch, ts, dm bool, l
 		return fmt.Errorf("IB port %d: ports are numbered from 1", p.IBPort)
 	}
 	var ok bool
-	if p.MTU, ok = qpstate.MTUFromBytes(mtu); !ok {
+	if p.MTU, ok = verbs.MTUFromBytes(mtu); !ok {
 		return fmt.Errorf("invalid MTU %d: choose from {256,512,1024,2048,4096}", mtu)
 	}
 	if odp && dm {

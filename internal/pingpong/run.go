@@ -21,10 +21,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/oob"
-	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -59,7 +56,7 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		return runLocal(ctx, p, out, errw)
 	}
 	dev, err := verbs.Open(verbs.Options{Interface: p.Device, LinkKind: p.LinkKind, Logf: linkLog(errw),
-		Engine: engine.Config{Logf: func(string, ...any) {}}})
+		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}})
 	if err != nil {
 		return fmt.Errorf("device %s: %w", p.Device, err)
 	}
@@ -103,7 +100,7 @@ type side struct {
 	mr        *verbs.MR
 	cq        *verbs.CQ
 	qp        *verbs.QP
-	sendFlags engine.SendFlags
+	sendFlags verbs.SendFlags
 	recvWRs   []verbs.RecvWR
 	sendWR    [1]verbs.SendWR
 	wc        [2]verbs.WC
@@ -150,15 +147,15 @@ func (s *side) setup() error {
 	if err != nil {
 		return fmt.Errorf("couldn't create QP: %w", err)
 	}
-	s.sendFlags = engine.SendSignaled
+	s.sendFlags = verbs.SendSignaled
 	if int(s.qp.Cap().MaxInlineData) >= p.Size {
-		s.sendFlags |= engine.SendInline
+		s.sendFlags |= verbs.SendInline
 	}
 	if p.IBPort != 1 {
 		return fmt.Errorf("failed to modify QP to INIT: port %d: xrnic devices have port 1 only", p.IBPort)
 	}
-	a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.Init, PKeyIndex: 0, Port: uint8(p.IBPort), AccessFlags: 0}}
-	if err := s.qp.ModifySync(&a, qpstate.AttrState|qpstate.AttrPKeyIndex|qpstate.AttrPort|qpstate.AttrAccessFlags); err != nil {
+	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, PKeyIndex: 0, Port: uint8(p.IBPort), AccessFlags: 0}}
+	if err := s.qp.ModifySync(&a, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 		return fmt.Errorf("failed to modify QP to INIT: %w", err)
 	}
 
@@ -176,7 +173,7 @@ func (s *side) setup() error {
 			return fmt.Errorf("couldn't request CQ notification: %w", err)
 		}
 	}
-	if port.State != engine.PortActive {
+	if port.State != verbs.PortActive {
 		return fmt.Errorf("port %d is %v", p.IBPort, port.State)
 	}
 	if s.errw != nil && p.MTU > port.ActiveMTU && port.LinkKind != link.KindUDP {
@@ -225,15 +222,15 @@ func (s *side) close() {
 			s.cq.AckEvents(s.events)
 			s.events = 0
 		}
-		_ = s.cq.Close()
+		_ = s.cq.Destroy().Wait()
 		s.cq = nil
 	}
 	if s.mr != nil {
-		_ = s.mr.Dereg()
+		_ = s.mr.Dereg().Wait()
 		s.mr = nil
 	}
 	if s.pd != nil {
-		_ = s.pd.Dealloc()
+		_ = s.pd.Dealloc().Wait()
 		s.pd = nil
 	}
 	if s.ch != nil {
@@ -244,7 +241,7 @@ func (s *side) close() {
 
 // ntop prints a GID into main's gid[33] as inet_ntop does: a text that does not
 // fit leaves the previous one.
-func (s *side) ntop(g netdev.GID) string {
+func (s *side) ntop(g verbs.GID) string {
 	if t, ok := Ntop(g); ok {
 		s.gidText = t
 	}
@@ -322,18 +319,18 @@ func (s *side) connect(rem *Dest) error {
 		// no path without one: rxe fails the modify.
 		return fmt.Errorf("failed to modify QP to RTR: the remote GID %s has no interface ID, so there is no GRH, which RoCE needs (is the peer run with -g?)", rem.GID.FullString())
 	}
-	a := verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: p.MTU, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
+	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: p.MTU, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
 		MaxDestRdAtomic: maxDestRdAtomic, MinRNRTimer: minRNRTimer},
-		AV: engine.AV{DGID: rem.GID, SGIDIndex: uint8(p.GIDIndex), HopLimit: hopLimit, Port: uint8(p.IBPort)}}
-	mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
-		qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer
+		AV: verbs.AV{DGID: rem.GID, SGIDIndex: uint8(p.GIDIndex), HopLimit: hopLimit, Port: uint8(p.IBPort)}}
+	mask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+		verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 	if err := s.qp.ModifySync(&a, mask); err != nil {
 		return fmt.Errorf("failed to modify QP to RTR: %w", err)
 	}
-	a = verbs.QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, Timeout: ackTimeout, RetryCnt: retryCnt, RNRRetry: rnrRetry,
+	a = verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, Timeout: ackTimeout, RetryCnt: retryCnt, RNRRetry: rnrRetry,
 		SQPSN: wire.PSN(s.my.PSN), MaxRdAtomic: maxRdAtomic}}
-	mask = qpstate.AttrState | qpstate.AttrTimeout | qpstate.AttrRetryCnt | qpstate.AttrRNRRetry | qpstate.AttrSQPSN |
-		qpstate.AttrMaxQPRdAtomic
+	mask = verbs.AttrState | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrSQPSN |
+		verbs.AttrMaxQPRdAtomic
 	if err := s.qp.ModifySync(&a, mask); err != nil {
 		return fmt.Errorf("failed to modify QP to RTS: %w", err)
 	}

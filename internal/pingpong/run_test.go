@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/oob"
-	"github.com/xrnic/xrnic/nic/engine"
-	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -153,8 +151,8 @@ func udpDevice(t *testing.T) *verbs.Device {
 		t.Fatal(err)
 	}
 	cli.Close()
-	d, err := verbs.Open(verbs.Options{Link: srv, GIDs: []netdev.GID{netdev.GIDFromAddr(addrs[0])},
-		Engine: engine.Config{Logf: func(string, ...any) {}}})
+	d, err := verbs.Open(verbs.Options{Link: srv, GIDs: []verbs.GID{verbs.GIDFromAddr(addrs[0])},
+		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}})
 	if err != nil {
 		srv.Close()
 		t.Fatal(err)
