@@ -35,7 +35,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -timeout 5m ./nic/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzRoundTrip$$' -fuzztime $(FUZZTIME) -timeout 5m ./nic/wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseGID$$' -fuzztime $(FUZZTIME) -timeout 5m ./nic/netdev/
-	$(GO) test -run '^$$' -fuzz '^FuzzCheckModify$$' -fuzztime $(FUZZTIME) -timeout 5m ./nic/qpstate/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckModify$$' -fuzztime $(FUZZTIME) -timeout 5m ./nic/qpattr/
 	$(GO) test -run '^$$' -fuzz '^FuzzLookup$$' -fuzztime $(FUZZTIME) -timeout 5m ./nic/mr/
 	$(GO) test -run '^$$' -fuzz '^FuzzReceive$$' -fuzztime $(FUZZTIME) -timeout 5m ./nic/engine/
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -14,45 +14,45 @@ type PSN = wire.PSN
 
 // QP attribute mask bits (enum ibv_qp_attr_mask) for QP.Modify.
 const (
-	AttrState           = qpstate.AttrState
-	AttrCurState        = qpstate.AttrCurState
-	AttrAccessFlags     = qpstate.AttrAccessFlags
-	AttrPKeyIndex       = qpstate.AttrPKeyIndex
-	AttrPort            = qpstate.AttrPort
-	AttrQKey            = qpstate.AttrQKey
-	AttrAV              = qpstate.AttrAV
-	AttrPathMTU         = qpstate.AttrPathMTU
-	AttrTimeout         = qpstate.AttrTimeout
-	AttrRetryCnt        = qpstate.AttrRetryCnt
-	AttrRNRRetry        = qpstate.AttrRNRRetry
-	AttrRQPSN           = qpstate.AttrRQPSN
-	AttrMaxQPRdAtomic   = qpstate.AttrMaxQPRdAtomic
-	AttrMinRNRTimer     = qpstate.AttrMinRNRTimer
-	AttrSQPSN           = qpstate.AttrSQPSN
-	AttrMaxDestRdAtomic = qpstate.AttrMaxDestRdAtomic
-	AttrCap             = qpstate.AttrCap
-	AttrDestQPN         = qpstate.AttrDestQPN
+	AttrState           = qpattr.AttrState
+	AttrCurState        = qpattr.AttrCurState
+	AttrAccessFlags     = qpattr.AttrAccessFlags
+	AttrPKeyIndex       = qpattr.AttrPKeyIndex
+	AttrPort            = qpattr.AttrPort
+	AttrQKey            = qpattr.AttrQKey
+	AttrAV              = qpattr.AttrAV
+	AttrPathMTU         = qpattr.AttrPathMTU
+	AttrTimeout         = qpattr.AttrTimeout
+	AttrRetryCnt        = qpattr.AttrRetryCnt
+	AttrRNRRetry        = qpattr.AttrRNRRetry
+	AttrRQPSN           = qpattr.AttrRQPSN
+	AttrMaxQPRdAtomic   = qpattr.AttrMaxQPRdAtomic
+	AttrMinRNRTimer     = qpattr.AttrMinRNRTimer
+	AttrSQPSN           = qpattr.AttrSQPSN
+	AttrMaxDestRdAtomic = qpattr.AttrMaxDestRdAtomic
+	AttrCap             = qpattr.AttrCap
+	AttrDestQPN         = qpattr.AttrDestQPN
 )
 
 // Path MTUs (enum ibv_mtu).
 const (
-	MTU256  = qpstate.MTU256
-	MTU512  = qpstate.MTU512
-	MTU1024 = qpstate.MTU1024
-	MTU2048 = qpstate.MTU2048
-	MTU4096 = qpstate.MTU4096
+	MTU256  = qpattr.MTU256
+	MTU512  = qpattr.MTU512
+	MTU1024 = qpattr.MTU1024
+	MTU2048 = qpattr.MTU2048
+	MTU4096 = qpattr.MTU4096
 )
 
 // QPBaseAttr are QPAttr's scalar attributes (the part of struct ibv_qp_attr
 // besides the address vector), for composite literals.
-type QPBaseAttr = qpstate.Attr
+type QPBaseAttr = qpattr.Attr
 
 // QP access flags for QPAttr.AccessFlags (the remote rights a QP grants).
 const (
-	QPAccessLocalWrite   = qpstate.AccessLocalWrite
-	QPAccessRemoteWrite  = qpstate.AccessRemoteWrite
-	QPAccessRemoteRead   = qpstate.AccessRemoteRead
-	QPAccessRemoteAtomic = qpstate.AccessRemoteAtomic
+	QPAccessLocalWrite   = qpattr.AccessLocalWrite
+	QPAccessRemoteWrite  = qpattr.AccessRemoteWrite
+	QPAccessRemoteRead   = qpattr.AccessRemoteRead
+	QPAccessRemoteAtomic = qpattr.AccessRemoteAtomic
 )
 
 // GID is a port GID (union ibv_gid): for RoCEv2, an IPv6 address or an
@@ -67,7 +67,7 @@ func GIDFromAddr(a netip.Addr) GID { return netdev.GIDFromAddr(a) }
 func ParseGID(s string) (GID, error) { return netdev.ParseGID(s) }
 
 // MTUFromBytes returns the IB MTU of exactly n bytes (256, 512, ..., 4096).
-func MTUFromBytes(n int) (MTU, bool) { return qpstate.MTUFromBytes(n) }
+func MTUFromBytes(n int) (MTU, bool) { return qpattr.MTUFromBytes(n) }
 
 // The access flag for a zero-based region (IBV_ACCESS_ZERO_BASED): its IOVA is 0.
 const AccessZeroBased = mr.ZeroBased

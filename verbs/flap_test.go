@@ -23,7 +23,7 @@ import (
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/testenv"
 )
@@ -65,20 +65,20 @@ func vethDevice(t *testing.T, e *testenv.Endpoint) (*Device, <-chan AsyncEvent) 
 func connectVeth(t *testing.T, a, b *endpoint, retry uint8) {
 	t.Helper()
 	const psnA, psnB = 0x100, 0xfffff0
-	acc := uint32(qpstate.AccessRemoteWrite | qpstate.AccessRemoteRead)
+	acc := uint32(qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead)
 	for _, x := range []struct {
 		e, peer *endpoint
 		rq      uint32
 	}{{a, b, psnB}, {b, a, psnA}} {
-		init := QPAttr{Attr: qpstate.Attr{State: QPSInit, Port: 1, AccessFlags: acc}}
-		if err := x.e.qp.ModifySync(&init, qpstate.AttrState|qpstate.AttrPKeyIndex|qpstate.AttrPort|qpstate.AttrAccessFlags); err != nil {
+		init := QPAttr{Attr: qpattr.Attr{State: QPSInit, Port: 1, AccessFlags: acc}}
+		if err := x.e.qp.ModifySync(&init, qpattr.AttrState|qpattr.AttrPKeyIndex|qpattr.AttrPort|qpattr.AttrAccessFlags); err != nil {
 			t.Fatalf("INIT: %v", err)
 		}
-		rtr := QPAttr{Attr: qpstate.Attr{State: QPSRTR, PathMTU: qpstate.MTU1024, DestQPN: x.peer.qp.QPN(),
+		rtr := QPAttr{Attr: qpattr.Attr{State: QPSRTR, PathMTU: qpattr.MTU1024, DestQPN: x.peer.qp.QPN(),
 			RQPSN: wire.PSN(x.rq), MaxDestRdAtomic: 16, MinRNRTimer: 1},
 			AV: AV{DGID: x.peer.gid, DMAC: x.peer.d.Link().Info().MAC}}
-		if err := x.e.qp.ModifySync(&rtr, qpstate.AttrState|qpstate.AttrAV|qpstate.AttrPathMTU|qpstate.AttrDestQPN|
-			qpstate.AttrRQPSN|qpstate.AttrMaxDestRdAtomic|qpstate.AttrMinRNRTimer); err != nil {
+		if err := x.e.qp.ModifySync(&rtr, qpattr.AttrState|qpattr.AttrAV|qpattr.AttrPathMTU|qpattr.AttrDestQPN|
+			qpattr.AttrRQPSN|qpattr.AttrMaxDestRdAtomic|qpattr.AttrMinRNRTimer); err != nil {
 			t.Fatalf("RTR: %v", err)
 		}
 	}
@@ -86,10 +86,10 @@ func connectVeth(t *testing.T, a, b *endpoint, retry uint8) {
 		e  *endpoint
 		sq uint32
 	}{{a, psnA}, {b, psnB}} {
-		rts := QPAttr{Attr: qpstate.Attr{State: QPSRTS, SQPSN: wire.PSN(x.sq), Timeout: flapTimeout, RetryCnt: retry,
+		rts := QPAttr{Attr: qpattr.Attr{State: QPSRTS, SQPSN: wire.PSN(x.sq), Timeout: flapTimeout, RetryCnt: retry,
 			RNRRetry: 7, MaxRdAtomic: 16}}
-		if err := x.e.qp.ModifySync(&rts, qpstate.AttrState|qpstate.AttrSQPSN|qpstate.AttrTimeout|
-			qpstate.AttrRetryCnt|qpstate.AttrRNRRetry|qpstate.AttrMaxQPRdAtomic); err != nil {
+		if err := x.e.qp.ModifySync(&rts, qpattr.AttrState|qpattr.AttrSQPSN|qpattr.AttrTimeout|
+			qpattr.AttrRetryCnt|qpattr.AttrRNRRetry|qpattr.AttrMaxQPRdAtomic); err != nil {
 			t.Fatalf("RTS: %v", err)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -146,19 +146,19 @@ func connectRC(t testing.TB, a, b *endpoint) {
 	up := func(x, y *endpoint, rq uint32) {
 		t.Helper()
 		rc := x.qp.Type() == RC
-		acc := uint32(qpstate.AccessRemoteWrite | qpstate.AccessRemoteRead | qpstate.AccessRemoteAtomic)
+		acc := uint32(qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic)
 		if !rc {
-			acc = qpstate.AccessRemoteWrite
+			acc = qpattr.AccessRemoteWrite
 		}
-		init := QPAttr{Attr: qpstate.Attr{State: QPSInit, Port: 1, AccessFlags: acc}}
-		if err := x.qp.ModifySync(&init, qpstate.AttrState|qpstate.AttrPKeyIndex|qpstate.AttrPort|qpstate.AttrAccessFlags); err != nil {
+		init := QPAttr{Attr: qpattr.Attr{State: QPSInit, Port: 1, AccessFlags: acc}}
+		if err := x.qp.ModifySync(&init, qpattr.AttrState|qpattr.AttrPKeyIndex|qpattr.AttrPort|qpattr.AttrAccessFlags); err != nil {
 			t.Fatalf("INIT: %v", err)
 		}
-		rtr := QPAttr{Attr: qpstate.Attr{State: QPSRTR, PathMTU: qpstate.MTU1024, DestQPN: y.qp.QPN(), RQPSN: wire.PSN(rq),
+		rtr := QPAttr{Attr: qpattr.Attr{State: QPSRTR, PathMTU: qpattr.MTU1024, DestQPN: y.qp.QPN(), RQPSN: wire.PSN(rq),
 			MaxDestRdAtomic: 16, MinRNRTimer: 1}, AV: AV{DGID: y.gid}}
-		mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN
+		mask := qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN
 		if rc {
-			mask |= qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer
+			mask |= qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer
 		}
 		if err := x.qp.ModifySync(&rtr, mask); err != nil {
 			t.Fatalf("RTR: %v", err)
@@ -166,10 +166,10 @@ func connectRC(t testing.TB, a, b *endpoint) {
 	}
 	rts := func(x *endpoint, sq uint32) {
 		t.Helper()
-		a := QPAttr{Attr: qpstate.Attr{State: QPSRTS, SQPSN: wire.PSN(sq), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}}
-		mask := qpstate.AttrState | qpstate.AttrSQPSN
+		a := QPAttr{Attr: qpattr.Attr{State: QPSRTS, SQPSN: wire.PSN(sq), Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}}
+		mask := qpattr.AttrState | qpattr.AttrSQPSN
 		if x.qp.Type() == RC {
-			mask |= qpstate.AttrTimeout | qpstate.AttrRetryCnt | qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic
+			mask |= qpattr.AttrTimeout | qpattr.AttrRetryCnt | qpattr.AttrRNRRetry | qpattr.AttrMaxQPRdAtomic
 		}
 		if err := x.qp.ModifySync(&a, mask); err != nil {
 			t.Fatalf("RTS: %v", err)
@@ -194,12 +194,12 @@ func rcPair(t testing.TB, a, b *Device, oa, ob epOpts) (*endpoint, *endpoint) {
 func udUp(t testing.TB, e *endpoint, qkey uint32) {
 	t.Helper()
 	steps := []struct {
-		a    qpstate.Attr
+		a    qpattr.Attr
 		mask AttrMask
 	}{
-		{qpstate.Attr{State: QPSInit, Port: 1, QKey: qkey}, qpstate.AttrState | qpstate.AttrPKeyIndex | qpstate.AttrPort | qpstate.AttrQKey},
-		{qpstate.Attr{State: QPSRTR}, qpstate.AttrState},
-		{qpstate.Attr{State: QPSRTS, SQPSN: 0x1234}, qpstate.AttrState | qpstate.AttrSQPSN},
+		{qpattr.Attr{State: QPSInit, Port: 1, QKey: qkey}, qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrQKey},
+		{qpattr.Attr{State: QPSRTR}, qpattr.AttrState},
+		{qpattr.Attr{State: QPSRTS, SQPSN: 0x1234}, qpattr.AttrState | qpattr.AttrSQPSN},
 	}
 	for _, s := range steps {
 		if err := e.qp.ModifySync(&QPAttr{Attr: s.a}, s.mask); err != nil {

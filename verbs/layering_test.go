@@ -11,7 +11,7 @@ import (
 
 // below are the packages under verbs that applications must not import: verbs
 // re-exports what they need from them.
-var below = []string{"nic/engine", "nic/qpstate", "nic/mr", "nic/cq", "nic/netdev"}
+var below = []string{"nic/engine", "nic/qpattr", "nic/mr", "nic/cq", "nic/netdev"}
 
 // layeringExceptions are the imports of a package below verbs that the README
 // names (Layout): the daemon watches its interface and resolves neighbours with

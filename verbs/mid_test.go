@@ -16,7 +16,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 // gateLink stops its engine: while the gate is shut, ReadBatch, which the engine
@@ -550,8 +550,8 @@ func TestMID3Reentrancy(t *testing.T) {
 				if err != nil || attr.State != QPSRTS {
 					t.Errorf("Query in a completion handler: %v, %v", attr.State, err)
 				}
-				m := QPAttr{Attr: qpstate.Attr{MinRNRTimer: uint8(1 + id%5)}}
-				if err := a.qp.ModifySync(&m, qpstate.AttrMinRNRTimer); err != nil {
+				m := QPAttr{Attr: qpattr.Attr{MinRNRTimer: uint8(1 + id%5)}}
+				if err := a.qp.ModifySync(&m, qpattr.AttrMinRNRTimer); err != nil {
 					t.Errorf("Modify in a completion handler: %v", err)
 				}
 			}
@@ -622,7 +622,7 @@ func TestMID3Reentrancy(t *testing.T) {
 		if attr, _, err := qp.Query(); err != nil || attr.State != QPSErr {
 			t.Errorf("Query in an event handler: %v, %v; want ERR", attr.State, err)
 		}
-		if err := qp.ModifySync(&QPAttr{Attr: qpstate.Attr{State: QPSReset}}, qpstate.AttrState); err != nil {
+		if err := qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: QPSReset}}, qpattr.AttrState); err != nil {
 			t.Errorf("Modify to RESET in an event handler: %v", err)
 		}
 		if attr, _, err := qp.Query(); err != nil || attr.State != QPSReset {
@@ -734,8 +734,8 @@ func TestMID5NoCallbackInCallersChain(t *testing.T) {
 		da.Engine().SetPortState(i%2 == 1)
 		db.Engine().DispatchEvent(AsyncEvent{Type: engine.EventGIDChange, Port: 1})
 		if i%10 == 0 {
-			m := QPAttr{Attr: qpstate.Attr{MinRNRTimer: 2}}
-			if err := a.qp.ModifySync(&m, qpstate.AttrMinRNRTimer); err != nil {
+			m := QPAttr{Attr: qpattr.Attr{MinRNRTimer: 2}}
+			if err := a.qp.ModifySync(&m, qpattr.AttrMinRNRTimer); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -41,7 +41,7 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 // The verbs objects. Each states its concurrency contract where it is defined.
@@ -73,11 +73,11 @@ type (
 	WCStatus    = cq.Status
 	WCOpcode    = cq.Opcode
 	WCFlags     = cq.Flags
-	QPState     = qpstate.State
-	QPType      = qpstate.Type
-	AttrMask    = qpstate.AttrMask
-	MTU         = qpstate.MTU
-	QPCap       = qpstate.Cap
+	QPState     = qpattr.State
+	QPType      = qpattr.Type
+	AttrMask    = qpattr.AttrMask
+	MTU         = qpattr.MTU
+	QPCap       = qpattr.Cap
 	Access      = mr.Access
 	ReregFlags  = mr.ReregFlags
 	SRQAttrMask = engine.SRQAttrMask
@@ -104,10 +104,10 @@ const (
 
 // QP types.
 const (
-	RC  = qpstate.RC
-	UC  = qpstate.UC
-	UD  = qpstate.UD
-	GSI = qpstate.GSI
+	RC  = qpattr.RC
+	UC  = qpattr.UC
+	UD  = qpattr.UD
+	GSI = qpattr.GSI
 )
 
 // Memory access flags (enum ibv_access_flags).
@@ -127,13 +127,13 @@ const (
 
 // QP states (enum ibv_qp_state).
 const (
-	QPSReset = qpstate.Reset
-	QPSInit  = qpstate.Init
-	QPSRTR   = qpstate.RTR
-	QPSRTS   = qpstate.RTS
-	QPSSQD   = qpstate.SQD
-	QPSSQE   = qpstate.SQE
-	QPSErr   = qpstate.Err
+	QPSReset = qpattr.Reset
+	QPSInit  = qpattr.Init
+	QPSRTR   = qpattr.RTR
+	QPSRTS   = qpattr.RTS
+	QPSSQD   = qpattr.SQD
+	QPSSQE   = qpattr.SQE
+	QPSErr   = qpattr.Err
 )
 
 // Send work request opcodes (enum ibv_wr_opcode) and flags (enum ibv_send_flags).

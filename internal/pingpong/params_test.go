@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 func TestParseDefaults(t *testing.T) {
@@ -16,7 +16,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Params{Port: 18515, Device: "vb0", LinkKind: link.KindAuto, IBPort: 1, Size: 4096, MTU: qpstate.MTU1024,
+	want := Params{Port: 18515, Device: "vb0", LinkKind: link.KindAuto, IBPort: 1, Size: 4096, MTU: qpattr.MTU1024,
 		RxDepth: 500, Iters: 1000, GIDIndex: 1, Timeout: DefaultTimeout, portSet: false, gidSet: true}
 	if *p != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", *p, want)
@@ -32,7 +32,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Size != 1048576 || p.Iters != 20 || !p.Check || p.MTU != qpstate.MTU4096 || p.ServerName != "192.0.2.11" || p.Server() {
+	if p.Size != 1048576 || p.Iters != 20 || !p.Check || p.MTU != qpattr.MTU4096 || p.ServerName != "192.0.2.11" || p.Server() {
 		t.Errorf("%+v", *p)
 	}
 	p, err = Parse([]string{"--port=0x4853", "--ib-dev", "vb0", "--ib-port", "1", "--size=010", "--mtu", "256",
@@ -41,7 +41,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Params{Port: 0x4853, Device: "vb0", LinkKind: link.KindUDP, IBPort: 1, Size: 8, MTU: qpstate.MTU256, RxDepth: 7,
+	want := Params{Port: 0x4853, Device: "vb0", LinkKind: link.KindUDP, IBPort: 1, Size: 8, MTU: qpattr.MTU256, RxDepth: 7,
 		Iters: 3, SL: 2, Events: true, GIDIndex: 0, Check: true, NewSend: true, ServerName: "host",
 		Timeout: 1500 * time.Millisecond, portSet: true, gidSet: true}
 	if *p != want {

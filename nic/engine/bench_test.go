@@ -14,7 +14,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/testenv"
 )
 
@@ -61,17 +61,17 @@ func benchWrite(b *testing.B, a, r *node, size uint32, depth int) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-func benchCap() qpstate.Cap {
-	return qpstate.Cap{MaxSendWR: 512, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+func benchCap() qpattr.Cap {
+	return qpattr.Cap{MaxSendWR: 512, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 }
 
 func BenchmarkMemoryWrite64K(b *testing.B) {
-	_, a, r := rcPair(b, pairOpts{}, nodeOpts{cap: benchCap(), bufLen: 16 << 20}, connOpts{mtu: qpstate.MTU4096, timeout: 16})
+	_, a, r := rcPair(b, pairOpts{}, nodeOpts{cap: benchCap(), bufLen: 16 << 20}, connOpts{mtu: qpattr.MTU4096, timeout: 16})
 	benchWrite(b, a, r, 64<<10, 32)
 }
 
 func BenchmarkMemoryWrite64B(b *testing.B) {
-	_, a, r := rcPair(b, pairOpts{}, nodeOpts{cap: benchCap(), bufLen: 1 << 20}, connOpts{mtu: qpstate.MTU4096, timeout: 16})
+	_, a, r := rcPair(b, pairOpts{}, nodeOpts{cap: benchCap(), bufLen: 1 << 20}, connOpts{mtu: qpattr.MTU4096, timeout: 16})
 	benchWrite(b, a, r, 64, 256)
 }
 
@@ -81,7 +81,7 @@ func vethBenchNodes(b *testing.B, bufLen int) (*node, *node) {
 	db := openVeth(b, &p.B, link.KindAFXDP, false)
 	a := newNode(b, da, nodeOpts{cap: benchCap(), bufLen: bufLen})
 	r := newNode(b, db, nodeOpts{cap: benchCap(), bufLen: bufLen})
-	connect(b, a, r, connOpts{mtu: qpstate.MTU4096, timeout: 16})
+	connect(b, a, r, connOpts{mtu: qpattr.MTU4096, timeout: 16})
 	return a, r
 }
 
@@ -142,7 +142,7 @@ func BenchmarkVethVsRaw(b *testing.B) {
 			db := openVeth(b, &p.B, link.KindAFXDP, false)
 			a := newNode(b, da, nodeOpts{cap: benchCap(), bufLen: 16 << 20})
 			r := newNode(b, db, nodeOpts{cap: benchCap(), bufLen: 16 << 20})
-			connect(b, a, r, connOpts{mtu: qpstate.MTU4096, timeout: 16})
+			connect(b, a, r, connOpts{mtu: qpattr.MTU4096, timeout: 16})
 			depth := 32
 			if size == 64 {
 				depth = 256

@@ -8,7 +8,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -51,7 +51,7 @@ func (e *engine) completer(qp *QP, p *wire.Packet) { e.completerRun(qp, p, false
 
 // retransmitTimeout is the local ACK timeout (rxe retransmit_timer).
 func (e *engine) retransmitTimeout(qp *QP) {
-	if qp.state != qpstate.RTS && qp.state != qpstate.SQD {
+	if qp.state != qpattr.RTS && qp.state != qpattr.SQD {
 		return
 	}
 	e.completerRun(qp, nil, true)
@@ -59,7 +59,7 @@ func (e *engine) retransmitTimeout(qp *QP) {
 
 func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 	c := &qp.comp
-	if !qp.live || qp.state == qpstate.Err || qp.state == qpstate.Reset || qp.errPending {
+	if !qp.live || qp.state == qpattr.Err || qp.state == qpattr.Reset || qp.errPending {
 		return
 	}
 	c.timeoutRetry = timeout
@@ -158,7 +158,7 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 				step = compErrorRetry
 				continue
 			}
-			if qp.typ == qpstate.RC {
+			if qp.typ == qpattr.RC {
 				if qp.req.psn.Sub(c.psn) > 0 && qp.timeout > 0 && !qp.req.waitRNRTime {
 					e.timers.set(&qp.retrans, e.now+qp.timeout)
 				} else if qp.req.psn == c.psn {
@@ -444,7 +444,7 @@ func (e *engine) completeSend(qp *QP, w *sendWQE) {
 	if signaled {
 		e.pushWC(qp, qp.scq, false)
 	}
-	if qp.state == qpstate.SQD && qp.draining && int32(qp.sq.cons.Load()-qp.drainEnd) >= 0 {
+	if qp.state == qpattr.SQD && qp.draining && int32(qp.sq.cons.Load()-qp.drainEnd) >= 0 {
 		e.sqDrained(qp)
 	}
 	// A requester waiting for a fence, an initiator slot or the window may go on

@@ -17,7 +17,7 @@ import (
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -128,8 +128,8 @@ func (s PortState) String() string {
 // A plain value; its slices are copies.
 type PortAttr struct {
 	State       PortState
-	MaxMTU      qpstate.MTU
-	ActiveMTU   qpstate.MTU
+	MaxMTU      qpattr.MTU
+	ActiveMTU   qpattr.MTU
 	GIDTblLen   int
 	PKeyTblLen  int
 	MaxMsgSize  uint32
@@ -155,10 +155,10 @@ type Device struct {
 	cfg   Config
 	clock clock.Clock
 	epoch time.Time
-	mtu   qpstate.MTU // active port MTU
+	mtu   qpattr.MTU // active port MTU
 	smac  wire.MAC
 	mrs   *mr.Table
-	lim   qpstate.Limits
+	lim   qpattr.Limits
 	cnt   counters
 	ecnt  engineCounters // the engine loop's own, not rxe's
 	evq   eventQueue
@@ -226,12 +226,12 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 		return nil, errorf(ErrInvalid, "link MTU %d cannot carry RoCE", info.MTU)
 	}
 	if cfg.MTU != 0 {
-		if _, ok := qpstate.MTUFromBytes(cfg.MTU); !ok {
+		if _, ok := qpattr.MTUFromBytes(cfg.MTU); !ok {
 			return nil, errorf(ErrInvalid, "MTU %d is not an IB MTU", cfg.MTU)
 		}
 		mtuBytes = min(mtuBytes, cfg.MTU)
 	}
-	mtu, _ := qpstate.MTUFromBytes(mtuBytes)
+	mtu, _ := qpattr.MTUFromBytes(mtuBytes)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System{}
 	}
@@ -268,7 +268,7 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 	if len(info.MAC) == 6 {
 		d.smac = wire.MAC(info.MAC)
 	}
-	d.lim = qpstate.Limits{
+	d.lim = qpattr.Limits{
 		MaxRdAtomic: MaxQPInitRdAtom, MaxDestRdAtomic: MaxQPRdAtom, NumPorts: 1,
 		NumPKeys: MaxPKeys, MaxMTU: mtu, MaxQPWR: MaxQPWR, MaxSendSGE: MaxSGE,
 		MaxRecvSGE: MaxSGE, MaxInlineData: MaxInlineData,
@@ -401,7 +401,7 @@ func (d *Device) QueryPort() PortAttr {
 	if d.e.linkDead.Load() || d.portDown.Load() {
 		st = PortDown
 	}
-	maxMTU, _ := qpstate.MTUFloor(activeMTU(d.info.MTU))
+	maxMTU, _ := qpattr.MTUFloor(activeMTU(d.info.MTU))
 	return PortAttr{
 		State: st, MaxMTU: maxMTU, ActiveMTU: d.mtu, GIDTblLen: GIDTableLen,
 		PKeyTblLen: MaxPKeys, MaxMsgSize: MaxMsgSize, LinkLayer: "Ethernet",

@@ -12,7 +12,7 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 // TestRemoteErrors: each violation gets the NAK the spec names, the requester's
@@ -40,15 +40,15 @@ func TestRemoteErrors(t *testing.T) {
 		{name: "atomic bad rkey", want: cq.RemAccessErr, respEv: EventQPAccessErr, wr: func(a, b *node) SendWR {
 			return SendWR{Opcode: WRAtomicFetchAdd, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: 0x12345600}
 		}},
-		{name: "write without REMOTE_WRITE", access: qpstate.AccessRemoteRead, want: cq.RemInvReqErr, respEv: EventQPReqErr,
+		{name: "write without REMOTE_WRITE", access: qpattr.AccessRemoteRead, want: cq.RemInvReqErr, respEv: EventQPReqErr,
 			wr: func(a, b *node) SendWR {
 				return SendWR{Opcode: WRRDMAWrite, InlineData: []byte("x"), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 			}},
-		{name: "read without REMOTE_READ", access: qpstate.AccessRemoteWrite, want: cq.RemInvReqErr, respEv: EventQPReqErr,
+		{name: "read without REMOTE_READ", access: qpattr.AccessRemoteWrite, want: cq.RemInvReqErr, respEv: EventQPReqErr,
 			wr: func(a, b *node) SendWR {
 				return SendWR{Opcode: WRRDMARead, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 			}},
-		{name: "atomic without REMOTE_ATOMIC", access: qpstate.AccessRemoteWrite, want: cq.RemInvReqErr, respEv: EventQPReqErr,
+		{name: "atomic without REMOTE_ATOMIC", access: qpattr.AccessRemoteWrite, want: cq.RemInvReqErr, respEv: EventQPReqErr,
 			wr: func(a, b *node) SendWR {
 				return SendWR{Opcode: WRAtomicCmpSwp, SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 			}},
@@ -98,7 +98,7 @@ func TestRemoteErrors(t *testing.T) {
 				}
 			}
 			noMore(t, a.cq)
-			if s := a.qp.State(); s != qpstate.Err {
+			if s := a.qp.State(); s != qpattr.Err {
 				t.Fatalf("requester state: got %v, want ERR", s)
 			}
 			// The responder: every receive completes, the first maybe with its own error.
@@ -116,7 +116,7 @@ func TestRemoteErrors(t *testing.T) {
 				}
 			}
 			noMore(t, b.cq)
-			if s := b.qp.State(); s != qpstate.Err {
+			if s := b.qp.State(); s != qpattr.Err {
 				t.Fatalf("responder state: got %v, want ERR", s)
 			}
 			select {
@@ -238,7 +238,7 @@ func TestRetryExceeded(t *testing.T) {
 func TestFlushCountsExactlyN(t *testing.T) {
 	for _, how := range []string{"modify to ERR", "destroy", "device close"} {
 		t.Run(how, func(t *testing.T) {
-			_, a, b := rcPair(t, pairOpts{}, nodeOpts{cap: qpstate.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}, connOpts{})
+			_, a, b := rcPair(t, pairOpts{}, nodeOpts{cap: qpattr.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}, connOpts{})
 			const n = 60
 			for i := range n {
 				recv(t, a, uint64(1000+i), uint64(i)*64, 64)
@@ -268,7 +268,7 @@ func TestFlushCountsExactlyN(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 			switch how {
 			case "modify to ERR":
-				if err := a.qp.ModifySync(&QPAttr{Attr: qpstate.Attr{State: qpstate.Err}}, qpstate.AttrState); err != nil {
+				if err := a.qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: qpattr.Err}}, qpattr.AttrState); err != nil {
 					t.Fatal(err)
 				}
 			case "destroy":
@@ -307,7 +307,7 @@ func TestFlushCountsExactlyN(t *testing.T) {
 
 func TestPostErrors(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	a := newNode(t, p.a, nodeOpts{cap: qpstate.Cap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 16}})
+	a := newNode(t, p.a, nodeOpts{cap: qpattr.Cap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 16}})
 	other := newNode(t, p.a, nodeOpts{})
 	b := newNode(t, p.b, nodeOpts{})
 	wr := SendWR{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 8)}}
@@ -358,8 +358,8 @@ func TestPostErrors(t *testing.T) {
 		t.Errorf("receive queue full: got %d, %v, want 2, ErrQueueFull", n, err)
 	}
 	// UC refuses READs, UD refuses WRITEs.
-	uc := newNode(t, p.a, nodeOpts{typ: qpstate.UC})
-	connect(t, uc, newNode(t, p.b, nodeOpts{typ: qpstate.UC}), connOpts{})
+	uc := newNode(t, p.a, nodeOpts{typ: qpattr.UC})
+	connect(t, uc, newNode(t, p.b, nodeOpts{typ: qpattr.UC}), connOpts{})
 	if _, err := uc.qp.PostSend([]SendWR{{Opcode: WRRDMARead, SGL: []SGE{uc.mr.SGE(0, 8)}}}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("UC READ: got %v, want ErrUnsupported", err)
 	}
@@ -382,26 +382,26 @@ func TestModifyErrors(t *testing.T) {
 	cases := []struct {
 		name string
 		attr QPAttr
-		mask qpstate.AttrMask
+		mask qpattr.AttrMask
 		want error
 	}{
-		{"RESET to RTR", QPAttr{Attr: qpstate.Attr{State: qpstate.RTR}}, qpstate.AttrState, ErrInvalid},
-		{"INIT without port", QPAttr{Attr: qpstate.Attr{State: qpstate.Init}}, qpstate.AttrState, ErrInvalid},
-		{"bad port", QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 2}}, qpstate.AttrState | qpstate.AttrPort | qpstate.AttrPKeyIndex | qpstate.AttrAccessFlags, ErrInvalid},
+		{"RESET to RTR", QPAttr{Attr: qpattr.Attr{State: qpattr.RTR}}, qpattr.AttrState, ErrInvalid},
+		{"INIT without port", QPAttr{Attr: qpattr.Attr{State: qpattr.Init}}, qpattr.AttrState, ErrInvalid},
+		{"bad port", QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 2}}, qpattr.AttrState | qpattr.AttrPort | qpattr.AttrPKeyIndex | qpattr.AttrAccessFlags, ErrInvalid},
 	}
 	for _, c := range cases {
 		if err := a.qp.ModifySync(&c.attr, c.mask); !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 		}
 	}
-	init := QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 1}}
-	if err := a.qp.ModifySync(&init, qpstate.AttrState|qpstate.AttrPort|qpstate.AttrPKeyIndex|qpstate.AttrAccessFlags); err != nil {
+	init := QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1}}
+	if err := a.qp.ModifySync(&init, qpattr.AttrState|qpattr.AttrPort|qpattr.AttrPKeyIndex|qpattr.AttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	rtr := QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: qpstate.MTU1024, DestQPN: 0x99, MaxDestRdAtomic: 1},
+	rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: qpattr.MTU1024, DestQPN: 0x99, MaxDestRdAtomic: 1},
 		AV: AV{DGID: gids(addrB)[0], SGIDIndex: 3}}
-	mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
-		qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer
+	mask := qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN |
+		qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer
 	if err := a.qp.ModifySync(&rtr, mask); !errors.Is(err, ErrInvalid) {
 		t.Errorf("bad SGID index: got %v, want ErrInvalid", err)
 	}
@@ -410,7 +410,7 @@ func TestModifyErrors(t *testing.T) {
 	if err := a.qp.ModifySync(&rtr, mask); !errors.Is(err, ErrInvalid) {
 		t.Errorf("IPv6 DGID from an IPv4 GID: got %v, want ErrInvalid", err)
 	}
-	if s := a.qp.State(); s != qpstate.Init {
+	if s := a.qp.State(); s != qpattr.Init {
 		t.Errorf("state after failed modifies: got %v, want INIT", s)
 	}
 }

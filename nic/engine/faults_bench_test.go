@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/xrnic/xrnic/bpf"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/testenv"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkVethWriteLoss(b *testing.B) {
 			r := newNode(b, vb.d, nodeOpts{cap: benchCap(), bufLen: 16 << 20})
 			// A local ACK timeout (16.8 ms) well above the veth's round trip, so
 			// that the loss, not the timer, sets the pace.
-			connect(b, a, r, connOpts{mtu: qpstate.MTU4096, timeout: 12})
+			connect(b, a, r, connOpts{mtu: qpattr.MTU4096, timeout: 12})
 			benchWrite(b, a, r, size, 32)
 			mbps := float64(b.N) * size / b.Elapsed().Seconds() / 1e6
 			if c.drop == 0 {

@@ -13,7 +13,7 @@ import (
 	"github.com/xrnic/xrnic/nic/clock"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -158,7 +158,7 @@ func TestRetryACKAtReadOrAtomicPSN(t *testing.T) {
 		{"FETCH_ADD", WRAtomicFetchAdd, 8, wire.RCAtomicAcknowledge},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024})
+			_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpattr.MTU1024})
 			fill(b.buf[4096:8192], 5)
 			binary.NativeEndian.PutUint64(b.buf[8192:], 1000)
 			recv(t, b, 1, 0, 64)
@@ -220,7 +220,7 @@ func TestRetryACKAtReadOrAtomicPSN(t *testing.T) {
 // QP would hang (IBV_SEND_FENCE orders a WR after the READs and atomics posted
 // before it).
 func TestRetryFencedWQEAfterRewind(t *testing.T) {
-	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024})
+	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpattr.MTU1024})
 	fill(a.buf[:2048], 7)
 	fill(b.buf[4096:5096], 8)
 	var writeFirst wire.PSN
@@ -263,7 +263,7 @@ func TestRetryFencedWQEAfterRewind(t *testing.T) {
 // slot that makes a fenced WQE before it wait forever.
 func TestRetryReadSlotTakenOnlyWhenSent(t *testing.T) {
 	clk := clock.NewManual(time.Unix(3000, 0))
-	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk, batch: 1}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024, timeout: 12})
+	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk, batch: 1}, nodeOpts{}, connOpts{mtu: qpattr.MTU1024, timeout: 12})
 	fill(a.buf[:2048], 9)
 	fill(b.buf[4096:5096], 10)
 	written := 0
@@ -324,7 +324,7 @@ func TestRetryReadSlotTakenOnlyWhenSent(t *testing.T) {
 // took as new: the add ran twice.
 func TestRetryLateACKDuringResend(t *testing.T) {
 	clk := clock.NewManual(time.Unix(4000, 0))
-	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk, txBudget: 1}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024, timeout: 12})
+	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk, txBudget: 1}, nodeOpts{}, connOpts{mtu: qpattr.MTU1024, timeout: 12})
 	fill(a.buf[:2048], 11)
 	binary.NativeEndian.PutUint64(b.buf[8192:], 70)
 	var writeLast wire.PSN
@@ -424,7 +424,7 @@ func TestRetryLateACKDuringResend(t *testing.T) {
 // timeout (here a clock that never moves) and spent a retry.
 func TestRetryNewNAKDuringRetry(t *testing.T) {
 	clk := clock.NewManual(time.Unix(5000, 0))
-	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024, timeout: 12, retry: 1})
+	_, ctl, a, b := ctlPair(t, pairOpts{clock: clk}, nodeOpts{}, connOpts{mtu: qpattr.MTU1024, timeout: 12, retry: 1})
 	fill(a.buf[:8192], 12)
 	var first wire.PSN
 	sends := map[wire.PSN]int{}
@@ -458,7 +458,7 @@ func TestRetryNewNAKDuringRetry(t *testing.T) {
 // with a NAK invalid request, which fails the QP: duplicates hold no responder
 // resource.
 func TestResponderDuplicatesLeaveRoomForNewReads(t *testing.T) {
-	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpstate.MTU1024, rdAtomic: 2})
+	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpattr.MTU1024, rdAtomic: 2})
 	fill(b.buf[4096:6096], 13)
 	dups := 0
 	ctl.set(func() {
@@ -497,10 +497,10 @@ func TestResponderDuplicatesLeaveRoomForNewReads(t *testing.T) {
 // sends at most a turn's budget of it before another QP's ACK, so that ACK does
 // not wait behind the whole response (and its requester time out).
 func TestResponderReadResponseTakesTurns(t *testing.T) {
-	p, ctl, a1, b1 := ctlPair(t, pairOpts{}, nodeOpts{bufLen: 1 << 20}, connOpts{mtu: qpstate.MTU1024})
+	p, ctl, a1, b1 := ctlPair(t, pairOpts{}, nodeOpts{bufLen: 1 << 20}, connOpts{mtu: qpattr.MTU1024})
 	a2 := newNode(t, p.a, nodeOpts{})
 	b2 := newNode(t, p.b, nodeOpts{})
-	connect(t, a2, b2, connOpts{mtu: qpstate.MTU1024})
+	connect(t, a2, b2, connOpts{mtu: qpattr.MTU1024})
 	var order []uint32 // the QPs of what A receives: QP 1's READ responses, QP 2's ACK
 	var write []byte
 	readSent := false

@@ -18,7 +18,7 @@ import (
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -88,16 +88,16 @@ func TestGoldenRCSend(t *testing.T) {
 	// PSNs from the capture: a starts at 3904638, b at 12236652.
 	steps := []struct {
 		a    QPAttr
-		mask qpstate.AttrMask
+		mask qpattr.AttrMask
 	}{
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 1, AccessFlags: qpstate.AccessLocalWrite}},
-			qpstate.AttrState | qpstate.AttrPKeyIndex | qpstate.AttrPort | qpstate.AttrAccessFlags},
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: qpstate.MTU1024, DestQPN: 0x12, RQPSN: 3904638,
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1, AccessFlags: qpattr.AccessLocalWrite}},
+			qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrAccessFlags},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: qpattr.MTU1024, DestQPN: 0x12, RQPSN: 3904638,
 			MaxDestRdAtomic: 1, MinRNRTimer: 12}, AV: AV{DGID: netdev.GIDFromAddr(netipMust("192.0.2.11")), DMAC: aMAC[:]}},
-			qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
-				qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer},
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, SQPSN: 12236652, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}},
-			qpstate.AttrState | qpstate.AttrSQPSN | qpstate.AttrTimeout | qpstate.AttrRetryCnt | qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic},
+			qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN |
+				qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTS, SQPSN: 12236652, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}},
+			qpattr.AttrState | qpattr.AttrSQPSN | qpattr.AttrTimeout | qpattr.AttrRetryCnt | qpattr.AttrRNRRetry | qpattr.AttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {
 		if err := n.qp.ModifySync(&s.a, s.mask); err != nil {
@@ -259,14 +259,14 @@ func goldenResponder(t *testing.T, frames [][]byte) {
 	defer region.Dereg()
 	steps := []struct {
 		a    QPAttr
-		mask qpstate.AttrMask
+		mask qpattr.AttrMask
 	}{
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 1, AccessFlags: qpstate.AccessRemoteWrite | qpstate.AccessRemoteRead | qpstate.AccessRemoteAtomic}},
-			qpstate.AttrState | qpstate.AttrPKeyIndex | qpstate.AttrPort | qpstate.AttrAccessFlags},
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: qpstate.MTU1024, DestQPN: reqQPN, RQPSN: firstPSN,
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1, AccessFlags: qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic}},
+			qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrAccessFlags},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: qpattr.MTU1024, DestQPN: reqQPN, RQPSN: firstPSN,
 			MaxDestRdAtomic: 16, MinRNRTimer: 12}, AV: AV{DGID: netdev.GIDFromAddr(reqAddr), DMAC: []byte{0x52, 0x54, 0, 0xc0, 2, 0x0b}}},
-			qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
-				qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer},
+			qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN |
+				qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer},
 	}
 	for _, s := range steps {
 		if err := n.qp.ModifySync(&s.a, s.mask); err != nil {
@@ -329,7 +329,7 @@ func goldenRequester(t *testing.T, frames [][]byte) {
 	var reqs, resps [][]byte
 	var reqQPN, respQPN, qkey uint32
 	var firstPSN wire.PSN
-	typ := qpstate.RC
+	typ := qpattr.RC
 	for i, f := range frames {
 		if err := wire.Parse(f, &p); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
@@ -341,23 +341,23 @@ func goldenRequester(t *testing.T, frames [][]byte) {
 				respQPN, firstPSN = p.BTH.DestQPN(), p.BTH.PSN()
 				switch p.Opcode.Transport() {
 				case wire.TransportUC:
-					typ = qpstate.UC
+					typ = qpattr.UC
 				case wire.TransportUD:
-					typ, reqQPN, qkey = qpstate.UD, p.DETH.SrcQPN(), p.DETH.QKey()
+					typ, reqQPN, qkey = qpattr.UD, p.DETH.SrcQPN(), p.DETH.QKey()
 				}
 			}
 			reqs = append(reqs, f)
 		case p.IPv4.Src() == respAddr && m&wire.MaskAck != 0:
 			reqQPN = p.BTH.DestQPN()
 			resps = append(resps, f)
-		case p.IPv4.Src() == respAddr && typ == qpstate.UC:
+		case p.IPv4.Src() == respAddr && typ == qpattr.UC:
 			reqQPN = p.BTH.DestQPN() // UC pingpong: the peer's SENDs name our QP
 		}
 	}
 	la, pd, n := goldenNode(t, reqAddr, reqQPN, nodeOpts{bufLen: 1 << 20, typ: typ})
 	var ah *AH
 	var err error
-	if typ == qpstate.UD {
+	if typ == qpattr.UD {
 		udUpPSN(t, n, qkey, firstPSN)
 		if ah, err = pd.CreateAH(AV{DGID: netdev.GIDFromAddr(respAddr), DMAC: []byte{0x52, 0x54, 0, 0xc0, 2, 0x0c}}); err != nil {
 			t.Fatal(err)
@@ -366,22 +366,22 @@ func goldenRequester(t *testing.T, frames [][]byte) {
 	}
 	steps := []struct {
 		a    QPAttr
-		mask qpstate.AttrMask
+		mask qpattr.AttrMask
 	}{
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 1}}, qpstate.AttrState | qpstate.AttrPKeyIndex | qpstate.AttrPort | qpstate.AttrAccessFlags},
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: qpstate.MTU1024, DestQPN: respQPN, RQPSN: 1, MaxDestRdAtomic: 16},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1}}, qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrAccessFlags},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: qpattr.MTU1024, DestQPN: respQPN, RQPSN: 1, MaxDestRdAtomic: 16},
 			AV: AV{DGID: netdev.GIDFromAddr(respAddr), DMAC: []byte{0x52, 0x54, 0, 0xc0, 2, 0x0c}}},
-			qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
-				qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer},
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, SQPSN: firstPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}},
-			qpstate.AttrState | qpstate.AttrSQPSN | qpstate.AttrTimeout | qpstate.AttrRetryCnt | qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic},
+			qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN |
+				qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTS, SQPSN: firstPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}},
+			qpattr.AttrState | qpattr.AttrSQPSN | qpattr.AttrTimeout | qpattr.AttrRetryCnt | qpattr.AttrRNRRetry | qpattr.AttrMaxQPRdAtomic},
 	}
-	if typ == qpstate.UC {
-		steps[1].mask &^= qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer
-		steps[2].mask = qpstate.AttrState | qpstate.AttrSQPSN
+	if typ == qpattr.UC {
+		steps[1].mask &^= qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer
+		steps[2].mask = qpattr.AttrState | qpattr.AttrSQPSN
 	}
 	for _, s := range steps {
-		if typ == qpstate.UD {
+		if typ == qpattr.UD {
 			break
 		}
 		if err := n.qp.ModifySync(&s.a, s.mask); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -95,8 +95,8 @@ type node struct {
 }
 
 type nodeOpts struct {
-	typ    qpstate.Type
-	cap    qpstate.Cap
+	typ    qpattr.Type
+	cap    qpattr.Cap
 	bufLen int
 	access mr.Access
 	sigAll bool
@@ -108,7 +108,7 @@ type nodeOpts struct {
 func newNode(t testing.TB, d *Device, o nodeOpts) *node {
 	t.Helper()
 	if o.typ == 0 {
-		o.typ = qpstate.RC
+		o.typ = qpattr.RC
 	}
 	if o.bufLen == 0 {
 		o.bufLen = 1 << 20
@@ -117,7 +117,7 @@ func newNode(t testing.TB, d *Device, o nodeOpts) *node {
 		o.access = mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
 	}
 	if o.cap.MaxSendWR == 0 {
-		o.cap = qpstate.Cap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}
+		o.cap = qpattr.Cap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 256}
 	}
 	if o.cqe == 0 {
 		o.cqe = 1024
@@ -156,7 +156,7 @@ func (n *node) gid() netdev.GID { return n.d.cfg.GIDs[0] }
 
 // connOpts are the connection attributes of connect.
 type connOpts struct {
-	mtu        qpstate.MTU
+	mtu        qpattr.MTU
 	timeout    uint8
 	retry      uint8
 	rnrRetry   uint8
@@ -170,10 +170,10 @@ type connOpts struct {
 func connect(t testing.TB, a, b *node, o connOpts) {
 	t.Helper()
 	if o.mtu == 0 {
-		o.mtu = qpstate.MTU1024
+		o.mtu = qpattr.MTU1024
 	}
 	if o.access == 0 {
-		o.access = qpstate.AccessRemoteWrite | qpstate.AccessRemoteRead | qpstate.AccessRemoteAtomic
+		o.access = qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic
 	}
 	if o.rdAtomic == 0 {
 		o.rdAtomic = 16
@@ -198,21 +198,21 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 	}
 	up := func(x, y *node, sq, rq wire.PSN) {
 		t.Helper()
-		rc := x.qp.typ == qpstate.RC
+		rc := x.qp.typ == qpattr.RC
 		acc := o.access
 		if !rc {
-			acc &= qpstate.AccessRemoteWrite
+			acc &= qpattr.AccessRemoteWrite
 		}
-		init := QPAttr{Attr: qpstate.Attr{State: qpstate.Init, PKeyIndex: 0, Port: 1, AccessFlags: acc}}
-		if err := x.qp.ModifySync(&init, qpstate.AttrState|qpstate.AttrPKeyIndex|qpstate.AttrPort|qpstate.AttrAccessFlags); err != nil {
+		init := QPAttr{Attr: qpattr.Attr{State: qpattr.Init, PKeyIndex: 0, Port: 1, AccessFlags: acc}}
+		if err := x.qp.ModifySync(&init, qpattr.AttrState|qpattr.AttrPKeyIndex|qpattr.AttrPort|qpattr.AttrAccessFlags); err != nil {
 			t.Fatalf("INIT: %v", err)
 		}
-		rtr := QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: o.mtu, DestQPN: y.qp.QPN(), RQPSN: rq,
+		rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: o.mtu, DestQPN: y.qp.QPN(), RQPSN: rq,
 			MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR},
 			AV: AV{DGID: y.gid(), DMAC: y.d.info.MAC}}
-		mask := qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN
+		mask := qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN
 		if rc {
-			mask |= qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer
+			mask |= qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer
 		}
 		if err := x.qp.ModifySync(&rtr, mask); err != nil {
 			t.Fatalf("RTR: %v", err)
@@ -220,11 +220,11 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 	}
 	rts := func(x *node, sq wire.PSN) {
 		t.Helper()
-		a := QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, SQPSN: sq, Timeout: o.timeout, RetryCnt: o.retry,
+		a := QPAttr{Attr: qpattr.Attr{State: qpattr.RTS, SQPSN: sq, Timeout: o.timeout, RetryCnt: o.retry,
 			RNRRetry: o.rnrRetry, MaxRdAtomic: o.rdAtomic}}
-		mask := qpstate.AttrState | qpstate.AttrSQPSN
-		if x.qp.typ == qpstate.RC {
-			mask |= qpstate.AttrTimeout | qpstate.AttrRetryCnt | qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic
+		mask := qpattr.AttrState | qpattr.AttrSQPSN
+		if x.qp.typ == qpattr.RC {
+			mask |= qpattr.AttrTimeout | qpattr.AttrRetryCnt | qpattr.AttrRNRRetry | qpattr.AttrMaxQPRdAtomic
 		}
 		if err := x.qp.ModifySync(&a, mask); err != nil {
 			t.Fatalf("RTS: %v", err)

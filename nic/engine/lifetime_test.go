@@ -12,7 +12,7 @@ import (
 	"github.com/xrnic/xrnic/internal/goid"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 const lifetimeDeadline = 30 * time.Second
@@ -100,8 +100,8 @@ func TestSRQDestroyRacesCreateQP(t *testing.T) {
 		var createErr, destroyErr error
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			qp, createErr = pd.CreateQP(QPInitAttr{Type: qpstate.RC, SendCQ: c, RecvCQ: c, SRQ: srq,
-				Cap: qpstate.Cap{MaxSendWR: 1, MaxSendSGE: 1}})
+			qp, createErr = pd.CreateQP(QPInitAttr{Type: qpattr.RC, SendCQ: c, RecvCQ: c, SRQ: srq,
+				Cap: qpattr.Cap{MaxSendWR: 1, MaxSendSGE: 1}})
 		})
 		wg.Go(func() { destroyErr = srq.Destroy().Wait() })
 		wg.Wait()
@@ -164,11 +164,11 @@ func TestNoEventAfterDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := newNode(t, p.a, nodeOpts{pd: pd, srq: srq})
-	for _, s := range []qpstate.State{qpstate.Init, qpstate.Err} {
-		a := QPAttr{Attr: qpstate.Attr{State: s, Port: 1}}
-		mask := qpstate.AttrState
-		if s == qpstate.Init {
-			mask |= qpstate.AttrPKeyIndex | qpstate.AttrPort | qpstate.AttrAccessFlags
+	for _, s := range []qpattr.State{qpattr.Init, qpattr.Err} {
+		a := QPAttr{Attr: qpattr.Attr{State: s, Port: 1}}
+		mask := qpattr.AttrState
+		if s == qpattr.Init {
+			mask |= qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrAccessFlags
 		}
 		if err := n.qp.ModifySync(&a, mask); err != nil {
 			t.Fatalf("to %v: %v", s, err)
@@ -259,7 +259,7 @@ func TestCloseWaitsForInFlightEvent(t *testing.T) {
 		t.Fatal("the SRQ's close completed while a QP uses it")
 	default:
 	}
-	if _, err := pd.CreateQP(QPInitAttr{Type: qpstate.RC, SendCQ: a.cq, RecvCQ: a.cq, SRQ: srq}); !errors.Is(err, ErrClosed) {
+	if _, err := pd.CreateQP(QPInitAttr{Type: qpattr.RC, SendCQ: a.cq, RecvCQ: a.cq, SRQ: srq}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("CreateQP on a closing SRQ: %v, want ErrClosed", err)
 	}
 	if err := waitOp(t, a.qp.Destroy()); err != nil {
@@ -351,7 +351,7 @@ func TestOpNotifyRunsOffTheCallersGoroutine(t *testing.T) {
 	}
 	done.Notify(func(err error) { got <- call{goid.ID(), err} })
 	n := newNode(t, p.a, nodeOpts{})
-	pending := n.qp.Modify(&QPAttr{Attr: qpstate.Attr{State: qpstate.Reset}}, qpstate.AttrState)
+	pending := n.qp.Modify(&QPAttr{Attr: qpattr.Attr{State: qpattr.Reset}}, qpattr.AttrState)
 	pending.Notify(func(err error) { got <- call{goid.ID(), err} })
 	for range 2 {
 		select {
@@ -454,7 +454,7 @@ func TestControlMisuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := p.a.CreateCQ(4, CQOptions{})
-	if _, err := pd2.CreateQP(QPInitAttr{Type: qpstate.RC, SendCQ: c, RecvCQ: c, SRQ: srq}); !errors.Is(err, ErrWrongPD) {
+	if _, err := pd2.CreateQP(QPInitAttr{Type: qpattr.RC, SendCQ: c, RecvCQ: c, SRQ: srq}); !errors.Is(err, ErrWrongPD) {
 		t.Errorf("QP with another PD's SRQ: %v", err)
 	}
 	m, _ := pd1.RegMR(make([]byte, 8), 0, 0)

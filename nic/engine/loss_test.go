@@ -9,7 +9,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 func TestRCLossyLink(t *testing.T) {
@@ -28,8 +28,8 @@ func TestRCLossyLink(t *testing.T) {
 			f2 := fc.f
 			f2.Seed += 100
 			p, a, b := rcPair(t, pairOpts{mem: link.MemoryOptions{AtoB: fc.f, BtoA: f2}},
-				nodeOpts{cap: qpstate.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}},
-				connOpts{mtu: qpstate.MTU1024, timeout: 12, retry: 7}) // ~17 ms local ACK timeout
+				nodeOpts{cap: qpattr.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}},
+				connOpts{mtu: qpattr.MTU1024, timeout: 12, retry: 7}) // ~17 ms local ACK timeout
 			const n = 40
 			const size = 5000
 			fill(a.buf[:n*size], 21)

@@ -7,27 +7,27 @@ import (
 	"net"
 
 	"github.com/xrnic/xrnic/nic/cq"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // QPAttr is struct ibv_qp_attr: the scalar attributes and the primary path. A plain
 // value: Modify copies it.
 type QPAttr struct {
-	qpstate.Attr
+	qpattr.Attr
 	AV AV // AttrAV
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp). The checks that
 // need the QP's state run on the engine goroutine; the Op reports their result.
 // Resolving the next-hop MAC of a new AV happens first, in the caller.
-func (qp *QP) Modify(attr *QPAttr, mask qpstate.AttrMask) *Op {
+func (qp *QP) Modify(attr *QPAttr, mask qpattr.AttrMask) *Op {
 	if attr == nil {
 		return qp.d.doneOp(errorf(ErrInvalid, "nil attributes"))
 	}
 	a := *attr
 	var rp routeParams
-	if mask&qpstate.AttrAV != 0 {
+	if mask&qpattr.AttrAV != 0 {
 		var err error
 		rp, err = qp.d.resolveAV(&a.AV)
 		if err != nil {
@@ -38,35 +38,35 @@ func (qp *QP) Modify(attr *QPAttr, mask qpstate.AttrMask) *Op {
 }
 
 // ModifySync is Modify followed by Wait.
-func (qp *QP) ModifySync(attr *QPAttr, mask qpstate.AttrMask) error {
+func (qp *QP) ModifySync(attr *QPAttr, mask qpattr.AttrMask) error {
 	return qp.Modify(attr, mask).Wait()
 }
 
 // modifyQP is the engine side of Modify (rxe_qp_chk_attr + rxe_qp_from_attr).
-func (e *engine) modifyQP(qp *QP, a *QPAttr, mask qpstate.AttrMask, rp routeParams) error {
+func (e *engine) modifyQP(qp *QP, a *QPAttr, mask qpattr.AttrMask, rp routeParams) error {
 	if !qp.live {
 		return errorf(ErrClosed, "QP %#x", qp.qpn)
 	}
 	cur := qp.state
-	next, err := qpstate.CheckModifyAttr(cur, qp.typ, &a.Attr, mask, e.d.lim)
+	next, err := qpattr.CheckModifyAttr(cur, qp.typ, &a.Attr, mask, e.d.lim)
 	if err != nil {
 		return errorf(ErrInvalid, "%v", err)
 	}
-	if err := qpstate.CheckDrain(cur, next, qp.draining); err != nil {
+	if err := qpattr.CheckDrain(cur, next, qp.draining); err != nil {
 		return errorf(ErrWrongState, "%v", err)
 	}
-	if mask&qpstate.AttrCap != 0 && a.Cap != qp.cap {
+	if mask&qpattr.AttrCap != 0 && a.Cap != qp.cap {
 		return errorf(ErrInvalid, "resizing a QP's queues is not supported")
 	}
 	// Build the new path before changing anything, so a bad AV changes nothing.
 	var rt *route
-	if mask&qpstate.AttrAV != 0 || (mask&qpstate.AttrDestQPN != 0 && qp.rt != nil) {
-		if mask&qpstate.AttrAV == 0 {
+	if mask&qpattr.AttrAV != 0 || (mask&qpattr.AttrDestQPN != 0 && qp.rt != nil) {
+		if mask&qpattr.AttrAV == 0 {
 			rp = routeParams{src: qp.rt.src, dst: qp.rt.dst, smac: e.d.smac, dmac: qp.rt.dmac,
 				tclass: qp.av.TrafficClass, flowLabel: qp.av.FlowLabel, hopLimit: qp.av.HopLimit}
 		}
 		dqpn := qp.attr.DestQPN
-		if mask&qpstate.AttrDestQPN != 0 {
+		if mask&qpattr.AttrDestQPN != 0 {
 			dqpn = a.DestQPN
 		}
 		rp.sport = e.d.sportFor(qp, dqpn, rp.flowLabel)
@@ -77,77 +77,77 @@ func (e *engine) modifyQP(qp *QP, a *QPAttr, mask qpstate.AttrMask, rp routePara
 
 	// Apply the attributes (rxe_qp_from_attr).
 	at := &qp.attr
-	if mask&qpstate.AttrAccessFlags != 0 {
+	if mask&qpattr.AttrAccessFlags != 0 {
 		at.AccessFlags = a.AccessFlags
 	}
-	if mask&qpstate.AttrPKeyIndex != 0 {
+	if mask&qpattr.AttrPKeyIndex != 0 {
 		at.PKeyIndex = a.PKeyIndex
 	}
-	if mask&qpstate.AttrPort != 0 {
+	if mask&qpattr.AttrPort != 0 {
 		at.Port = a.Port
 	}
-	if mask&qpstate.AttrQKey != 0 {
+	if mask&qpattr.AttrQKey != 0 {
 		at.QKey = a.QKey
 	}
 	if rt != nil {
 		qp.rt = rt
 	}
-	if mask&qpstate.AttrAV != 0 {
+	if mask&qpattr.AttrAV != 0 {
 		qp.av = a.AV
 		qp.av.DMAC = append(net.HardwareAddr(nil), rt.dmac[:]...)
 	}
-	if mask&qpstate.AttrPathMTU != 0 {
+	if mask&qpattr.AttrPathMTU != 0 {
 		at.PathMTU = a.PathMTU
 		qp.mtu = a.PathMTU.Bytes()
 	}
-	if mask&qpstate.AttrTimeout != 0 {
+	if mask&qpattr.AttrTimeout != 0 {
 		at.Timeout = a.Timeout
 		qp.timeout = ackTimeout(a.Timeout)
 	}
-	if mask&qpstate.AttrRetryCnt != 0 {
+	if mask&qpattr.AttrRetryCnt != 0 {
 		at.RetryCnt = a.RetryCnt
 		qp.comp.retryCnt = a.RetryCnt
 	}
-	if mask&qpstate.AttrRNRRetry != 0 {
+	if mask&qpattr.AttrRNRRetry != 0 {
 		at.RNRRetry = a.RNRRetry
 		qp.comp.rnrRetry = a.RNRRetry
 	}
-	if mask&qpstate.AttrRQPSN != 0 {
+	if mask&qpattr.AttrRQPSN != 0 {
 		at.RQPSN = a.RQPSN
 		qp.resp.psn = a.RQPSN
 		qp.resp.ackPSN = a.RQPSN
 	}
-	if mask&qpstate.AttrMinRNRTimer != 0 {
+	if mask&qpattr.AttrMinRNRTimer != 0 {
 		at.MinRNRTimer = a.MinRNRTimer
 	}
-	if mask&qpstate.AttrSQPSN != 0 {
+	if mask&qpattr.AttrSQPSN != 0 {
 		at.SQPSN = a.SQPSN
 		qp.req.psn = a.SQPSN
 		qp.req.hiPSN = a.SQPSN
 		qp.comp.psn = a.SQPSN
 	}
-	if mask&qpstate.AttrMaxQPRdAtomic != 0 {
+	if mask&qpattr.AttrMaxQPRdAtomic != 0 {
 		at.MaxRdAtomic = a.MaxRdAtomic
 	}
-	if mask&qpstate.AttrMaxDestRdAtomic != 0 {
+	if mask&qpattr.AttrMaxDestRdAtomic != 0 {
 		at.MaxDestRdAtomic = a.MaxDestRdAtomic
 		qp.resp.setResources(int(a.MaxDestRdAtomic))
 	}
-	if mask&qpstate.AttrPathMigState != 0 {
+	if mask&qpattr.AttrPathMigState != 0 {
 		at.PathMigState = a.PathMigState
 	}
-	if mask&qpstate.AttrDestQPN != 0 {
+	if mask&qpattr.AttrDestQPN != 0 {
 		at.DestQPN = a.DestQPN
 	}
-	if mask&qpstate.AttrEnSQDAsyncNotify != 0 {
+	if mask&qpattr.AttrEnSQDAsyncNotify != 0 {
 		at.SQDrainNotify = a.SQDrainNotify
 	}
-	if qp.typ == qpstate.UD || qp.typ == qpstate.GSI {
+	if qp.typ == qpattr.UD || qp.typ == qpattr.GSI {
 		qp.mtu = e.mtu
 		qp.sport = e.d.sportFor(qp, 0, 0)
 	}
 	if next == cur {
-		if qp.state == qpstate.SQE || qp.state == qpstate.RTS {
+		if qp.state == qpattr.SQE || qp.state == qpattr.RTS {
 			e.schedule(qp)
 		}
 		return nil
@@ -169,20 +169,20 @@ func (d *Device) sportFor(qp *QP, destQPN, flowLabel uint32) uint16 {
 
 // setState moves qp to s and does what the transition means (rxe_qp_from_attr's
 // state switch).
-func (e *engine) setState(qp *QP, s qpstate.State) {
+func (e *engine) setState(qp *QP, s qpattr.State) {
 	qp.state = s
 	qp.attr.State = s
 	switch s {
-	case qpstate.Reset:
+	case qpattr.Reset:
 		qp.setPubState(uint32(s)) // posters stop before the rings empty
 		e.resetQP(qp)
 		return
-	case qpstate.RTR:
+	case qpattr.RTR:
 		qp.commEst = false
-	case qpstate.RTS:
+	case qpattr.RTS:
 		qp.draining = false
 		e.schedule(qp)
-	case qpstate.SQD:
+	case qpattr.SQD:
 		// Finish every WQE that started (a partly sent one included), start no more.
 		qp.drainEnd = qp.req.wqeIndex
 		if qp.drainEnd != qp.sq.prod.Load() && qp.sqSlots[qp.drainEnd&qp.sq.mask].state == wqeProcessing {
@@ -192,7 +192,7 @@ func (e *engine) setState(qp *QP, s qpstate.State) {
 		if !qp.draining {
 			e.sqDrained(qp)
 		}
-	case qpstate.Err:
+	case qpattr.Err:
 		qp.setPubState(uint32(s))
 		e.flushSend(qp)
 		e.flushRecv(qp)
@@ -228,7 +228,7 @@ func (e *engine) resetQP(qp *QP) {
 	}
 	e.timers.stop(&qp.retrans)
 	e.timers.stop(&qp.rnr)
-	qp.attr = qpstate.Attr{}
+	qp.attr = qpattr.Attr{}
 	qp.av = AV{}
 	qp.rt = nil
 	qp.timeout = 0
@@ -247,13 +247,13 @@ func (qp *QP) resetTransport() {
 
 // qpError moves qp to ERR after a transport error, raising ev (rxe_qp_error).
 func (e *engine) qpError(qp *QP, ev EventType) {
-	if qp.state == qpstate.Err || qp.state == qpstate.Reset || !qp.live {
+	if qp.state == qpattr.Err || qp.state == qpattr.Reset || !qp.live {
 		return
 	}
 	if ev != noEvent {
 		e.d.evq.post(AsyncEvent{Type: ev, QP: qp})
 	}
-	e.setState(qp, qpstate.Err)
+	e.setState(qp, qpattr.Err)
 }
 
 // flushSend completes every send WQE not yet completed with WR_FLUSH_ERR (rxe
@@ -301,7 +301,7 @@ func (e *engine) pushWC(qp *QP, c *CQ, solicited bool) {
 		return
 	}
 	e.d.cnt.inc(CntCQOverflow)
-	if qp.state != qpstate.Err {
+	if qp.state != qpattr.Err {
 		qp.errPending = true
 		qp.errEvent = EventQPFatal
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/nic/cq"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 func TestSRQ(t *testing.T) {
@@ -68,7 +68,7 @@ func TestSRQ(t *testing.T) {
 	}
 	// A QP error flushes the QP's receive in progress, not the SRQ's WQEs, and
 	// raises Last WQE Reached.
-	if err := b1.qp.ModifySync(&QPAttr{Attr: qpstate.Attr{State: qpstate.Err}}, qpstate.AttrState); err != nil {
+	if err := b1.qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: qpattr.Err}}, qpattr.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	if srq.Len() != 2 {
@@ -94,12 +94,12 @@ func TestSQDrain(t *testing.T) {
 	// A SEND waits for a receive (RNR); SQD lets it finish but starts no more.
 	send(t, a, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("first")})
 	time.Sleep(5 * time.Millisecond)
-	if err := a.qp.ModifySync(&QPAttr{Attr: qpstate.Attr{State: qpstate.SQD, SQDrainNotify: true}},
-		qpstate.AttrState|qpstate.AttrEnSQDAsyncNotify); err != nil {
+	if err := a.qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: qpattr.SQD, SQDrainNotify: true}},
+		qpattr.AttrState|qpattr.AttrEnSQDAsyncNotify); err != nil {
 		t.Fatal(err)
 	}
 	send(t, a, SendWR{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, InlineData: []byte("later"), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	if err := a.qp.ModifySync(&QPAttr{Attr: qpstate.Attr{State: qpstate.RTS}}, qpstate.AttrState); !errors.Is(err, ErrWrongState) {
+	if err := a.qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: qpattr.RTS}}, qpattr.AttrState); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("SQD->RTS while draining: got %v, want ErrWrongState", err)
 	}
 	recv(t, b, 1, 0, 64)
@@ -113,23 +113,23 @@ func TestSQDrain(t *testing.T) {
 		t.Fatal("no SQ drained event")
 	}
 	noMore(t, a.cq) // the WRITE waits in SQD
-	if err := a.qp.ModifySync(&QPAttr{Attr: qpstate.Attr{State: qpstate.RTS}}, qpstate.AttrState); err != nil {
+	if err := a.qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: qpattr.RTS}}, qpattr.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	checkWC(t, pollOne(t, a.cq), cq.WC{WRID: 2, Opcode: cq.RDMAWrite, ByteLen: 5, QPN: a.qp.QPN()})
 }
 
 func TestQuery(t *testing.T) {
-	p, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpstate.MTU2048, psnA: 77, psnB: 99, timeout: 12, rdAtomic: 8})
+	p, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpattr.MTU2048, psnA: 77, psnB: 99, timeout: 12, rdAtomic: 8})
 	attr, init, err := a.qp.Query()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if attr.State != qpstate.RTS || attr.PathMTU != qpstate.MTU2048 || attr.SQPSN != 77 || attr.RQPSN != 99 ||
+	if attr.State != qpattr.RTS || attr.PathMTU != qpattr.MTU2048 || attr.SQPSN != 77 || attr.RQPSN != 99 ||
 		attr.DestQPN != b.qp.QPN() || attr.Timeout != 12 || attr.MaxRdAtomic != 8 || attr.AV.DGID != b.gid() {
 		t.Fatalf("Query: %+v", attr)
 	}
-	if init.Type != qpstate.RC || init.SendCQ != a.cq || init.Cap.MaxSendWR != 128 {
+	if init.Type != qpattr.RC || init.SendCQ != a.cq || init.Cap.MaxSendWR != 128 {
 		t.Fatalf("Query init attributes: %+v", init)
 	}
 	da := p.a.Query()
@@ -137,21 +137,21 @@ func TestQuery(t *testing.T) {
 		t.Fatalf("device attributes: %+v", da)
 	}
 	pa := p.a.QueryPort()
-	if pa.State != PortActive || pa.ActiveMTU != qpstate.MTU4096 || pa.LinkLayer != "Ethernet" || len(pa.GIDs) != 1 {
+	if pa.State != PortActive || pa.ActiveMTU != qpattr.MTU4096 || pa.LinkLayer != "Ethernet" || len(pa.GIDs) != 1 {
 		t.Fatalf("port attributes: %+v", pa)
 	}
 	// A port MTU cap.
 	q := newPair(t, pairOpts{mtu: 1024})
-	if got := q.a.QueryPort().ActiveMTU; got != qpstate.MTU1024 {
+	if got := q.a.QueryPort().ActiveMTU; got != qpattr.MTU1024 {
 		t.Fatalf("active MTU with Config.MTU 1024: got %v", got)
 	}
 	n := newNode(t, q.a, nodeOpts{})
-	init2 := QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 1}}
-	n.qp.ModifySync(&init2, qpstate.AttrState|qpstate.AttrPort|qpstate.AttrPKeyIndex|qpstate.AttrAccessFlags)
-	rtr := QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: qpstate.MTU2048, DestQPN: 1, MaxDestRdAtomic: 1},
+	init2 := QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1}}
+	n.qp.ModifySync(&init2, qpattr.AttrState|qpattr.AttrPort|qpattr.AttrPKeyIndex|qpattr.AttrAccessFlags)
+	rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: qpattr.MTU2048, DestQPN: 1, MaxDestRdAtomic: 1},
 		AV: AV{DGID: gids(addrB)[0]}}
-	if err := n.qp.ModifySync(&rtr, qpstate.AttrState|qpstate.AttrAV|qpstate.AttrPathMTU|qpstate.AttrDestQPN|qpstate.AttrRQPSN|
-		qpstate.AttrMaxDestRdAtomic|qpstate.AttrMinRNRTimer); !errors.Is(err, ErrInvalid) {
+	if err := n.qp.ModifySync(&rtr, qpattr.AttrState|qpattr.AttrAV|qpattr.AttrPathMTU|qpattr.AttrDestQPN|qpattr.AttrRQPSN|
+		qpattr.AttrMaxDestRdAtomic|qpattr.AttrMinRNRTimer); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("path MTU above the port's: got %v, want ErrInvalid", err)
 	}
 }
@@ -168,7 +168,7 @@ func TestCQOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	qp, err := a.pd.CreateQP(QPInitAttr{Type: qpstate.RC, SendCQ: c, RecvCQ: c, Cap: qpstate.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 8}})
+	qp, err := a.pd.CreateQP(QPInitAttr{Type: qpattr.RC, SendCQ: c, RecvCQ: c, Cap: qpattr.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestCQOverflow(t *testing.T) {
 			t.Fatalf("no CQ error event")
 		}
 	}
-	for qp.State() != qpstate.Err {
+	for qp.State() != qpattr.Err {
 		time.Sleep(time.Millisecond)
 	}
 	if n := p.a.Counters()[CntCQOverflow]; n == 0 {

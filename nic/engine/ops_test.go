@@ -9,11 +9,11 @@ import (
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 func TestRCRead(t *testing.T) {
-	for _, mtu := range []qpstate.MTU{qpstate.MTU256, qpstate.MTU1024, qpstate.MTU4096} {
+	for _, mtu := range []qpattr.MTU{qpattr.MTU256, qpattr.MTU1024, qpattr.MTU4096} {
 		for _, size := range []int{0, 1, 1024, 3000, 65536, 200000} {
 			t.Run(name("mtu%d/%d", mtu.Bytes(), size), func(t *testing.T) {
 				_, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: mtu})
@@ -109,7 +109,7 @@ func TestRCSendWithInvalidate(t *testing.T) {
 }
 
 func TestRCInlineAndSGL(t *testing.T) {
-	_, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpstate.MTU256})
+	_, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: qpattr.MTU256})
 	fill(a.buf[:4096], 11)
 	// Inline from registered memory, copied at post time: overwriting the source
 	// right after the post must not change what arrives.

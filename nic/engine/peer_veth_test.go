@@ -19,7 +19,7 @@ import (
 	"github.com/xrnic/xrnic/internal/wcstream"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/testenv"
 )
 
@@ -90,7 +90,7 @@ func vethPeerDeath(t *testing.T, how string, op WROpcode) {
 		}
 		lb.Close()
 	})
-	c := qpstate.Cap{MaxSendWR: deathWRs, MaxRecvWR: deathWRs, MaxSendSGE: 1, MaxRecvSGE: 1}
+	c := qpattr.Cap{MaxSendWR: deathWRs, MaxRecvWR: deathWRs, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a := newNode(t, da, nodeOpts{bufLen: deathMsg, cap: c})
 	b := newNode(t, db, nodeOpts{bufLen: deathMsg, cap: c})
 	connect(t, a, b, connOpts{timeout: deathTimeout, retry: deathRetry})
@@ -141,7 +141,7 @@ func vethPeerDeath(t *testing.T, how string, op WROpcode) {
 		func() bool { return len(s.WCs) == deathWRs })
 	ok := checkRetryExceeded(t, s.WCs, deathWRs)
 	noMore(t, a.cq)
-	if st := a.qp.State(); st != qpstate.Err {
+	if st := a.qp.State(); st != qpattr.Err {
 		t.Errorf("QP in %v after RETRY_EXC_ERR, want ERR", st)
 	}
 	c1 := a.d.Counters()

@@ -5,7 +5,7 @@ package engine
 
 import (
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -13,10 +13,10 @@ import (
 // SQE), otherwise give the requester a turn.
 func (e *engine) doorbell(qp *QP) {
 	switch qp.state {
-	case qpstate.Err:
+	case qpattr.Err:
 		e.flushSend(qp)
 		e.flushRecv(qp)
-	case qpstate.SQE:
+	case qpattr.SQE:
 		e.flushSend(qp)
 	default:
 		e.schedule(qp)
@@ -103,8 +103,8 @@ func (qp *QP) checkPostSend(st uint32, prod uint32, wr *SendWR) error {
 	if st == stateDestroyed {
 		return errorf(ErrClosed, "QP %#x", qp.qpn)
 	}
-	if !qpstate.CanPostSend(qpstate.State(st)) {
-		return errorf(ErrWrongState, "post send in %v", qpstate.State(st))
+	if !qpattr.CanPostSend(qpattr.State(st)) {
+		return errorf(ErrWrongState, "post send in %v", qpattr.State(st))
 	}
 	if prod-qp.sq.cons.Load() >= qp.sq.cap {
 		return errorf(ErrQueueFull, "send queue of %d", qp.sq.cap)
@@ -160,7 +160,7 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 		if wr.RemoteAddr&7 != 0 {
 			return errorf(ErrInvalid, "atomic at unaligned address %#x", wr.RemoteAddr)
 		}
-	case qp.typ == qpstate.UD || qp.typ == qpstate.GSI:
+	case qp.typ == qpattr.UD || qp.typ == qpattr.GSI:
 		if wr.AH == nil {
 			return errorf(ErrInvalid, "UD send without an AH")
 		}
@@ -229,8 +229,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 		switch {
 		case st == stateDestroyed:
 			err = errorf(ErrClosed, "QP %#x", qp.qpn)
-		case !qpstate.CanPostRecv(qpstate.State(st)):
-			err = errorf(ErrWrongState, "post receive in %v", qpstate.State(st))
+		case !qpattr.CanPostRecv(qpattr.State(st)):
+			err = errorf(ErrWrongState, "post receive in %v", qpattr.State(st))
 		case prod-qp.rq.cons.Load() >= qp.rq.cap:
 			err = errorf(ErrQueueFull, "receive queue of %d", qp.rq.cap)
 		case len(wr.SGL) > int(qp.cap.MaxRecvSGE):
@@ -249,7 +249,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 		n = len(wrs)
 	}
 	qp.rq.mu.Unlock()
-	if n > 0 && qpstate.State(st) == qpstate.Err {
+	if n > 0 && qpattr.State(st) == qpattr.Err {
 		qp.ring() // flush it
 	}
 	return n, err

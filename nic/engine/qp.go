@@ -7,16 +7,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 // QPInitAttr is struct ibv_qp_init_attr. A plain value: CreateQP copies it.
 type QPInitAttr struct {
-	Type   qpstate.Type
+	Type   qpattr.Type
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *SRQ // optional: receives come from the SRQ
-	Cap    qpstate.Cap
+	Cap    qpattr.Cap
 	// SigAll makes every send WR signaled (sq_sig_all).
 	SigAll bool
 	// Context is the consumer's value (qp_context), returned by Context.
@@ -35,12 +35,12 @@ type QP struct {
 	d      *Device
 	pd     *PD
 	qpn    uint32
-	typ    qpstate.Type
+	typ    qpattr.Type
 	scq    *CQ
 	rcq    *CQ
 	srq    *SRQ
 	sigAll bool
-	cap    qpstate.Cap
+	cap    qpattr.Cap
 	ctx    any
 	n      lifetime // parents: the PD, the CQs and the SRQ; no children
 
@@ -56,8 +56,8 @@ type QP struct {
 	// ---- engine ----
 	live       bool // in the engine's QP table
 	inActive   bool
-	state      qpstate.State
-	attr       qpstate.Attr
+	state      qpattr.State
+	attr       qpattr.Attr
 	av         AV
 	rt         *route // connected QPs: the path to the peer
 	mtu        int    // path MTU in bytes
@@ -79,7 +79,7 @@ type QP struct {
 func (qp *QP) QPN() uint32 { return qp.qpn }
 
 // Type returns the QP type.
-func (qp *QP) Type() qpstate.Type { return qp.typ }
+func (qp *QP) Type() qpattr.Type { return qp.typ }
 
 // PD returns the QP's protection domain.
 func (qp *QP) PD() *PD { return qp.pd }
@@ -88,15 +88,15 @@ func (qp *QP) PD() *PD { return qp.pd }
 func (qp *QP) Context() any { return qp.ctx }
 
 // Cap returns the QP's queue sizes.
-func (qp *QP) Cap() qpstate.Cap { return qp.cap }
+func (qp *QP) Cap() qpattr.Cap { return qp.cap }
 
 // State returns the QP's state as posters see it (a snapshot).
-func (qp *QP) State() qpstate.State {
+func (qp *QP) State() qpattr.State {
 	s := qp.pubState.Load()
 	if s == stateDestroyed {
-		return qpstate.Err
+		return qpattr.Err
 	}
-	return qpstate.State(s)
+	return qpattr.State(s)
 }
 
 // CreateQP creates a QP in RESET (ibv_create_qp). The GSI type makes QP1, one per
@@ -130,16 +130,16 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 	if a.RecvCQ == nil {
 		a.RecvCQ = a.SendCQ
 	}
-	if err := qpstate.ValidateCap(a.Cap, d.lim, a.SRQ != nil); err != nil {
+	if err := qpattr.ValidateCap(a.Cap, d.lim, a.SRQ != nil); err != nil {
 		return nil, errorf(ErrInvalid, "%v", err)
 	}
 	if a.SRQ != nil {
 		if a.SRQ.pd != pd {
 			return nil, errorf(ErrWrongPD, "the SRQ belongs to another PD")
 		}
-		if a.Type != qpstate.RC && a.Type != qpstate.UD {
+		if a.Type != qpattr.RC && a.Type != qpattr.UD {
 			// rxe allows an SRQ on UC too.
-			if a.Type != qpstate.UC {
+			if a.Type != qpattr.UC {
 				return nil, errorf(ErrInvalid, "an SRQ on a %v QP", a.Type)
 			}
 		}
@@ -200,7 +200,7 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var err error
-	if a.Type == qpstate.GSI {
+	if a.Type == qpattr.GSI {
 		if _, ok := d.qpns[gsiQPN]; ok {
 			err = errorf(ErrBusy, "the device already has its GSI QP")
 		}
@@ -249,7 +249,7 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 		a.CurState = qp.state
 		a.Cap = qp.cap
 		a.AV = qp.av
-		if qp.state == qpstate.SQD {
+		if qp.state == qpattr.SQD {
 			a.SQDrainNotify = qp.attr.SQDrainNotify
 		}
 		return nil
@@ -280,7 +280,7 @@ func (qp *QP) Close() *Op { return qp.Destroy() }
 
 // destroyQP flushes qp and removes it; the engine side of Destroy and Close.
 func (e *engine) destroyQP(qp *QP) {
-	if qp.state != qpstate.Reset {
+	if qp.state != qpattr.Reset {
 		e.flushSend(qp)
 		e.flushRecv(qp)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -46,23 +46,23 @@ func newRawPeer(t testing.TB, no nodeOpts, co connOpts) (*rawPeer, *node) {
 	})
 	n := newNode(t, d, no)
 	if co.mtu == 0 {
-		co.mtu = qpstate.MTU1024
+		co.mtu = qpattr.MTU1024
 	}
 	if co.access == 0 {
-		co.access = qpstate.AccessRemoteWrite | qpstate.AccessRemoteRead | qpstate.AccessRemoteAtomic
+		co.access = qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic
 	}
 	steps := []struct {
 		a    QPAttr
-		mask qpstate.AttrMask
+		mask qpattr.AttrMask
 	}{
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.Init, Port: 1, AccessFlags: co.access}},
-			qpstate.AttrState | qpstate.AttrPKeyIndex | qpstate.AttrPort | qpstate.AttrAccessFlags},
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.RTR, PathMTU: co.mtu, DestQPN: rawQPN, RQPSN: 1000,
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1, AccessFlags: co.access}},
+			qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrAccessFlags},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: co.mtu, DestQPN: rawQPN, RQPSN: 1000,
 			MaxDestRdAtomic: max(co.rdAtomic, 1), MinRNRTimer: 5}, AV: AV{DGID: gids(addrA)[0], DMAC: la.Info().MAC}},
-			qpstate.AttrState | qpstate.AttrAV | qpstate.AttrPathMTU | qpstate.AttrDestQPN | qpstate.AttrRQPSN |
-				qpstate.AttrMaxDestRdAtomic | qpstate.AttrMinRNRTimer},
-		{QPAttr{Attr: qpstate.Attr{State: qpstate.RTS, SQPSN: 5000, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}},
-			qpstate.AttrState | qpstate.AttrSQPSN | qpstate.AttrTimeout | qpstate.AttrRetryCnt | qpstate.AttrRNRRetry | qpstate.AttrMaxQPRdAtomic},
+			qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN |
+				qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer},
+		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTS, SQPSN: 5000, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}},
+			qpattr.AttrState | qpattr.AttrSQPSN | qpattr.AttrTimeout | qpattr.AttrRetryCnt | qpattr.AttrRNRRetry | qpattr.AttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {
 		if err := n.qp.ModifySync(&s.a, s.mask); err != nil {
@@ -296,10 +296,10 @@ func TestResponderInvalidRequests(t *testing.T) {
 			last := got[len(got)-1]
 			expectAck(t, last, wire.RCAcknowledge, c.nakPSN, wire.NAKSyndrome(c.code))
 			deadline := time.Now().Add(time.Second)
-			for n.qp.State() != qpstate.Err && time.Now().Before(deadline) {
+			for n.qp.State() != qpattr.Err && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if s := n.qp.State(); s != qpstate.Err {
+			if s := n.qp.State(); s != qpattr.Err {
 				t.Fatalf("state: got %v, want ERR", s)
 			}
 			w := pollOne(t, n.cq)
@@ -335,7 +335,7 @@ func TestHostileFrames(t *testing.T) {
 	if c[CntRcvdBadPKey] != 1 || c[CntRcvdBadAddr] != 1 {
 		t.Fatalf("rcvd_bad_pkey %d rcvd_bad_addr %d, want 1 1", c[CntRcvdBadPKey], c[CntRcvdBadAddr])
 	}
-	if s := n.qp.State(); s != qpstate.RTS {
+	if s := n.qp.State(); s != qpattr.RTS {
 		t.Fatalf("state after dropped frames: got %v, want RTS", s)
 	}
 

@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/xrnic/xrnic/nic/cq"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 func TestRCSend(t *testing.T) {
-	for _, mtu := range []qpstate.MTU{qpstate.MTU256, qpstate.MTU1024, qpstate.MTU4096} {
+	for _, mtu := range []qpattr.MTU{qpattr.MTU256, qpattr.MTU1024, qpattr.MTU4096} {
 		for _, size := range []int{0, 1, 255, 256, 257, 3000, 4096, 10000, 65536} {
 			t.Run(name("mtu%d/%d", mtu.Bytes(), size), func(t *testing.T) {
 				_, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: mtu})
@@ -27,7 +27,7 @@ func TestRCSend(t *testing.T) {
 }
 
 func TestRCWrite(t *testing.T) {
-	for _, mtu := range []qpstate.MTU{qpstate.MTU256, qpstate.MTU1024, qpstate.MTU4096} {
+	for _, mtu := range []qpattr.MTU{qpattr.MTU256, qpattr.MTU1024, qpattr.MTU4096} {
 		for _, size := range []int{0, 1, 1024, 1025, 3000, 65536, 300000} {
 			t.Run(name("mtu%d/%d", mtu.Bytes(), size), func(t *testing.T) {
 				_, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{mtu: mtu})

@@ -4,7 +4,7 @@
 package engine
 
 import (
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -35,7 +35,7 @@ func (e *engine) handleFrame(b []byte) {
 		return
 	}
 	c.inc(CntRcvdPkts)
-	if qp.state == qpstate.RTR && !qp.commEst {
+	if qp.state == qpattr.RTR && !qp.commEst {
 		// The first packet received in RTR establishes communication.
 		qp.commEst = true
 		e.d.evq.post(AsyncEvent{Type: EventCommEst, QP: qp})
@@ -54,18 +54,18 @@ func (e *engine) checkQP(qp *QP, p *wire.Packet, mask wire.OpMask) bool {
 	// The opcode's transport must be the QP's (rxe check_type_state).
 	var want wire.Transport
 	switch qp.typ {
-	case qpstate.RC:
+	case qpattr.RC:
 		want = wire.TransportRC
-	case qpstate.UC:
+	case qpattr.UC:
 		want = wire.TransportUC
 	default:
 		want = wire.TransportUD
 	}
-	if p.Opcode.Transport() != want || qp.errPending || !qpstate.ProcessesIncoming(qp.state) {
+	if p.Opcode.Transport() != want || qp.errPending || !qpattr.ProcessesIncoming(qp.state) {
 		c.inc(CntRcvdBadState)
 		return false
 	}
-	if mask&wire.MaskReq == 0 && (qp.typ != qpstate.RC || qp.state == qpstate.RTR) {
+	if mask&wire.MaskReq == 0 && (qp.typ != qpattr.RC || qp.state == qpattr.RTR) {
 		c.inc(CntRcvdBadState) // a response to a QP that sent no request
 		return false
 	}

@@ -5,7 +5,7 @@ package engine
 import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -29,7 +29,7 @@ type reqState struct {
 func (e *engine) runRequester(qp *QP, budget int) bool {
 	rq := &qp.req
 	switch qp.state {
-	case qpstate.RTS, qpstate.SQD:
+	case qpattr.RTS, qpattr.SQD:
 	default:
 		return false
 	}
@@ -45,7 +45,7 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 		if w == nil {
 			return false
 		}
-		if qp.typ == qpstate.RC && rq.psn.Sub(qp.comp.psn) > maxUnackedPSNs {
+		if qp.typ == qpattr.RC && rq.psn.Sub(qp.comp.psn) > maxUnackedPSNs {
 			rq.waitPSN = true
 			return false
 		}
@@ -81,7 +81,7 @@ func (e *engine) reqNextWQE(qp *QP) *sendWQE {
 	if rq.wqeIndex == qp.sq.prod.Load() {
 		return nil
 	}
-	if qp.state == qpstate.SQD && int32(rq.wqeIndex-qp.drainEnd) >= 0 {
+	if qp.state == qpattr.SQD && int32(rq.wqeIndex-qp.drainEnd) >= 0 {
 		return nil // SQD: finish what started, start nothing (IBTA 10.3.1)
 	}
 	w := &qp.sqSlots[rq.wqeIndex&qp.sq.mask]
@@ -99,7 +99,7 @@ func (e *engine) reqNextWQE(qp *QP) *sendWQE {
 func nextOpcode(qp *QP, w *sendWQE) wire.Opcode {
 	fits := w.dma.resid <= uint32(qp.mtu)
 	base := wire.Opcode(0x00)
-	if qp.typ == qpstate.UC {
+	if qp.typ == qpattr.UC {
 		base = 0x20
 	}
 	inMsg := qp.req.opcode >= 0
@@ -178,7 +178,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 	se := w.flags&SendSolicited != 0 && m&wire.MaskLast != 0 &&
 		(m&wire.MaskSend != 0 || m&(wire.MaskWrite|wire.MaskImmDt) == wire.MaskWrite|wire.MaskImmDt)
 	ackReq := false
-	if qp.typ == qpstate.RC {
+	if qp.typ == qpattr.RC {
 		ackReq = m&wire.MaskLast != 0 || rq.noackPkts >= maxPktPerAck
 		rq.noackPkts++
 		if ackReq {
@@ -214,7 +214,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 		switch {
 		case qp.qpn == gsiQPN:
 			qkey = wire.QP1QKey
-		case qkey&qpstate.ControlledQKey != 0:
+		case qkey&qpattr.ControlledQKey != 0:
 			qkey = qp.attr.QKey // the high bit takes the QP's Q_Key
 		}
 		f := wire.DETHFields{QKey: qkey, SrcQPN: qp.qpn}
@@ -231,7 +231,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 	}
 	clear(ib[in.HeaderLen+payload : n-wire.ICRCLen])
 	e.tx.commit(rt.finish(buf, n))
-	if qp.typ == qpstate.RC {
+	if qp.typ == qpattr.RC {
 		if rq.psn.Sub(rq.hiPSN) < 0 {
 			e.d.cnt.inc(CntRetransmitted)
 		} else {
@@ -262,7 +262,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 	if m&wire.MaskLast != 0 {
 		rq.opcode = -1
 		rq.wqeIndex++
-		if qp.typ == qpstate.RC {
+		if qp.typ == qpattr.RC {
 			w.state = wqePending
 		} else {
 			// UC and UD complete once the last packet is out.
@@ -274,7 +274,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 		rq.opcode = int(op)
 		w.state = wqeProcessing
 	}
-	if qp.typ == qpstate.RC && qp.timeout > 0 && !qp.retrans.armed() {
+	if qp.typ == qpattr.RC && qp.timeout > 0 && !qp.retrans.armed() {
 		e.timers.set(&qp.retrans, e.now+qp.timeout)
 	}
 	return true

@@ -10,15 +10,15 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // QPInfo is one QP as `rdma resource show qp` shows it. A plain value.
 type QPInfo struct {
 	QPN     uint32
-	Type    qpstate.Type
-	State   qpstate.State
+	Type    qpattr.Type
+	State   qpattr.State
 	DestQPN uint32   // the connected peer's QPN (RC, UC)
 	SQPSN   wire.PSN // PSN of the next request packet the requester sends
 	RQPSN   wire.PSN // PSN the responder expects next (ePSN)
@@ -118,7 +118,7 @@ func (qp *QP) engineInfo() QPInfo {
 		DGID:          qp.av.DGID,
 		SQOutstanding: int(qp.sq.count()), SQCap: int(qp.sq.cap),
 	}
-	if qp.state != qpstate.Reset && qp.state != qpstate.Init {
+	if qp.state != qpattr.Reset && qp.state != qpattr.Init {
 		i.PathMTU = qp.mtu
 	}
 	if qp.srq == nil {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 // TestResources: the snapshot lists the QPs with their transport state and
@@ -31,7 +31,7 @@ func TestResources(t *testing.T) {
 		t.Errorf("B's MR:\n got %+v\nwant %+v", r.MRs[0], wantMR)
 	}
 	q := r.QPs[0]
-	want := QPInfo{QPN: b.qp.QPN(), Type: qpstate.RC, State: qpstate.RTS, DestQPN: a.qp.QPN(), SQPSN: 0x200, RQPSN: 0x101,
+	want := QPInfo{QPN: b.qp.QPN(), Type: qpattr.RC, State: qpattr.RTS, DestQPN: a.qp.QPN(), SQPSN: 0x200, RQPSN: 0x101,
 		PathMTU: 1024, PD: b.pd.Handle(), SendCQ: q.SendCQ, RecvCQ: q.SendCQ, DGID: a.gid(),
 		SQOutstanding: 0, SQCap: 128, RQPosted: 1, RQCap: 128}
 	if q != want {

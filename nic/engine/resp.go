@@ -5,7 +5,7 @@ package engine
 import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -150,7 +150,7 @@ func (e *engine) respond(qp *QP, p *wire.Packet) {
 
 	// CHK_PSN (rxe check_psn; UC resynchronises on FIRST/ONLY).
 	switch qp.typ {
-	case qpstate.RC:
+	case qpattr.RC:
 		diff := psn.Sub(r.psn)
 		if diff > 0 {
 			if r.sentPSNNak {
@@ -167,7 +167,7 @@ func (e *engine) respond(qp *QP, p *wire.Packet) {
 			return
 		}
 		r.sentPSNNak = false
-	case qpstate.UC:
+	case qpattr.UC:
 		if mask&wire.MaskFirst != 0 {
 			if r.opcode >= 0 || r.dropMsg || psn != r.psn {
 				// A new message: whatever was under way is lost (class D1).
@@ -201,13 +201,13 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 		ok := mask&(wire.MaskMiddle|wire.MaskLast) != 0 && mask&wire.MaskFirst == 0 &&
 			prev&(wire.MaskSend|wire.MaskWrite)&mask != 0
 		if !ok {
-			if qp.typ == qpstate.RC {
+			if qp.typ == qpattr.RC {
 				return errMissingLastC
 			}
 			return errMissingLastD1E
 		}
 	} else if qp.typ.Connected() && mask&wire.MaskFirst == 0 && mask&(wire.MaskSend|wire.MaskWrite) != 0 {
-		if qp.typ == qpstate.RC {
+		if qp.typ == qpattr.RC {
 			return errMissingFirst
 		}
 		r.dropMsg = true
@@ -217,15 +217,15 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 	// CHK_OP_VALID: the QP's access flags allow the operation (rxe check_op_valid).
 	acc := qp.attr.AccessFlags
 	switch qp.typ {
-	case qpstate.RC:
-		if (mask&wire.MaskRead != 0 && acc&qpstate.AccessRemoteRead == 0) ||
-			(mask&wire.MaskWrite != 0 && acc&qpstate.AccessRemoteWrite == 0) ||
-			(mask&wire.MaskAtomic != 0 && acc&qpstate.AccessRemoteAtomic == 0) ||
+	case qpattr.RC:
+		if (mask&wire.MaskRead != 0 && acc&qpattr.AccessRemoteRead == 0) ||
+			(mask&wire.MaskWrite != 0 && acc&qpattr.AccessRemoteWrite == 0) ||
+			(mask&wire.MaskAtomic != 0 && acc&qpattr.AccessRemoteAtomic == 0) ||
 			mask&(wire.MaskFlush|wire.MaskAtomicWrite) != 0 {
 			return errUnsupportedOpcode
 		}
-	case qpstate.UC:
-		if mask&wire.MaskWrite != 0 && acc&qpstate.AccessRemoteWrite == 0 {
+	case qpattr.UC:
+		if mask&wire.MaskWrite != 0 && acc&qpattr.AccessRemoteWrite == 0 {
 			return errRKeyViolation
 		}
 	}
@@ -397,7 +397,7 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 		r.status = cq.Success
 		e.completeRecv(qp, p)
 	}
-	if qp.typ == qpstate.RC && p.BTH.AckReq() {
+	if qp.typ == qpattr.RC && p.BTH.AckReq() {
 		e.respAck(qp, wire.ACKSyndrome(wire.CreditsUnlimited), psn)
 	}
 	return respOK
@@ -561,7 +561,7 @@ func (e *engine) respAck(qp *QP, syn wire.Syndrome, psn wire.PSN) {
 func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr) {
 	r := &qp.resp
 	psn := p.BTH.PSN()
-	rc := qp.typ == qpstate.RC
+	rc := qp.typ == qpattr.RC
 	switch err {
 	case errRNR:
 		if rc {
@@ -598,7 +598,7 @@ func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr
 			return
 		}
 		e.abortMessage(qp)
-		r.dropMsg = qp.typ == qpstate.UC
+		r.dropMsg = qp.typ == qpattr.UC
 		e.d.cnt.inc(CntRcvdDropped)
 	case errInvalidateRKey:
 		// Class J: the receive completes in error and the QP fails.
@@ -617,7 +617,7 @@ func (e *engine) classC(qp *QP, p *wire.Packet, code wire.NAKCode, status cq.Sta
 		r.status = status
 		e.completeRecv(qp, p)
 	}
-	if qp.typ == qpstate.RC {
+	if qp.typ == qpattr.RC {
 		e.respAck(qp, wire.NAKSyndrome(code), p.BTH.PSN())
 	}
 	qp.errPending = true
@@ -674,7 +674,7 @@ func (e *engine) completeRecv(qp *QP, p *wire.Packet) {
 func (e *engine) respFlush(qp *QP) bool {
 	r := &qp.resp
 	for sent := 0; r.outLen > 0; sent++ {
-		if qp.rt == nil || !qpstate.ProcessesIncoming(qp.state) {
+		if qp.rt == nil || !qpattr.ProcessesIncoming(qp.state) {
 			r.dropOut() // no path (reset) or ERR: nothing more leaves
 			return false
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/nic/cq"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
 func TestManyQPsConcurrentPosters(t *testing.T) {
@@ -19,13 +19,13 @@ func TestManyQPsConcurrentPosters(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	pda, _ := p.a.AllocPD()
 	pdb, _ := p.b.AllocPD()
-	cap := qpstate.Cap{MaxSendWR: 8, MaxRecvWR: msgs, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	cap := qpattr.Cap{MaxSendWR: 8, MaxRecvWR: msgs, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	as := make([]*node, nQP)
 	bs := make([]*node, nQP)
 	for i := range nQP {
 		as[i] = newNode(t, p.a, nodeOpts{pd: pda, cap: cap, bufLen: msgs * size, cqe: 64})
 		bs[i] = newNode(t, p.b, nodeOpts{pd: pdb, cap: cap, bufLen: msgs * size, cqe: 64})
-		connect(t, as[i], bs[i], connOpts{mtu: qpstate.MTU1024})
+		connect(t, as[i], bs[i], connOpts{mtu: qpattr.MTU1024})
 	}
 	var wg sync.WaitGroup
 	errs := make(chan string, nQP)

@@ -41,7 +41,7 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -338,8 +338,8 @@ func (s *soak) run(da, db *Device, seed uint64) {
 	}
 	t.Cleanup(func() { s.atomMR.Dereg() })
 
-	mtus := []qpstate.MTU{qpstate.MTU1024, qpstate.MTU2048, qpstate.MTU4096}
-	cap := qpstate.Cap{MaxSendWR: uint32(cfg.window), MaxRecvWR: uint32(cfg.window), MaxSendSGE: 3, MaxRecvSGE: 3,
+	mtus := []qpattr.MTU{qpattr.MTU1024, qpattr.MTU2048, qpattr.MTU4096}
+	cap := qpattr.Cap{MaxSendWR: uint32(cfg.window), MaxRecvWR: uint32(cfg.window), MaxSendSGE: 3, MaxRecvSGE: 3,
 		MaxInlineData: 256}
 	totalOps, totalBytes := 0, 0
 	for i := range cfg.qps {
@@ -395,7 +395,7 @@ func (s *soak) run(da, db *Device, seed uint64) {
 			}
 		}
 		for _, n := range []*node{q.a, q.b} {
-			if st := n.qp.State(); st != qpstate.RTS {
+			if st := n.qp.State(); st != qpattr.RTS {
 				s.fatalf("QP %d: %v in %v, want RTS", q.idx, n.qp.QPN(), st)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -23,12 +23,12 @@ func udUp(t testing.TB, n *node, qkey uint32) {
 func udUpPSN(t testing.TB, n *node, qkey uint32, psn wire.PSN) {
 	t.Helper()
 	steps := []struct {
-		a    qpstate.Attr
-		mask qpstate.AttrMask
+		a    qpattr.Attr
+		mask qpattr.AttrMask
 	}{
-		{qpstate.Attr{State: qpstate.Init, Port: 1, QKey: qkey}, qpstate.AttrState | qpstate.AttrPKeyIndex | qpstate.AttrPort | qpstate.AttrQKey},
-		{qpstate.Attr{State: qpstate.RTR}, qpstate.AttrState},
-		{qpstate.Attr{State: qpstate.RTS, SQPSN: psn}, qpstate.AttrState | qpstate.AttrSQPSN},
+		{qpattr.Attr{State: qpattr.Init, Port: 1, QKey: qkey}, qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrQKey},
+		{qpattr.Attr{State: qpattr.RTR}, qpattr.AttrState},
+		{qpattr.Attr{State: qpattr.RTS, SQPSN: psn}, qpattr.AttrState | qpattr.AttrSQPSN},
 	}
 	for _, s := range steps {
 		if err := n.qp.ModifySync(&QPAttr{Attr: s.a}, s.mask); err != nil {
@@ -41,8 +41,8 @@ func TestUD(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		t.Run(name("v6=%v", v6), func(t *testing.T) {
 			p := newPair(t, pairOpts{v6: v6})
-			a := newNode(t, p.a, nodeOpts{typ: qpstate.UD})
-			b := newNode(t, p.b, nodeOpts{typ: qpstate.UD})
+			a := newNode(t, p.a, nodeOpts{typ: qpattr.UD})
+			b := newNode(t, p.b, nodeOpts{typ: qpattr.UD})
 			const qkey = 0x11111111
 			udUp(t, a, 0x2222)
 			udUp(t, b, qkey)
@@ -106,7 +106,7 @@ func TestUD(t *testing.T) {
 
 func TestUC(t *testing.T) {
 	t.Run("send and write", func(t *testing.T) {
-		_, a, b := rcPair(t, pairOpts{}, nodeOpts{typ: qpstate.UC}, connOpts{mtu: qpstate.MTU1024})
+		_, a, b := rcPair(t, pairOpts{}, nodeOpts{typ: qpattr.UC}, connOpts{mtu: qpattr.MTU1024})
 		fill(a.buf[:5000], 41)
 		recv(t, b, 1, 0, 8192)
 		recv(t, b, 2, 0, 8192)
@@ -126,9 +126,9 @@ func TestUC(t *testing.T) {
 		// Drop the second packet A sends (the MIDDLE of the first message).
 		tap := &tapLink{drop: func(i int, _ *wire.Packet) bool { return i == 1 }}
 		p := newPair(t, pairOpts{wrapA: func(l link.Link) link.Link { tap.Link = l; return tap }})
-		a := newNode(t, p.a, nodeOpts{typ: qpstate.UC})
-		b := newNode(t, p.b, nodeOpts{typ: qpstate.UC})
-		connect(t, a, b, connOpts{mtu: qpstate.MTU1024})
+		a := newNode(t, p.a, nodeOpts{typ: qpattr.UC})
+		b := newNode(t, p.b, nodeOpts{typ: qpattr.UC})
+		connect(t, a, b, connOpts{mtu: qpattr.MTU1024})
 		fill(a.buf[:3000], 51)
 		recv(t, b, 1, 0, 8192)
 		recv(t, b, 2, 8192, 8192)
@@ -153,22 +153,22 @@ func TestUC(t *testing.T) {
 // (what the CM's MADs ride on).
 func TestGSI(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	a := newNode(t, p.a, nodeOpts{typ: qpstate.GSI})
-	b := newNode(t, p.b, nodeOpts{typ: qpstate.GSI})
+	a := newNode(t, p.a, nodeOpts{typ: qpattr.GSI})
+	b := newNode(t, p.b, nodeOpts{typ: qpattr.GSI})
 	if a.qp.QPN() != 1 || b.qp.QPN() != 1 {
 		t.Fatalf("GSI QPNs %d, %d, want 1", a.qp.QPN(), b.qp.QPN())
 	}
-	if _, err := a.pd.CreateQP(QPInitAttr{Type: qpstate.GSI, SendCQ: a.cq}); err == nil {
+	if _, err := a.pd.CreateQP(QPInitAttr{Type: qpattr.GSI, SendCQ: a.cq}); err == nil {
 		t.Fatalf("a second GSI QP was created")
 	}
 	for _, n := range []*node{a, b} {
 		steps := []struct {
-			a    qpstate.Attr
-			mask qpstate.AttrMask
+			a    qpattr.Attr
+			mask qpattr.AttrMask
 		}{
-			{qpstate.Attr{State: qpstate.Init, QKey: wire.QP1QKey}, qpstate.AttrState | qpstate.AttrPKeyIndex | qpstate.AttrQKey},
-			{qpstate.Attr{State: qpstate.RTR}, qpstate.AttrState},
-			{qpstate.Attr{State: qpstate.RTS}, qpstate.AttrState | qpstate.AttrSQPSN},
+			{qpattr.Attr{State: qpattr.Init, QKey: wire.QP1QKey}, qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrQKey},
+			{qpattr.Attr{State: qpattr.RTR}, qpattr.AttrState},
+			{qpattr.Attr{State: qpattr.RTS}, qpattr.AttrState | qpattr.AttrSQPSN},
 		}
 		for _, s := range steps {
 			if err := n.qp.ModifySync(&QPAttr{Attr: s.a}, s.mask); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/testenv"
 )
 
@@ -54,21 +54,21 @@ func openVeth(t testing.TB, e *testenv.Endpoint, k link.Kind, v6 bool) *Device {
 }
 
 // vethNodes opens devices on both ends and connects an RC node pair.
-func vethNodes(t testing.TB, p *testenv.Pair, k link.Kind, v6 bool, mtu qpstate.MTU, typ qpstate.Type) (*node, *node) {
+func vethNodes(t testing.TB, p *testenv.Pair, k link.Kind, v6 bool, mtu qpattr.MTU, typ qpattr.Type) (*node, *node) {
 	t.Helper()
 	da := openVeth(t, &p.A, k, v6)
 	db := openVeth(t, &p.B, k, v6)
-	cap := qpstate.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
+	cap := qpattr.Cap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
 	a := newNode(t, da, nodeOpts{typ: typ, bufLen: 4 << 20, cap: cap})
 	b := newNode(t, db, nodeOpts{typ: typ, bufLen: 4 << 20, cap: cap})
-	if typ != qpstate.UD {
+	if typ != qpattr.UD {
 		connect(t, a, b, connOpts{mtu: mtu, timeout: 14})
 	}
 	return a, b
 }
 
 func TestVeth(t *testing.T) {
-	for _, mtu := range []qpstate.MTU{qpstate.MTU1024, qpstate.MTU4096} {
+	for _, mtu := range []qpattr.MTU{qpattr.MTU1024, qpattr.MTU4096} {
 		p := testenv.NewTestPair(t, testenv.PairOptions{MTU: max(mtu.Bytes()+128, 1500)})
 		for _, k := range []link.Kind{link.KindAFXDP, link.KindUDP} {
 			for _, v6 := range []bool{false, true} {
@@ -83,8 +83,8 @@ func TestVeth(t *testing.T) {
 	}
 }
 
-func vethRC(t *testing.T, p *testenv.Pair, k link.Kind, v6 bool, mtu qpstate.MTU) {
-	a, b := vethNodes(t, p, k, v6, mtu, qpstate.RC)
+func vethRC(t *testing.T, p *testenv.Pair, k link.Kind, v6 bool, mtu qpattr.MTU) {
+	a, b := vethNodes(t, p, k, v6, mtu, qpattr.RC)
 	if got := a.d.QueryPort().ActiveMTU; got < mtu {
 		t.Fatalf("port MTU %v below the path MTU %v", got, mtu)
 	}
@@ -130,8 +130,8 @@ func vethRC(t *testing.T, p *testenv.Pair, k link.Kind, v6 bool, mtu qpstate.MTU
 	}
 }
 
-func vethUD(t *testing.T, p *testenv.Pair, mtu qpstate.MTU) {
-	a, b := vethNodes(t, p, link.KindAFXDP, false, mtu, qpstate.UD)
+func vethUD(t *testing.T, p *testenv.Pair, mtu qpattr.MTU) {
+	a, b := vethNodes(t, p, link.KindAFXDP, false, mtu, qpattr.UD)
 	udUp(t, a, 7)
 	udUp(t, b, 7)
 	ah, err := a.pd.CreateAH(AV{DGID: b.gid(), DMAC: p.B.MAC})

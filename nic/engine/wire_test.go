@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/xrnic/xrnic/nic/link"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -16,7 +16,7 @@ func TestWireFormat(t *testing.T) {
 	p := newPair(t, pairOpts{wrapA: func(l link.Link) link.Link { tap.Link = l; return tap }})
 	a := newNode(t, p.a, nodeOpts{})
 	b := newNode(t, p.b, nodeOpts{})
-	connect(t, a, b, connOpts{mtu: qpstate.MTU1024, psnA: 0xfffffe})
+	connect(t, a, b, connOpts{mtu: qpattr.MTU1024, psnA: 0xfffffe})
 	recv(t, b, 1, 0, 4096)
 	send(t, a, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled | SendSolicited, SGL: []SGE{a.mr.SGE(0, 3000)}})
 	pollOne(t, a.cq)

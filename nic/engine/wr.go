@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xrnic/xrnic/nic/cq"
-	"github.com/xrnic/xrnic/nic/qpstate"
+	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -43,10 +43,10 @@ type wrInfo struct {
 	qpts qpTypeSet
 }
 
-// qpTypeSet is a set of QP types, one bit per qpstate.Type.
+// qpTypeSet is a set of QP types, one bit per qpattr.Type.
 type qpTypeSet uint8
 
-func qpts(ts ...qpstate.Type) qpTypeSet {
+func qpts(ts ...qpattr.Type) qpTypeSet {
 	var s qpTypeSet
 	for _, t := range ts {
 		s |= 1 << t
@@ -59,16 +59,16 @@ type wrTable [WRTSO + 1]wrInfo
 // wrOpcodes is the table, indexed by opcode. UD and GSI QPs send only SENDs (IBTA
 // 9.8.3); UC has no READ or atomics (IBTA 9.4).
 var wrOpcodes = wrTable{
-	WRRDMAWrite:        {"rdma-write", wire.MaskWrite, qpts(qpstate.RC, qpstate.UC)},
-	WRRDMAWriteWithImm: {"rdma-write-with-imm", wire.MaskWrite | wire.MaskImmDt, qpts(qpstate.RC, qpstate.UC)},
-	WRSend:             {"send", wire.MaskSend, qpts(qpstate.RC, qpstate.UC, qpstate.UD, qpstate.GSI)},
-	WRSendWithImm:      {"send-with-imm", wire.MaskSend | wire.MaskImmDt, qpts(qpstate.RC, qpstate.UC, qpstate.UD, qpstate.GSI)},
-	WRRDMARead:         {"rdma-read", wire.MaskRead, qpts(qpstate.RC)},
-	WRAtomicCmpSwp:     {"atomic-cmp-and-swp", wire.MaskAtomic, qpts(qpstate.RC)},
-	WRAtomicFetchAdd:   {"atomic-fetch-and-add", wire.MaskAtomic, qpts(qpstate.RC)},
+	WRRDMAWrite:        {"rdma-write", wire.MaskWrite, qpts(qpattr.RC, qpattr.UC)},
+	WRRDMAWriteWithImm: {"rdma-write-with-imm", wire.MaskWrite | wire.MaskImmDt, qpts(qpattr.RC, qpattr.UC)},
+	WRSend:             {"send", wire.MaskSend, qpts(qpattr.RC, qpattr.UC, qpattr.UD, qpattr.GSI)},
+	WRSendWithImm:      {"send-with-imm", wire.MaskSend | wire.MaskImmDt, qpts(qpattr.RC, qpattr.UC, qpattr.UD, qpattr.GSI)},
+	WRRDMARead:         {"rdma-read", wire.MaskRead, qpts(qpattr.RC)},
+	WRAtomicCmpSwp:     {"atomic-cmp-and-swp", wire.MaskAtomic, qpts(qpattr.RC)},
+	WRAtomicFetchAdd:   {"atomic-fetch-and-add", wire.MaskAtomic, qpts(qpattr.RC)},
 	WRLocalInv:         {name: "local-inv"},
 	WRBindMW:           {name: "bind-mw"},
-	WRSendWithInv:      {"send-with-inv", wire.MaskSend | wire.MaskIETH, qpts(qpstate.RC)},
+	WRSendWithInv:      {"send-with-inv", wire.MaskSend | wire.MaskIETH, qpts(qpattr.RC)},
 	WRTSO:              {name: "tso"},
 }
 
@@ -81,7 +81,7 @@ func (t *wrTable) mask(op WROpcode) wire.OpMask {
 }
 
 // allowed reports whether a QP of type qt executes op.
-func (t *wrTable) allowed(qt qpstate.Type, op WROpcode) bool {
+func (t *wrTable) allowed(qt qpattr.Type, op WROpcode) bool {
 	return int(op) < len(t) && t[op].qpts&(1<<qt) != 0
 }
 

@@ -3,7 +3,7 @@
 // same values, so errors.Is(err, verbs.ErrClosed) holds whichever layer failed;
 // a package's own name for one (cq.ErrClosed, engine.ErrBusy) is the same value.
 // Packages add detail sentinels of their own (mr.ErrInvalidKey,
-// qpstate.ErrBadTransition) and wrap both. The comments name the errno that
+// qpattr.ErrBadTransition) and wrap both. The comments name the errno that
 // libibverbs returns for the same failure.
 package errs
 

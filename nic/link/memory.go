@@ -109,7 +109,8 @@ func (m *memQueue) notify() {
 	}
 }
 
-// getLocked takes a buffer from the free list (the list always holds depth+2 - queued).
+// getLocked takes a buffer from the free list (the list always holds depth+2 -
+// queued). m.mu is held, as for every ...Locked method of memQueue.
 func (m *memQueue) getLocked(frame []byte) []byte {
 	n := len(m.free)
 	if n == 0 {

@@ -32,10 +32,10 @@ var mappings struct {
 // Errors wrap ErrBadLength, or ErrNoMemory and the errno.
 func MapAnonymous(n int) ([]byte, error) { return mapAnonymous(n, false) }
 
-// MapAnonymousLocked is MapAnonymous plus mlock(2), for callers that want the
+// MapAnonymousPinned is MapAnonymous plus mlock(2), for callers that want the
 // pages pinned in RAM, as ibv_reg_mr pins them; it fails with ErrNoMemory and
 // EPERM or ENOMEM when RLIMIT_MEMLOCK is too small (and CAP_IPC_LOCK is missing).
-func MapAnonymousLocked(n int) ([]byte, error) { return mapAnonymous(n, true) }
+func MapAnonymousPinned(n int) ([]byte, error) { return mapAnonymous(n, true) }
 
 func mapAnonymous(n int, lock bool) ([]byte, error) {
 	if n <= 0 {

@@ -96,8 +96,8 @@ func TestMapAnonymousErrors(t *testing.T) {
 	}
 }
 
-func TestMapAnonymousLocked(t *testing.T) {
-	b, err := MapAnonymousLocked(4096)
+func TestMapAnonymousPinned(t *testing.T) {
+	b, err := MapAnonymousPinned(4096)
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOMEM) {
 		if testutil.InCI() {
 			t.Fatalf("mlock refused under CI: %v", err)

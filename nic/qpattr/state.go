@@ -1,6 +1,6 @@
 // QP states, QP types, and what each state lets the engine do.
 
-package qpstate
+package qpattr
 
 import "strconv"
 

@@ -1,6 +1,6 @@
 // Goroutine leak check for the package tests.
 
-package qpstate
+package qpattr
 
 import (
 	"testing"

@@ -1,6 +1,6 @@
 // Enum values against the verbs headers, String forms, and the state predicates.
 
-package qpstate
+package qpattr
 
 import "testing"
 

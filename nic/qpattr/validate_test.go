@@ -1,6 +1,6 @@
 // Attribute value checks.
 
-package qpstate
+package qpattr
 
 import (
 	"errors"

@@ -1,7 +1,10 @@
-// Package qpstate is the IBTA queue pair state machine: the seven QP states, the
-// Modify QP transitions between them and the attribute masks each transition requires
-// and allows, and range checks of the attribute values. It holds no QPs and does no
-// I/O; the engine owns the QPs and asks this package whether a Modify QP is legal.
+// Package qpattr is the queue pair's attributes as struct ibv_qp_attr has them
+// (the state, the path MTU, the capabilities, the mask bits, and the QP types of
+// ibv_qp_init_attr) and the IBTA state machine over them: the seven QP states, the
+// Modify QP transitions between them and the attribute masks each transition
+// requires and allows, and range checks of the attribute values. It holds no QPs
+// and does no I/O; the engine owns the QPs and asks this package whether a Modify
+// QP is legal.
 //
 // # The table
 //
@@ -65,4 +68,4 @@
 // Every function is pure: it reads only its arguments and read-only tables, so any
 // number of goroutines may call them at once. CheckModify does not allocate unless it
 // fails.
-package qpstate
+package qpattr

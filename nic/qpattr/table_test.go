@@ -1,6 +1,6 @@
 // The transition table against Linux's qp_state_table, written out independently.
 
-package qpstate
+package qpattr
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 // The widths of the QP attribute fields, and the device limits Validate checks against.
 
-package qpstate
+package qpattr
 
 // Largest values of the QP attribute fields, from their widths on the wire and in
 // the IBTA attribute definitions.

@@ -1,6 +1,6 @@
 // Sentinel errors.
 
-package qpstate
+package qpattr
 
 import (
 	"fmt"

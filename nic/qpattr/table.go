@@ -1,6 +1,6 @@
 // The Modify QP transition table and the checks built on it.
 
-package qpstate
+package qpattr
 
 import "fmt"
 
@@ -135,13 +135,13 @@ func CheckModify(cur, next State, t Type, mask AttrMask) error {
 		return badTransition(cur, next, t)
 	}
 	if next != cur && mask&AttrState == 0 {
-		return fmt.Errorf("qpstate: %s %s -> %s: mask %s lacks STATE: %w", t, cur, next, mask, ErrMissingAttr)
+		return fmt.Errorf("qpattr: %s %s -> %s: mask %s lacks STATE: %w", t, cur, next, mask, ErrMissingAttr)
 	}
 	if missing := req &^ mask; missing != 0 {
-		return fmt.Errorf("qpstate: %s %s -> %s: requires %s: %w", t, cur, next, missing, ErrMissingAttr)
+		return fmt.Errorf("qpattr: %s %s -> %s: requires %s: %w", t, cur, next, missing, ErrMissingAttr)
 	}
 	if extra := mask &^ (req | opt | AttrState); extra != 0 {
-		return fmt.Errorf("qpstate: %s %s -> %s: does not take %s (allows %s): %w",
+		return fmt.Errorf("qpattr: %s %s -> %s: does not take %s (allows %s): %w",
 			t, cur, next, extra, req|opt|AttrState, ErrUnexpectedAttr)
 	}
 	return nil
@@ -150,11 +150,11 @@ func CheckModify(cur, next State, t Type, mask AttrMask) error {
 func badTransition(cur, next State, t Type) error {
 	switch {
 	case !t.Valid():
-		return fmt.Errorf("qpstate: unknown QP type %s: %w", t, ErrBadTransition)
+		return fmt.Errorf("qpattr: unknown QP type %s: %w", t, ErrBadTransition)
 	case !cur.Valid() || !next.Valid():
-		return fmt.Errorf("qpstate: %s %s -> %s: unknown state: %w", t, cur, next, ErrBadTransition)
+		return fmt.Errorf("qpattr: %s %s -> %s: unknown state: %w", t, cur, next, ErrBadTransition)
 	}
-	return fmt.Errorf("qpstate: %s %s -> %s: %w", t, cur, next, ErrBadTransition)
+	return fmt.Errorf("qpattr: %s %s -> %s: %w", t, cur, next, ErrBadTransition)
 }
 
 // Resolve works out the transition a Modify QP asks for, as the kernel does
@@ -169,16 +169,16 @@ func Resolve(qp State, a *Attr, mask AttrMask) (cur, next State, err error) {
 	}
 	if mask&AttrCurState != 0 {
 		if !a.CurState.Valid() {
-			return cur, next, fmt.Errorf("qpstate: CUR_STATE %s: %w", a.CurState, ErrBadAttr)
+			return cur, next, fmt.Errorf("qpattr: CUR_STATE %s: %w", a.CurState, ErrBadAttr)
 		}
 		if a.CurState != qp {
-			return cur, next, fmt.Errorf("qpstate: CUR_STATE says %s but the QP is in %s: %w",
+			return cur, next, fmt.Errorf("qpattr: CUR_STATE says %s but the QP is in %s: %w",
 				a.CurState, qp, ErrBadTransition)
 		}
 	}
 	if mask&AttrState != 0 {
 		if !a.State.Valid() {
-			return cur, next, fmt.Errorf("qpstate: STATE %s: %w", a.State, ErrBadAttr)
+			return cur, next, fmt.Errorf("qpattr: STATE %s: %w", a.State, ErrBadAttr)
 		}
 		next = a.State
 	}
@@ -191,7 +191,7 @@ func Resolve(qp State, a *Attr, mask AttrMask) (cur, next State, err error) {
 // refuses RESET as well; IBTA allows Reset from every state, and so do we.
 func CheckDrain(cur, next State, draining bool) error {
 	if cur == SQD && draining && next != Reset && next != Err {
-		return fmt.Errorf("qpstate: SQD -> %s before the send queue drained: %w", next, ErrDraining)
+		return fmt.Errorf("qpattr: SQD -> %s before the send queue drained: %w", next, ErrDraining)
 	}
 	return nil
 }

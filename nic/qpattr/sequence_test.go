@@ -1,6 +1,6 @@
 // Whole Modify QP sequences as real consumers issue them.
 
-package qpstate
+package qpattr
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 // The Modify QP attribute mask, bit for bit enum ibv_qp_attr_mask.
 
-package qpstate
+package qpattr
 
 import (
 	"math/bits"

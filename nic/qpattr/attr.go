@@ -1,6 +1,6 @@
 // QP attribute values and their range checks (rxe_qp_chk_attr and the IBTA widths).
 
-package qpstate
+package qpattr
 
 import (
 	"fmt"
@@ -155,7 +155,7 @@ func Validate(t Type, a *Attr, mask AttrMask, lim Limits) error {
 		return errNilAttr
 	}
 	if unknown := mask &^ AttrKnown; unknown != 0 {
-		return fmt.Errorf("qpstate: mask bits %s: %w", unknown, ErrUnexpectedAttr)
+		return fmt.Errorf("qpattr: mask bits %s: %w", unknown, ErrUnexpectedAttr)
 	}
 	if mask&AttrState != 0 && !a.State.Valid() {
 		return bad("STATE", a.State, "is not a QP state")
@@ -165,7 +165,7 @@ func Validate(t Type, a *Attr, mask AttrMask, lim Limits) error {
 	}
 	if mask&AttrAccessFlags != 0 {
 		if !t.Connected() {
-			return fmt.Errorf("qpstate: ACCESS_FLAGS on a %s QP: %w", t, ErrBadAttr)
+			return fmt.Errorf("qpattr: ACCESS_FLAGS on a %s QP: %w", t, ErrBadAttr)
 		}
 		if extra := a.AccessFlags &^ QPAccessFlags; extra != 0 {
 			return bad("ACCESS_FLAGS", fmt.Sprintf("%#x", a.AccessFlags),
@@ -179,7 +179,7 @@ func Validate(t Type, a *Attr, mask AttrMask, lim Limits) error {
 		return bad("PORT", a.Port, fmt.Sprintf("is not a port (1..%d)", lim.NumPorts))
 	}
 	if mask&AttrQKey != 0 && a.QKey&ControlledQKey != 0 && t != GSI && !lim.PrivilegedQKey {
-		return fmt.Errorf("qpstate: QKEY %#x is a controlled Q_Key: %w", a.QKey, ErrNotPermitted)
+		return fmt.Errorf("qpattr: QKEY %#x is a controlled Q_Key: %w", a.QKey, ErrNotPermitted)
 	}
 	if mask&AttrPathMTU != 0 {
 		if !a.PathMTU.Valid() {
@@ -205,7 +205,7 @@ func Validate(t Type, a *Attr, mask AttrMask, lim Limits) error {
 		return bad("MAX_QP_RD_ATOMIC", a.MaxRdAtomic, fmt.Sprintf("exceeds the device's %d", lim.MaxRdAtomic))
 	}
 	if mask&AttrAltPath != 0 {
-		return fmt.Errorf("qpstate: ALT_PATH: RoCE has no alternate path (APM is InfiniBand-only): %w", ErrNotSupported)
+		return fmt.Errorf("qpattr: ALT_PATH: RoCE has no alternate path (APM is InfiniBand-only): %w", ErrNotSupported)
 	}
 	if mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > MaxMinRNRTimer {
 		return bad("MIN_RNR_TIMER", a.MinRNRTimer, "exceeds 31")
@@ -228,7 +228,7 @@ func Validate(t Type, a *Attr, mask AttrMask, lim Limits) error {
 		return bad("DEST_QPN", fmt.Sprintf("%#x", a.DestQPN), "exceeds 24 bits")
 	}
 	if mask&AttrRateLimit != 0 {
-		return fmt.Errorf("qpstate: RATE_LIMIT applies to raw packet QPs only: %w", ErrNotSupported)
+		return fmt.Errorf("qpattr: RATE_LIMIT applies to raw packet QPs only: %w", ErrNotSupported)
 	}
 	return nil
 }
@@ -257,8 +257,8 @@ func ValidateCap(c Cap, lim Limits, srq bool) error {
 	return nil
 }
 
-var errNilAttr = fmt.Errorf("qpstate: nil *Attr: %w", ErrBadAttr)
+var errNilAttr = fmt.Errorf("qpattr: nil *Attr: %w", ErrBadAttr)
 
 func bad(attr string, v any, why string) error {
-	return fmt.Errorf("qpstate: %s %v %s: %w", attr, v, why, ErrBadAttr)
+	return fmt.Errorf("qpattr: %s %v %s: %w", attr, v, why, ErrBadAttr)
 }
