@@ -66,7 +66,7 @@ func (d *Device) CreateCQ(cqe int, opts CQOptions) (*CQ, error) {
 	r, err := cq.New(cqe, o)
 	if err != nil {
 		c.n.orphan()
-		return nil, errorf(ErrInvalid, "%v", err)
+		return nil, wrap(err)
 	}
 	c.CQ = r
 	d.mu.Lock()
@@ -100,7 +100,7 @@ func (c *CQ) Destroy() *Op {
 	}
 	if err := c.CQ.Close(); err != nil {
 		c.n.reopen()
-		return c.d.doneOp(errorf(ErrBusy, "%v", err))
+		return c.d.doneOp(wrap(err))
 	}
 	op := c.d.newOp()
 	op.guard = func() bool { return c.OnDispatcher() || c.d.evq.delivering(&c.n) }

@@ -47,3 +47,7 @@ var (
 	errSRQFull   = errorf(ErrQueueFull, "SRQ full")
 	errSRQSGEs   = errorf(ErrInvalid, "more SGEs than the SRQ's max_sge")
 )
+
+// wrap passes on an error of a layer below (cq, mr, qpattr), which wraps its own
+// class of the errs vocabulary and its detail sentinel: both stay visible.
+func wrap(err error) error { return fmt.Errorf("engine: %w", err) }

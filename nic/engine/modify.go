@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"fmt"
 	"net"
 
 	"github.com/xrnic/xrnic/nic/cq"
@@ -50,10 +51,10 @@ func (e *engine) modifyQP(qp *QP, a *QPAttr, mask qpattr.AttrMask, rp routeParam
 	cur := qp.state
 	next, err := qpattr.CheckModifyAttr(cur, qp.typ, &a.Attr, mask, e.d.lim)
 	if err != nil {
-		return errorf(ErrInvalid, "%v", err)
+		return wrap(err)
 	}
 	if err := qpattr.CheckDrain(cur, next, qp.draining); err != nil {
-		return errorf(ErrWrongState, "%v", err)
+		return fmt.Errorf("engine: %w: %w", ErrWrongState, err)
 	}
 	if mask&qpattr.AttrCap != 0 && a.Cap != qp.cap {
 		return errorf(ErrInvalid, "resizing a QP's queues is not supported")

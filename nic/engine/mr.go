@@ -29,7 +29,7 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access mr.Access) (*MR, error) {
 	r, err := pd.d.mrs.Register(pd.handle, buf, iova, access)
 	if err != nil {
 		pd.unuse()
-		return nil, errorf(ErrInvalid, "%v", err)
+		return nil, wrap(err)
 	}
 	return &MR{pd: pd, r: r}, nil
 }
@@ -44,7 +44,7 @@ func (pd *PD) AllocFastRegMR() (*MR, error) {
 	r, err := pd.d.mrs.AllocFastReg(pd.handle)
 	if err != nil {
 		pd.unuse()
-		return nil, errorf(ErrLimit, "%v", err)
+		return nil, wrap(err)
 	}
 	return &MR{pd: pd, r: r}, nil
 }
@@ -54,7 +54,7 @@ func (pd *PD) AllocFastRegMR() (*MR, error) {
 // 10.6.3.3).
 func (m *MR) FastReg(key uint32, buf []byte, iova uint64, access mr.Access) error {
 	if err := m.pd.d.mrs.FastReg(m.r, key, m.pd.handle, buf, iova, access); err != nil {
-		return errorf(ErrInvalid, "%v", err)
+		return wrap(err)
 	}
 	return nil
 }
@@ -147,7 +147,7 @@ func (m *MR) dereg() error {
 		return errorf(ErrClosed, "MR %#x", m.r.LKey())
 	}
 	if err := m.pd.d.mrs.Deregister(m.r); err != nil {
-		return errorf(ErrInvalid, "%v", err)
+		return wrap(err)
 	}
 	m.pd.unuse()
 	return nil

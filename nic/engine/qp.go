@@ -131,7 +131,7 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 		a.RecvCQ = a.SendCQ
 	}
 	if err := qpattr.ValidateCap(a.Cap, d.lim, a.SRQ != nil); err != nil {
-		return nil, errorf(ErrInvalid, "%v", err)
+		return nil, wrap(err)
 	}
 	if a.SRQ != nil {
 		if a.SRQ.pd != pd {

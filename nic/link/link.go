@@ -9,6 +9,7 @@ package link
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -59,9 +60,9 @@ const RoCEv2Port = 4791
 // Sentinel errors; every error a Link returns wraps one of them.
 var (
 	ErrClosed      = errs.ErrClosed
-	ErrBadOption   = errors.New("bad link option")
-	ErrBadFrame    = errors.New("frame cannot be sent on this link")
-	ErrUnavailable = errors.New("link unavailable")
+	ErrBadOption   = fmt.Errorf("bad link option: %w", errs.ErrInvalid)
+	ErrBadFrame    = fmt.Errorf("frame cannot be sent on this link: %w", errs.ErrInvalid)
+	ErrUnavailable = fmt.Errorf("link unavailable: %w", errs.ErrUnsupported)
 )
 
 // Link moves frames in batches. ReadBatch and WriteBatch belong to one goroutine (the

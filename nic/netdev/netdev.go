@@ -16,6 +16,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/errs"
 )
 
 func init() {
@@ -25,16 +27,16 @@ func init() {
 
 var (
 	// ErrNoInterface: no interface of that name or index in the namespace.
-	ErrNoInterface = errors.New("netdev: no such interface")
+	ErrNoInterface = fmt.Errorf("netdev: no such interface: %w", errs.ErrNotFound)
 	// ErrInterfaceDown: the interface is administratively down or has no carrier.
-	ErrInterfaceDown = errors.New("netdev: interface is down")
+	ErrInterfaceDown = fmt.Errorf("netdev: interface is down: %w", errs.ErrUnreachable)
 	// ErrNoRoute: the kernel has no route to the destination.
-	ErrNoRoute = errors.New("netdev: no route to destination")
+	ErrNoRoute = fmt.Errorf("netdev: no route to destination: %w", errs.ErrUnreachable)
 	// ErrLocalAddress: the destination is one of this host's addresses, so there is no
 	// next hop on the wire.
-	ErrLocalAddress = errors.New("netdev: destination is a local address")
+	ErrLocalAddress = fmt.Errorf("netdev: destination is a local address: %w", errs.ErrInvalid)
 	// ErrNeighborUnresolved: the kernel did not resolve the next hop's MAC in time.
-	ErrNeighborUnresolved = errors.New("netdev: neighbour unresolved")
+	ErrNeighborUnresolved = fmt.Errorf("netdev: neighbour unresolved: %w", errs.ErrUnreachable)
 )
 
 // Interface is a snapshot of a network interface, taken by Lookup. It is a plain

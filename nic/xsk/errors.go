@@ -15,25 +15,25 @@ import (
 var (
 	// ErrInvalidOptions: an Options field is out of range (FrameSize, ring sizes,
 	// frame counts, TxBudget, queue id).
-	ErrInvalidOptions = errors.New("xsk: invalid options")
+	ErrInvalidOptions = fmt.Errorf("xsk: invalid options: %w", errs.ErrInvalid)
 	// ErrNoInterface: the ifindex names no interface in the caller's network
 	// namespace (bind returned ENODEV).
-	ErrNoInterface = errors.New("xsk: no such interface")
+	ErrNoInterface = fmt.Errorf("xsk: no such interface: %w", errs.ErrNotFound)
 	// ErrNoQueue: the interface has no such queue (bind returned EINVAL and the
 	// queue id is at or above the interface's queue count).
-	ErrNoQueue = errors.New("xsk: no such queue")
+	ErrNoQueue = fmt.Errorf("xsk: no such queue: %w", errs.ErrNotFound)
 	// ErrBusy: another XSK holds the queue, or a closed one had not yet released
 	// it when the bind retries ran out (PLATFORM 7).
 	ErrBusy = errs.ErrBusy
 	// ErrNotSupported: the kernel or driver lacks a feature asked for (zero-copy on
 	// veth, XDP_MMAP_OFFSETS v2, XDP_MAX_TX_SKB_BUDGET).
-	ErrNotSupported = errors.New("xsk: not supported")
+	ErrNotSupported = fmt.Errorf("xsk: not supported: %w", errs.ErrUnsupported)
 	// ErrMemlock: the kernel refused to pin the UMEM (ENOBUFS/ENOMEM/EPERM from
 	// XDP_UMEM_REG), usually RLIMIT_MEMLOCK without CAP_IPC_LOCK (PLATFORM 1).
-	ErrMemlock = errors.New("xsk: cannot pin UMEM (RLIMIT_MEMLOCK?)")
+	ErrMemlock = fmt.Errorf("xsk: cannot pin UMEM (RLIMIT_MEMLOCK?): %w", errs.ErrLimit)
 	// ErrLinkDown: sendto() found the interface down or the socket unbound
 	// (ENETDOWN, ENXIO); frames stay queued and go out once it comes back.
-	ErrLinkDown = errors.New("xsk: link down")
+	ErrLinkDown = fmt.Errorf("xsk: link down: %w", errs.ErrUnreachable)
 	// ErrClosed: the Socket was closed.
 	ErrClosed = errs.ErrClosed
 )
