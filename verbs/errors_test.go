@@ -26,13 +26,13 @@ func TestErrorVocabularyEveryLayer(t *testing.T) {
 		"engine": {engine.ErrInvalid, engine.ErrClosed, engine.ErrBusy, engine.ErrWrongState, engine.ErrWrongPD,
 			engine.ErrBadLKey, engine.ErrSGERange, engine.ErrAccess, engine.ErrQueueFull, engine.ErrUnsupported,
 			engine.ErrLimit, engine.ErrUnreachable, engine.ErrDeadlock},
-		"cq":      {cq.ErrInvalid, cq.ErrBusy, cq.ErrClosed, cq.ErrOverrun},
-		"mr":      {mr.ErrInvalid, mr.ErrNotSupported, mr.ErrInUse, mr.ErrInvalidKey, mr.ErrBadAccess, mr.ErrBadLength, mr.ErrTooMany},
-		"qpattr":  {qpattr.ErrNotSupported, qpattr.ErrBadTransition, qpattr.ErrMissingAttr, qpattr.ErrBadAttr},
-		"link":    {link.ErrClosed, link.ErrBadOption, link.ErrBadFrame, link.ErrUnavailable},
-		"xsk":     {xsk.ErrInvalidOptions, xsk.ErrNoInterface, xsk.ErrNoQueue, xsk.ErrBusy, xsk.ErrNotSupported, xsk.ErrMemlock, xsk.ErrLinkDown, xsk.ErrClosed},
-		"netdev":  {netdev.ErrNoInterface, netdev.ErrInterfaceDown, netdev.ErrNoRoute, netdev.ErrLocalAddress, netdev.ErrNeighborUnresolved},
-		"verbs":   vocabulary,
+		"cq":     {cq.ErrInvalid, cq.ErrBusy, cq.ErrClosed, cq.ErrOverrun},
+		"mr":     {mr.ErrInvalid, mr.ErrNotSupported, mr.ErrInUse, mr.ErrInvalidKey, mr.ErrBadAccess, mr.ErrBadLength, mr.ErrTooMany},
+		"qpattr": {qpattr.ErrNotSupported, qpattr.ErrBadTransition, qpattr.ErrMissingAttr, qpattr.ErrBadAttr},
+		"link":   {link.ErrClosed, link.ErrBadOption, link.ErrBadFrame, link.ErrUnavailable},
+		"xsk":    {xsk.ErrInvalidOptions, xsk.ErrNoInterface, xsk.ErrNoQueue, xsk.ErrBusy, xsk.ErrNotSupported, xsk.ErrMemlock, xsk.ErrLinkDown, xsk.ErrClosed},
+		"netdev": {netdev.ErrNoInterface, netdev.ErrInterfaceDown, netdev.ErrNoRoute, netdev.ErrLocalAddress, netdev.ErrNeighborUnresolved},
+		"verbs":  vocabulary,
 	}
 	for layer, sentinels := range layers {
 		for _, s := range sentinels {

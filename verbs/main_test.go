@@ -4,13 +4,12 @@ import (
 	"net/netip"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // memDevices opens two devices back to back over a memory link.
 func memDevices(t testing.TB) (a, b *Device) {

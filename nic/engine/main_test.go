@@ -1,11 +1,11 @@
-// Goroutine leak check for the package tests.
+// Goroutine and file descriptor leak checks for the package tests.
 
 package engine
 
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
