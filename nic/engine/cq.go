@@ -156,5 +156,10 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Context().(*CQ), nil
+	ec, ok := c.Context().(*CQ)
+	if !ok { // a cq.CQ made outside a device and given this channel
+		c.AckEvents(1)
+		return nil, errorf(ErrInvalid, "a completion event of a CQ that is not a device's")
+	}
+	return ec, nil
 }
