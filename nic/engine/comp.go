@@ -172,15 +172,15 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 
 // compGetWQE looks at the oldest send WQE (rxe get_wqe).
 func (e *engine) compGetWQE(qp *QP, p *wire.Packet) (*sendWQE, compStep) {
-	cons := qp.sq.cons.Load()
+	cons := qp.sendQ.cons.Load()
 	idle := compExit
 	if p != nil {
 		idle = compDone
 	}
-	if cons == qp.sq.prod.Load() {
+	if cons == qp.sendQ.prod.Load() {
 		return nil, idle
 	}
-	w := &qp.sqSlots[cons&qp.sq.mask]
+	w := &qp.sendSlots[cons&qp.sendQ.mask]
 	switch w.state {
 	case wqePosted:
 		return nil, idle
@@ -395,9 +395,9 @@ func (e *engine) resetRetryCounters(qp *QP) {
 
 // reqWake lets a requester that waits on the completer run again.
 func (e *engine) reqWake(qp *QP) {
-	rq := &qp.req
-	if rq.waitPSN || rq.waitFence || rq.needRdAtom {
-		rq.waitPSN, rq.waitFence, rq.needRdAtom = false, false, false
+	req := &qp.req
+	if req.waitPSN || req.waitFence || req.needRdAtom {
+		req.waitPSN, req.waitFence, req.needRdAtom = false, false, false
 		e.schedule(qp)
 	}
 }
@@ -421,10 +421,10 @@ func wcOpcode(op WROpcode) cq.Opcode {
 // (IBTA 10.7.3.1: an error always completes), then the slot goes back to the
 // posters (rxe do_complete). w must not be used afterwards.
 func (e *engine) completeSend(qp *QP, w *sendWQE) {
-	rq := &qp.req
+	req := &qp.req
 	if w.hasRdAtomic {
 		w.hasRdAtomic = false
-		rq.rdInflight--
+		req.rdInflight--
 	}
 	ok := w.status == cq.Success
 	signaled := qp.sigAll || w.flags&SendSignaled != 0 || !ok
@@ -434,17 +434,17 @@ func (e *engine) completeSend(qp *QP, w *sendWQE) {
 			e.wc.Flags = cq.WithImm
 		}
 	}
-	if rq.wqeIndex == qp.sq.cons.Load() {
-		rq.wqeIndex++ // completed before the requester reached it (flush)
+	if req.wqeIndex == qp.sendQ.cons.Load() {
+		req.wqeIndex++ // completed before the requester reached it (flush)
 	}
-	qp.sq.cons.Add(1) // the slot belongs to the posters from here on
+	qp.sendQ.cons.Add(1) // the slot belongs to the posters from here on
 	if ok {
 		e.d.cnt.inc(CntRDMASends)
 	}
 	if signaled {
 		e.pushWC(qp, qp.scq, false)
 	}
-	if qp.state == qpattr.SQD && qp.draining && int32(qp.sq.cons.Load()-qp.drainEnd) >= 0 {
+	if qp.state == qpattr.SQD && qp.draining && int32(qp.sendQ.cons.Load()-qp.drainEnd) >= 0 {
 		e.sqDrained(qp)
 	}
 	// A requester waiting for a fence, an initiator slot or the window may go on

@@ -186,10 +186,10 @@ func (e *engine) setState(qp *QP, s qpattr.State) {
 	case qpattr.SQD:
 		// Finish every WQE that started (a partly sent one included), start no more.
 		qp.drainEnd = qp.req.wqeIndex
-		if qp.drainEnd != qp.sq.prod.Load() && qp.sqSlots[qp.drainEnd&qp.sq.mask].state == wqeProcessing {
+		if qp.drainEnd != qp.sendQ.prod.Load() && qp.sendSlots[qp.drainEnd&qp.sendQ.mask].state == wqeProcessing {
 			qp.drainEnd++
 		}
-		qp.draining = qp.sq.cons.Load() != qp.drainEnd
+		qp.draining = qp.sendQ.cons.Load() != qp.drainEnd
 		if !qp.draining {
 			e.sqDrained(qp)
 		}
@@ -219,13 +219,13 @@ func (e *engine) sqDrained(qp *QP) {
 // resetQP empties both queues without completions and forgets the connection
 // (rxe_qp_reset; IBTA 10.3.1: Reset).
 func (e *engine) resetQP(qp *QP) {
-	qp.sq.mu.Lock()
-	qp.sq.cons.Store(qp.sq.prod.Load())
-	qp.sq.mu.Unlock()
+	qp.sendQ.mu.Lock()
+	qp.sendQ.cons.Store(qp.sendQ.prod.Load())
+	qp.sendQ.mu.Unlock()
 	if qp.srq == nil {
-		qp.rq.mu.Lock()
-		qp.rq.cons.Store(qp.rq.prod.Load())
-		qp.rq.mu.Unlock()
+		qp.recvQ.mu.Lock()
+		qp.recvQ.cons.Store(qp.recvQ.prod.Load())
+		qp.recvQ.mu.Unlock()
 	}
 	e.timers.stop(&qp.retrans)
 	e.timers.stop(&qp.rnr)
@@ -240,7 +240,7 @@ func (e *engine) resetQP(qp *QP) {
 
 // resetTransport clears the requester, completer and responder.
 func (qp *QP) resetTransport() {
-	qp.req = reqState{opcode: -1, wqeIndex: qp.sq.cons.Load()}
+	qp.req = reqState{opcode: -1, wqeIndex: qp.sendQ.cons.Load()}
 	qp.comp = compState{opcode: -1}
 	qp.resp.reset()
 	qp.mtu = 256
@@ -261,15 +261,15 @@ func (e *engine) qpError(qp *QP, ev EventType) {
 // rxe_drain_resp_pkts with notify).
 func (e *engine) flushSend(qp *QP) {
 	for {
-		cons := qp.sq.cons.Load()
-		if cons == qp.sq.prod.Load() {
+		cons := qp.sendQ.cons.Load()
+		if cons == qp.sendQ.prod.Load() {
 			break
 		}
-		w := &qp.sqSlots[cons&qp.sq.mask]
+		w := &qp.sendSlots[cons&qp.sendQ.mask]
 		w.status = cq.WRFlushErr
 		e.completeSend(qp, w)
 	}
-	qp.req.wqeIndex = qp.sq.cons.Load()
+	qp.req.wqeIndex = qp.sendQ.cons.Load()
 	qp.req.opcode = -1
 }
 
@@ -285,13 +285,13 @@ func (e *engine) flushRecv(qp *QP) {
 		return
 	}
 	for {
-		cons := qp.rq.cons.Load()
-		if cons == qp.rq.prod.Load() {
+		cons := qp.recvQ.cons.Load()
+		if cons == qp.recvQ.prod.Load() {
 			return
 		}
-		w := &qp.rqSlots[cons&qp.rq.mask]
+		w := &qp.recvSlots[cons&qp.recvQ.mask]
 		e.wc = cq.WC{WRID: w.wrid, Status: cq.WRFlushErr, Opcode: cq.Recv, QPN: qp.qpn}
-		qp.rq.cons.Store(cons + 1)
+		qp.recvQ.cons.Store(cons + 1)
 		e.pushWC(qp, qp.rcq, true)
 	}
 }

@@ -159,7 +159,7 @@ func TestRCUnsignaled(t *testing.T) {
 		}
 	}
 	// The send queue slots of unsignaled WRs are free again.
-	if c := a.qp.sq.count(); c != 0 {
+	if c := a.qp.sendQ.count(); c != 0 {
 		t.Fatalf("send queue holds %d WRs after completion, want 0", c)
 	}
 }

@@ -76,23 +76,23 @@ func (d *Device) checkSGL(pd *PD, sgl []SGE, need mr.Access) (uint32, error) {
 // not the port's: a port that is DOWN takes posts, as rxe_post_send does, and the
 // local ACK timeout settles them (see SetPortState).
 func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
-	qp.sq.mu.Lock()
+	qp.sendQ.mu.Lock()
 	st := qp.pubState.Load()
-	prod := qp.sq.prod.Load()
+	prod := qp.sendQ.prod.Load()
 	for n = range wrs {
 		if err = qp.checkPostSend(st, prod, &wrs[n]); err != nil {
 			break
 		}
-		if err = qp.fillSendWQE(&qp.sqSlots[prod&qp.sq.mask], &wrs[n]); err != nil {
+		if err = qp.fillSendWQE(&qp.sendSlots[prod&qp.sendQ.mask], &wrs[n]); err != nil {
 			break
 		}
 		prod++
-		qp.sq.prod.Store(prod)
+		qp.sendQ.prod.Store(prod)
 	}
 	if err == nil {
 		n = len(wrs)
 	}
-	qp.sq.mu.Unlock()
+	qp.sendQ.mu.Unlock()
 	if n > 0 {
 		qp.ring()
 	}
@@ -106,8 +106,8 @@ func (qp *QP) checkPostSend(st uint32, prod uint32, wr *SendWR) error {
 	if !qpattr.CanPostSend(qpattr.State(st)) {
 		return errorf(ErrWrongState, "post send in %v", qpattr.State(st))
 	}
-	if prod-qp.sq.cons.Load() >= qp.sq.cap {
-		return errorf(ErrQueueFull, "send queue of %d", qp.sq.cap)
+	if prod-qp.sendQ.cons.Load() >= qp.sendQ.cap {
+		return errorf(ErrQueueFull, "send queue of %d", qp.sendQ.cap)
 	}
 	if !wrOpcodes.allowed(qp.typ, wr.Opcode) {
 		return errorf(ErrUnsupported, "%v on a %v QP", wr.Opcode, qp.typ)
@@ -221,9 +221,9 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 	if qp.srq != nil {
 		return 0, errorf(ErrInvalid, "QP %#x takes its receives from an SRQ", qp.qpn)
 	}
-	qp.rq.mu.Lock()
+	qp.recvQ.mu.Lock()
 	st := qp.pubState.Load()
-	prod := qp.rq.prod.Load()
+	prod := qp.recvQ.prod.Load()
 	for n = range wrs {
 		wr := &wrs[n]
 		switch {
@@ -231,24 +231,24 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 			err = errorf(ErrClosed, "QP %#x", qp.qpn)
 		case !qpattr.CanPostRecv(qpattr.State(st)):
 			err = errorf(ErrWrongState, "post receive in %v", qpattr.State(st))
-		case prod-qp.rq.cons.Load() >= qp.rq.cap:
-			err = errorf(ErrQueueFull, "receive queue of %d", qp.rq.cap)
+		case prod-qp.recvQ.cons.Load() >= qp.recvQ.cap:
+			err = errorf(ErrQueueFull, "receive queue of %d", qp.recvQ.cap)
 		case len(wr.SGL) > int(qp.cap.MaxRecvSGE):
 			err = errorf(ErrInvalid, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxRecvSGE)
 		}
 		if err != nil {
 			break
 		}
-		if err = qp.d.fillRecvWQE(qp.pd, &qp.rqSlots[prod&qp.rq.mask], wr); err != nil {
+		if err = qp.d.fillRecvWQE(qp.pd, &qp.recvSlots[prod&qp.recvQ.mask], wr); err != nil {
 			break
 		}
 		prod++
-		qp.rq.prod.Store(prod)
+		qp.recvQ.prod.Store(prod)
 	}
 	if err == nil {
 		n = len(wrs)
 	}
-	qp.rq.mu.Unlock()
+	qp.recvQ.mu.Unlock()
 	if n > 0 && qpattr.State(st) == qpattr.Err {
 		qp.ring() // flush it
 	}

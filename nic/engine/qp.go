@@ -44,11 +44,11 @@ type QP struct {
 	ctx    any
 	n      lifetime // parents: the PD, the CQs and the SRQ; no children
 
-	sq       ring
-	sqSlots  []sendWQE
-	rq       ring
-	rqSlots  []recvWQE
-	pubState atomic.Uint32 // the state posters see; written under both ring locks
+	sendQ     ring
+	sendSlots []sendWQE
+	recvQ     ring
+	recvSlots []recvWQE
+	pubState  atomic.Uint32 // the state posters see; written under both ring locks
 
 	dbNext   *QP // doorbell stack link, owned by whoever holds dbQueued
 	dbQueued atomic.Bool
@@ -157,15 +157,15 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 	}
 	qp := &QP{d: d, pd: pd, typ: a.Type, scq: a.SendCQ, rcq: a.RecvCQ, srq: a.SRQ,
 		sigAll: a.SigAll, cap: a.Cap, ctx: a.Context}
-	n := qp.sq.init(int(a.Cap.MaxSendWR))
-	qp.sqSlots = make([]sendWQE, n)
+	n := qp.sendQ.init(int(a.Cap.MaxSendWR))
+	qp.sendSlots = make([]sendWQE, n)
 	sgls := make([]SGE, n*int(a.Cap.MaxSendSGE))
 	var inl []byte
 	if a.Cap.MaxInlineData > 0 {
 		inl = make([]byte, n*int(a.Cap.MaxInlineData))
 	}
-	for i := range qp.sqSlots {
-		s := &qp.sqSlots[i]
+	for i := range qp.sendSlots {
+		s := &qp.sendSlots[i]
 		k := int(a.Cap.MaxSendSGE)
 		s.sgl = sgls[i*k : i*k : (i+1)*k]
 		if inl != nil {
@@ -174,12 +174,12 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 		}
 	}
 	if a.SRQ == nil {
-		n = qp.rq.init(int(a.Cap.MaxRecvWR))
-		qp.rqSlots = make([]recvWQE, n)
+		n = qp.recvQ.init(int(a.Cap.MaxRecvWR))
+		qp.recvSlots = make([]recvWQE, n)
 		k := int(a.Cap.MaxRecvSGE)
 		rsgls := make([]SGE, n*k)
-		for i := range qp.rqSlots {
-			qp.rqSlots[i].sgl = rsgls[i*k : i*k : (i+1)*k]
+		for i := range qp.recvSlots {
+			qp.recvSlots[i].sgl = rsgls[i*k : i*k : (i+1)*k]
 		}
 	}
 	qp.retrans.init(qp, timerRetransmit)
@@ -296,9 +296,9 @@ func (e *engine) destroyQP(qp *QP) {
 // setPubState publishes the state to posters, under both ring locks so that a post
 // either sees the new state or was published before it.
 func (qp *QP) setPubState(s uint32) {
-	qp.sq.mu.Lock()
-	qp.rq.mu.Lock()
+	qp.sendQ.mu.Lock()
+	qp.recvQ.mu.Lock()
 	qp.pubState.Store(s)
-	qp.rq.mu.Unlock()
-	qp.sq.mu.Unlock()
+	qp.recvQ.mu.Unlock()
+	qp.sendQ.mu.Unlock()
 }

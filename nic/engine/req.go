@@ -27,26 +27,26 @@ type reqState struct {
 // runRequester sends packets of qp's WQEs, at most budget of them; it reports
 // whether it stopped with more to send (budget spent or the batch full).
 func (e *engine) runRequester(qp *QP, budget int) bool {
-	rq := &qp.req
+	req := &qp.req
 	switch qp.state {
 	case qpattr.RTS, qpattr.SQD:
 	default:
 		return false
 	}
-	if qp.errPending || rq.waitRNRTime {
+	if qp.errPending || req.waitRNRTime {
 		return false
 	}
-	if rq.needRetry {
+	if req.needRetry {
 		e.reqRetry(qp)
-		rq.needRetry = false
+		req.needRetry = false
 	}
 	for sent := 0; sent < budget; sent++ {
 		w := e.reqNextWQE(qp)
 		if w == nil {
 			return false
 		}
-		if qp.typ == qpattr.RC && rq.psn.Sub(qp.comp.psn) > maxUnackedPSNs {
-			rq.waitPSN = true
+		if qp.typ == qpattr.RC && req.psn.Sub(qp.comp.psn) > maxUnackedPSNs {
+			req.waitPSN = true
 			return false
 		}
 		// Room in the batch first: a READ or atomic takes its initiator slot only
@@ -61,11 +61,11 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 				e.reqFail(qp, w, cq.LocQPOpErr)
 				return false
 			}
-			if rq.rdInflight >= int(qp.attr.MaxRdAtomic) {
-				rq.needRdAtom = true
+			if req.rdInflight >= int(qp.attr.MaxRdAtomic) {
+				req.needRdAtom = true
 				return false
 			}
-			rq.rdInflight++
+			req.rdInflight++
 			w.hasRdAtomic = true
 		}
 		if !e.sendRequest(qp, w) {
@@ -77,18 +77,18 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 
 // reqNextWQE returns the WQE to send next, or nil (rxe req_next_wqe).
 func (e *engine) reqNextWQE(qp *QP) *sendWQE {
-	rq := &qp.req
-	if rq.wqeIndex == qp.sq.prod.Load() {
+	req := &qp.req
+	if req.wqeIndex == qp.sendQ.prod.Load() {
 		return nil
 	}
-	if qp.state == qpattr.SQD && int32(rq.wqeIndex-qp.drainEnd) >= 0 {
+	if qp.state == qpattr.SQD && int32(req.wqeIndex-qp.drainEnd) >= 0 {
 		return nil // SQD: finish what started, start nothing (IBTA 10.3.1)
 	}
-	w := &qp.sqSlots[rq.wqeIndex&qp.sq.mask]
+	w := &qp.sendSlots[req.wqeIndex&qp.sendQ.mask]
 	// IBV_SEND_FENCE: wait until every earlier READ and atomic has completed
 	// (ibv_post_send(3); rxe waits for every earlier WQE).
-	if w.flags&SendFence != 0 && w.state == wqePosted && rq.rdInflight > 0 {
-		rq.waitFence = true
+	if w.flags&SendFence != 0 && w.state == wqePosted && req.rdInflight > 0 {
+		req.waitFence = true
 		return nil
 	}
 	return w
@@ -153,7 +153,7 @@ func nextOpcode(qp *QP, w *sendWQE) wire.Opcode {
 // (rxe init_req_packet, finish_packet, update_wqe_state, update_wqe_psn,
 // update_state). false means w failed locally.
 func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
-	rq := &qp.req
+	req := &qp.req
 	op := nextOpcode(qp, w)
 	in := &wire.Opcodes[op]
 	m := in.Mask
@@ -179,10 +179,10 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 		(m&wire.MaskSend != 0 || m&(wire.MaskWrite|wire.MaskImmDt) == wire.MaskWrite|wire.MaskImmDt)
 	ackReq := false
 	if qp.typ == qpattr.RC {
-		ackReq = m&wire.MaskLast != 0 || rq.noackPkts >= maxPktPerAck
-		rq.noackPkts++
+		ackReq = m&wire.MaskLast != 0 || req.noackPkts >= maxPktPerAck
+		req.noackPkts++
 		if ackReq {
-			rq.noackPkts = 0
+			req.noackPkts = 0
 		}
 	}
 	dqpn := qp.attr.DestQPN
@@ -190,7 +190,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 		dqpn = w.remoteQPN
 	}
 	bth := wire.BTHFields{Opcode: op, SE: se, PadCount: uint8(-payload & 3), PKey: wire.DefaultPKey,
-		DestQPN: dqpn, AckReq: ackReq, PSN: rq.psn}
+		DestQPN: dqpn, AckReq: ackReq, PSN: req.psn}
 	bth.Encode(ib)
 	if m&wire.MaskRETH != 0 {
 		f := wire.RETHFields{VA: w.iova, RKey: w.rkey, DMALen: w.dma.resid}
@@ -232,10 +232,10 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 	clear(ib[in.HeaderLen+payload : n-wire.ICRCLen])
 	e.tx.commit(rt.finish(buf, n))
 	if qp.typ == qpattr.RC {
-		if rq.psn.Sub(rq.hiPSN) < 0 {
+		if req.psn.Sub(req.hiPSN) < 0 {
 			e.d.cnt.inc(CntRetransmitted)
 		} else {
-			rq.hiPSN = rq.psn.Next()
+			req.hiPSN = req.psn.Next()
 		}
 	}
 
@@ -246,13 +246,13 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 		npkts = wire.PSN((startResid + mtu - 1) / mtu)
 	}
 	if m&wire.MaskFirst != 0 {
-		w.firstPSN = rq.psn
-		w.lastPSN = rq.psn.Add(uint32(npkts) - 1)
+		w.firstPSN = req.psn
+		w.lastPSN = req.psn.Add(uint32(npkts) - 1)
 	}
 	if m&wire.MaskRead != 0 {
-		rq.psn = w.firstPSN.Add(uint32(npkts))
+		req.psn = w.firstPSN.Add(uint32(npkts))
 	} else {
-		rq.psn = rq.psn.Next()
+		req.psn = req.psn.Next()
 	}
 	if m&wire.MaskWrite != 0 {
 		w.iova += uint64(payload)
@@ -260,8 +260,8 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 
 	// update_wqe_state and update_state.
 	if m&wire.MaskLast != 0 {
-		rq.opcode = -1
-		rq.wqeIndex++
+		req.opcode = -1
+		req.wqeIndex++
 		if qp.typ == qpattr.RC {
 			w.state = wqePending
 		} else {
@@ -271,7 +271,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 			e.completer(qp, nil)
 		}
 	} else {
-		rq.opcode = int(op)
+		req.opcode = int(op)
 		w.state = wqeProcessing
 	}
 	if qp.typ == qpattr.RC && qp.timeout > 0 && !qp.retrans.armed() {
@@ -294,16 +294,16 @@ func (e *engine) reqFail(qp *QP, w *sendWQE, status cq.Status) {
 // go-back-N retransmission (rxe req_retry: retry from the PSN the NAK or
 // timeout names).
 func (e *engine) reqRetry(qp *QP) {
-	rq := &qp.req
-	cons := qp.sq.cons.Load()
-	prod := qp.sq.prod.Load()
-	rq.wqeIndex = cons
-	rq.psn = qp.comp.psn
-	rq.opcode = -1
+	req := &qp.req
+	cons := qp.sendQ.cons.Load()
+	prod := qp.sendQ.prod.Load()
+	req.wqeIndex = cons
+	req.psn = qp.comp.psn
+	req.opcode = -1
 	mtu := uint32(qp.mtu)
 	first := true
 	for i := cons; i != prod; i++ {
-		w := &qp.sqSlots[i&qp.sq.mask]
+		w := &qp.sendSlots[i&qp.sendQ.mask]
 		if w.state == wqePosted {
 			break
 		}
@@ -317,7 +317,7 @@ func (e *engine) reqRetry(qp *QP) {
 			// before it would wait for it (reqNextWQE counts rdInflight), while it
 			// can only complete after that WQE: the QP would hang.
 			w.hasRdAtomic = false
-			rq.rdInflight--
+			req.rdInflight--
 		}
 		isRead := w.mask&wire.MaskRead != 0
 		if !first || !isRead {
@@ -331,7 +331,7 @@ func (e *engine) reqRetry(qp *QP) {
 				npsn := uint32(qp.comp.psn.Sub(w.firstPSN))
 				for j := uint32(0); j < npsn; j++ {
 					k := min(w.dma.resid, mtu)
-					rq.opcode = int(nextOpcode(qp, w))
+					req.opcode = int(nextOpcode(qp, w))
 					e.skipData(w, k)
 					if w.mask&wire.MaskWrite != 0 {
 						w.iova += uint64(mtu)
@@ -351,11 +351,11 @@ func (e *engine) reqRetry(qp *QP) {
 // after a retry when the ACK of w's last packet came: what is left of w is
 // acknowledged, and the requester goes on with the next WQE at the PSN after w.
 func (e *engine) reqSkipAcked(qp *QP, w *sendWQE) {
-	rq := &qp.req
+	req := &qp.req
 	w.state = wqePending
-	rq.opcode = -1
-	if next := w.lastPSN.Next(); rq.psn.Sub(next) < 0 {
-		rq.psn = next
+	req.opcode = -1
+	if next := w.lastPSN.Next(); req.psn.Sub(next) < 0 {
+		req.psn = next
 	}
 	// completeSend moves wqeIndex past w: it is the oldest.
 }

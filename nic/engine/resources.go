@@ -116,13 +116,13 @@ func (qp *QP) engineInfo() QPInfo {
 		SQPSN: qp.req.psn, RQPSN: qp.resp.psn, PD: qp.pd.handle, SRQ: qp.srq != nil,
 		SendCQ: qp.scq.cqn, RecvCQ: qp.rcq.cqn,
 		DGID:          qp.av.DGID,
-		SQOutstanding: int(qp.sq.count()), SQCap: int(qp.sq.cap),
+		SQOutstanding: int(qp.sendQ.count()), SQCap: int(qp.sendQ.cap),
 	}
 	if qp.state != qpattr.Reset && qp.state != qpattr.Init {
 		i.PathMTU = qp.mtu
 	}
 	if qp.srq == nil {
-		i.RQPosted, i.RQCap = int(qp.rq.count()), int(qp.rq.cap)
+		i.RQPosted, i.RQCap = int(qp.recvQ.count()), int(qp.recvQ.cap)
 	}
 	return i
 }

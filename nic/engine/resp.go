@@ -322,11 +322,11 @@ func (e *engine) takeRecvWQE(qp *QP) bool {
 		}
 		r.wqe = &r.srqWQE
 	} else {
-		cons := qp.rq.cons.Load()
-		if cons == qp.rq.prod.Load() {
+		cons := qp.recvQ.cons.Load()
+		if cons == qp.recvQ.prod.Load() {
 			return false
 		}
-		r.wqe = &qp.rqSlots[cons&qp.rq.mask]
+		r.wqe = &qp.recvSlots[cons&qp.recvQ.mask]
 	}
 	r.dma = dmaCursor{resid: r.wqe.length}
 	return true
@@ -660,7 +660,7 @@ func (e *engine) completeRecv(qp *QP, p *wire.Packet) {
 	}
 	r.wqe = nil
 	if qp.srq == nil {
-		qp.rq.cons.Add(1)
+		qp.recvQ.cons.Add(1)
 	}
 	e.pushWC(qp, qp.rcq, solicited)
 }

@@ -476,17 +476,17 @@ func (s *soak) report(q *soakQP) string {
 func transportState(qp *QP) string {
 	var out string
 	op := qp.d.exec(func(e *engine) error {
-		rq, c, r := &qp.req, &qp.comp, &qp.resp
+		req, c, r := &qp.req, &qp.comp, &qp.resp
 		var w string
-		if cons := qp.sq.cons.Load(); cons != qp.sq.prod.Load() {
-			x := &qp.sqSlots[cons&qp.sq.mask]
+		if cons := qp.sendQ.cons.Load(); cons != qp.sendQ.prod.Load() {
+			x := &qp.sendSlots[cons&qp.sendQ.mask]
 			w = fmt.Sprintf("oldest WQE %v state %d PSNs %#x-%#x resid %d", x.opcode, x.state, x.firstPSN, x.lastPSN, x.dma.resid)
 		}
 		out = fmt.Sprintf("req psn %#x hi %#x wqe %d opcode %d retry %v waitPSN %v fence %v rdatom %v/%d rnr %v; "+
 			"comp psn %#x opcode %d retries %d started %v; timer armed %v in %v; %s; "+
 			"resp psn %#x ack %#x opcode %d nak %v out %d rdatom %d",
-			rq.psn, rq.hiPSN, rq.wqeIndex, rq.opcode, rq.needRetry, rq.waitPSN, rq.waitFence, rq.needRdAtom, rq.rdInflight,
-			rq.waitRNRTime, c.psn, c.opcode, c.retryCnt, c.startedRetry, qp.retrans.armed(), qp.retrans.when-e.now, w,
+			req.psn, req.hiPSN, req.wqeIndex, req.opcode, req.needRetry, req.waitPSN, req.waitFence, req.needRdAtom, req.rdInflight,
+			req.waitRNRTime, c.psn, c.opcode, c.retryCnt, c.startedRetry, qp.retrans.armed(), qp.retrans.when-e.now, w,
 			r.psn, r.ackPSN, r.opcode, r.sentPSNNak, r.outLen, r.rdAtomic)
 		return nil
 	})

@@ -28,7 +28,7 @@ const (
 type SRQ struct {
 	d      *Device
 	pd     *PD
-	rq     ring
+	recvQ  ring
 	slots  []recvWQE
 	maxSGE uint32
 	limit  atomic.Uint32
@@ -60,7 +60,7 @@ func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
 		d.forget(&d.nsrq)
 		return nil, err
 	}
-	n := s.rq.init(int(a.MaxWR))
+	n := s.recvQ.init(int(a.MaxWR))
 	s.slots = make([]recvWQE, n)
 	sgl := make([]SGE, n*int(a.MaxSGE))
 	k := int(a.MaxSGE)
@@ -74,24 +74,24 @@ func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
 // PostRecv posts receive WRs to the SRQ (ibv_post_srq_recv); n and err as
 // QP.PostSend.
 func (s *SRQ) PostRecv(wrs []RecvWR) (n int, err error) {
-	s.rq.mu.Lock()
-	defer s.rq.mu.Unlock()
-	prod := s.rq.prod.Load()
+	s.recvQ.mu.Lock()
+	defer s.recvQ.mu.Unlock()
+	prod := s.recvQ.prod.Load()
 	for n = range wrs {
 		wr := &wrs[n]
 		switch {
 		case s.n.dead.Load():
 			return n, errSRQClosed
-		case prod-s.rq.cons.Load() >= s.rq.cap:
+		case prod-s.recvQ.cons.Load() >= s.recvQ.cap:
 			return n, errSRQFull
 		case len(wr.SGL) > int(s.maxSGE):
 			return n, errSRQSGEs
 		}
-		if err := s.d.fillRecvWQE(s.pd, &s.slots[prod&s.rq.mask], wr); err != nil {
+		if err := s.d.fillRecvWQE(s.pd, &s.slots[prod&s.recvQ.mask], wr); err != nil {
 			return n, err
 		}
 		prod++
-		s.rq.prod.Store(prod)
+		s.recvQ.prod.Store(prod)
 	}
 	return len(wrs), nil
 }
@@ -103,8 +103,8 @@ func (s *SRQ) Modify(a SRQAttr, mask SRQAttrMask) error {
 		return errorf(ErrInvalid, "resizing an SRQ is not supported")
 	}
 	if mask&SRQLimit != 0 {
-		if a.Limit > s.rq.cap {
-			return errorf(ErrInvalid, "SRQ limit %d exceeds max_wr %d", a.Limit, s.rq.cap)
+		if a.Limit > s.recvQ.cap {
+			return errorf(ErrInvalid, "SRQ limit %d exceeds max_wr %d", a.Limit, s.recvQ.cap)
 		}
 		s.limit.Store(a.Limit)
 	}
@@ -113,11 +113,11 @@ func (s *SRQ) Modify(a SRQAttr, mask SRQAttrMask) error {
 
 // Query returns the SRQ's attributes (ibv_query_srq).
 func (s *SRQ) Query() SRQAttr {
-	return SRQAttr{MaxWR: s.rq.cap, MaxSGE: s.maxSGE, Limit: s.limit.Load()}
+	return SRQAttr{MaxWR: s.recvQ.cap, MaxSGE: s.maxSGE, Limit: s.limit.Load()}
 }
 
 // Len returns the number of posted WRs not yet taken by a QP (a snapshot).
-func (s *SRQ) Len() int { return int(s.rq.count()) }
+func (s *SRQ) Len() int { return int(s.recvQ.count()) }
 
 // Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy, changing
 // nothing, while QPs use it. Its posted WRs are discarded without completions, as
@@ -154,16 +154,16 @@ func (s *SRQ) retire(op *Op) {
 // the SRQ is empty. Engine only.
 func (e *engine) srqTake(qp *QP, w *recvWQE) bool {
 	s := qp.srq
-	cons := s.rq.cons.Load()
-	if cons == s.rq.prod.Load() {
+	cons := s.recvQ.cons.Load()
+	if cons == s.recvQ.prod.Load() {
 		return false
 	}
-	src := &s.slots[cons&s.rq.mask]
+	src := &s.slots[cons&s.recvQ.mask]
 	w.wrid = src.wrid
 	w.length = src.length
 	w.sgl = append(w.sgl[:0], src.sgl...)
-	s.rq.cons.Store(cons + 1)
-	if lim := s.limit.Load(); lim != 0 && s.rq.count() < lim && s.limit.CompareAndSwap(lim, 0) {
+	s.recvQ.cons.Store(cons + 1)
+	if lim := s.limit.Load(); lim != 0 && s.recvQ.count() < lim && s.limit.CompareAndSwap(lim, 0) {
 		e.d.evq.post(AsyncEvent{Type: EventSRQLimitReached, SRQ: s})
 	}
 	return true
