@@ -51,3 +51,34 @@ var (
 // wrap passes on an error of a layer below (cq, mr, qpattr), which wraps its own
 // class of the errs vocabulary and its detail sentinel: both stay visible.
 func wrap(err error) error { return fmt.Errorf("engine: %w", err) }
+
+// The post verbs' failures, made once: a failed post allocates nothing (perftest's
+// loops spin on ErrQueueFull under back-pressure). They name the rule broken,
+// not the values.
+var (
+	errPostClosed      = errorf(ErrClosed, "post on a destroyed QP")
+	errPostSendState   = errorf(ErrWrongState, "post send in a state that takes none (RESET, INIT, RTR)")
+	errPostRecvState   = errorf(ErrWrongState, "post receive in RESET")
+	errPostSendFull    = errorf(ErrQueueFull, "send queue full")
+	errPostRecvFull    = errorf(ErrQueueFull, "receive queue full")
+	errPostRecvSRQ     = errorf(ErrInvalid, "the QP takes its receives from an SRQ")
+	errPostOpcode      = errorf(ErrUnsupported, "work request opcode not supported on this QP type")
+	errPostFlags       = errorf(ErrInvalid, "unknown send flags")
+	errPostSGEs        = errorf(ErrInvalid, "more SGEs than the QP's max_sge")
+	errPostInlineOp    = errorf(ErrInvalid, "inline data on a READ or atomic")
+	errPostInlineSGL   = errorf(ErrInvalid, "both InlineData and an SGL")
+	errPostInlineLen   = errorf(ErrInvalid, "inline data longer than the QP's max_inline_data")
+	errPostAtomicLen   = errorf(ErrInvalid, "an atomic's local SGL is not 8 bytes")
+	errPostAtomicAlign = errorf(ErrInvalid, "an atomic's remote address is not 8-byte aligned")
+	errPostNoAH        = errorf(ErrInvalid, "UD send without an AH")
+	errPostAHPD        = errorf(ErrWrongPD, "the AH belongs to another PD")
+	errPostAHClosed    = errorf(ErrClosed, "the AH is destroyed")
+	errPostUDMTU       = errorf(ErrInvalid, "UD message longer than the port MTU")
+	errPostRemoteQPN   = errorf(ErrInvalid, "remote QPN wider than 24 bits")
+	errPostMsgSize     = errorf(ErrInvalid, "message longer than 8 MiB (max_msg_sz)")
+	errPostBadLKey     = errorf(ErrBadLKey, "an SGE's L_Key names no memory region")
+	errPostLKeyPD      = errorf(ErrWrongPD, "an SGE's L_Key belongs to another PD")
+	errPostLKeyAccess  = errorf(ErrAccess, "an SGE's region lacks LOCAL_WRITE")
+	errPostSGERange    = errorf(ErrSGERange, "an SGE reaches outside its region")
+	errPostSGE         = errorf(ErrInvalid, "a bad SGE")
+)

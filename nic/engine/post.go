@@ -40,18 +40,18 @@ func (qp *QP) ring() {
 }
 
 // lookupFault maps an mr.Fault of a local SGE to the post-time error.
-func lookupFault(f mr.Fault, sge *SGE) error {
+func lookupFault(f mr.Fault) error {
 	switch f {
 	case mr.FaultInvalidKey:
-		return errorf(ErrBadLKey, "L_Key %#x", sge.LKey)
+		return errPostBadLKey
 	case mr.FaultPD:
-		return errorf(ErrWrongPD, "L_Key %#x is another PD's", sge.LKey)
+		return errPostLKeyPD
 	case mr.FaultAccess:
-		return errorf(ErrAccess, "L_Key %#x lacks LOCAL_WRITE", sge.LKey)
+		return errPostLKeyAccess
 	case mr.FaultBounds:
-		return errorf(ErrSGERange, "SGE %#x+%d outside L_Key %#x", sge.Addr, sge.Length, sge.LKey)
+		return errPostSGERange
 	}
-	return errorf(ErrInvalid, "SGE: %v", f)
+	return errPostSGE
 }
 
 // checkSGL validates an SGL at post time and returns its total length.
@@ -60,12 +60,12 @@ func (d *Device) checkSGL(pd *PD, sgl []SGE, need mr.Access) (uint32, error) {
 	for i := range sgl {
 		s := &sgl[i]
 		if _, f := d.mrs.Lookup(s.LKey, pd.handle, s.Addr, int(s.Length), need, false); f != mr.FaultNone {
-			return 0, lookupFault(f, s)
+			return 0, lookupFault(f)
 		}
 		total += uint64(s.Length)
 	}
 	if total > MaxMsgSize {
-		return 0, errorf(ErrInvalid, "message of %d bytes exceeds %d", total, MaxMsgSize)
+		return 0, errPostMsgSize
 	}
 	return uint32(total), nil
 }
@@ -101,22 +101,22 @@ func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
 
 func (qp *QP) checkPostSend(st uint32, prod uint32, wr *SendWR) error {
 	if st == stateDestroyed {
-		return errorf(ErrClosed, "QP %#x", qp.qpn)
+		return errPostClosed
 	}
 	if !qpattr.CanPostSend(qpattr.State(st)) {
-		return errorf(ErrWrongState, "post send in %v", qpattr.State(st))
+		return errPostSendState
 	}
 	if prod-qp.sendQ.cons.Load() >= qp.sendQ.cap {
-		return errorf(ErrQueueFull, "send queue of %d", qp.sendQ.cap)
+		return errPostSendFull
 	}
 	if !wrOpcodes.allowed(qp.typ, wr.Opcode) {
-		return errorf(ErrUnsupported, "%v on a %v QP", wr.Opcode, qp.typ)
+		return errPostOpcode
 	}
 	if wr.Flags&^knownSendFlags != 0 {
-		return errorf(ErrInvalid, "send flags %#x", uint32(wr.Flags))
+		return errPostFlags
 	}
 	if len(wr.SGL) > int(qp.cap.MaxSendSGE) {
-		return errorf(ErrInvalid, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxSendSGE)
+		return errPostSGEs
 	}
 	return nil
 }
@@ -128,10 +128,10 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 	m := wrOpcodes.mask(wr.Opcode)
 	inline := wr.InlineData != nil || wr.Flags&SendInline != 0
 	if inline && m&(wire.MaskRead|wire.MaskAtomic) != 0 {
-		return errorf(ErrInvalid, "inline %v", wr.Opcode)
+		return errPostInlineOp
 	}
 	if wr.InlineData != nil && len(wr.SGL) > 0 {
-		return errorf(ErrInvalid, "both InlineData and an SGL")
+		return errPostInlineSGL
 	}
 	need := mr.Access(0)
 	if m&(wire.MaskRead|wire.MaskAtomic) != 0 {
@@ -140,7 +140,7 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 	var length uint32
 	if wr.InlineData != nil {
 		if len(wr.InlineData) > int(qp.cap.MaxInlineData) {
-			return errorf(ErrInvalid, "%d inline bytes exceed the QP's %d", len(wr.InlineData), qp.cap.MaxInlineData)
+			return errPostInlineLen
 		}
 		length = uint32(len(wr.InlineData))
 	} else {
@@ -149,32 +149,32 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 			return err
 		}
 		if inline && length > qp.cap.MaxInlineData {
-			return errorf(ErrInvalid, "%d inline bytes exceed the QP's %d", length, qp.cap.MaxInlineData)
+			return errPostInlineLen
 		}
 	}
 	switch {
 	case m&wire.MaskAtomic != 0:
 		if length != 8 {
-			return errorf(ErrInvalid, "atomic with %d local bytes (want 8)", length)
+			return errPostAtomicLen
 		}
 		if wr.RemoteAddr&7 != 0 {
-			return errorf(ErrInvalid, "atomic at unaligned address %#x", wr.RemoteAddr)
+			return errPostAtomicAlign
 		}
 	case qp.typ == qpattr.UD || qp.typ == qpattr.GSI:
 		if wr.AH == nil {
-			return errorf(ErrInvalid, "UD send without an AH")
+			return errPostNoAH
 		}
 		if wr.AH.pd != qp.pd {
-			return errorf(ErrWrongPD, "the AH belongs to another PD")
+			return errPostAHPD
 		}
 		if wr.AH.dead.Load() {
-			return errorf(ErrClosed, "AH")
+			return errPostAHClosed
 		}
 		if int(length) > qp.d.mtu.Bytes() {
-			return errorf(ErrInvalid, "UD message of %d bytes exceeds the MTU %d", length, qp.d.mtu.Bytes())
+			return errPostUDMTU
 		}
 		if wr.RemoteQPN > wire.PSNMask {
-			return errorf(ErrInvalid, "remote QPN %#x", wr.RemoteQPN)
+			return errPostRemoteQPN
 		}
 	}
 	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
@@ -205,7 +205,7 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 				s := &wr.SGL[i]
 				b, f := d.mrs.Lookup(s.LKey, qp.pd.handle, s.Addr, int(s.Length), 0, false)
 				if f != mr.FaultNone { // deregistered since checkSGL
-					return lookupFault(f, s)
+					return lookupFault(f)
 				}
 				w.inline = append(w.inline, b...)
 			}
@@ -219,7 +219,7 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 // PostRecv posts receive work requests (ibv_post_recv); n and err as PostSend.
 func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 	if qp.srq != nil {
-		return 0, errorf(ErrInvalid, "QP %#x takes its receives from an SRQ", qp.qpn)
+		return 0, errPostRecvSRQ
 	}
 	qp.recvQ.mu.Lock()
 	st := qp.pubState.Load()
@@ -228,13 +228,13 @@ func (qp *QP) PostRecv(wrs []RecvWR) (n int, err error) {
 		wr := &wrs[n]
 		switch {
 		case st == stateDestroyed:
-			err = errorf(ErrClosed, "QP %#x", qp.qpn)
+			err = errPostClosed
 		case !qpattr.CanPostRecv(qpattr.State(st)):
-			err = errorf(ErrWrongState, "post receive in %v", qpattr.State(st))
+			err = errPostRecvState
 		case prod-qp.recvQ.cons.Load() >= qp.recvQ.cap:
-			err = errorf(ErrQueueFull, "receive queue of %d", qp.recvQ.cap)
+			err = errPostRecvFull
 		case len(wr.SGL) > int(qp.cap.MaxRecvSGE):
-			err = errorf(ErrInvalid, "%d SGEs exceed the QP's %d", len(wr.SGL), qp.cap.MaxRecvSGE)
+			err = errPostSGEs
 		}
 		if err != nil {
 			break
