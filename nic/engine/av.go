@@ -7,7 +7,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"time"
+	"sync"
 
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/wire"
@@ -27,23 +27,23 @@ type AV struct {
 	DMAC net.HardwareAddr
 }
 
-// resolveAV checks an AV against the port and finds its next hop, in the caller's
-// goroutine (it may block on neighbour resolution).
-func (d *Device) resolveAV(av *AV) (routeParams, error) {
-	var p routeParams
+// checkAV checks an AV against the port and fills the route parameters. It never
+// blocks: when the next hop's MAC is neither in the AV nor in the device's cache,
+// it reports needMAC and the caller resolves it with resolveMAC.
+func (d *Device) checkAV(av *AV) (p routeParams, needMAC bool, err error) {
 	if av.Port > 1 {
-		return p, errorf(ErrInvalid, "port %d (the device has port 1)", av.Port)
+		return p, false, errorf(ErrInvalid, "port %d (the device has port 1)", av.Port)
 	}
 	if int(av.SGIDIndex) >= len(d.cfg.GIDs) {
-		return p, errorf(ErrInvalid, "source GID index %d (table of %d)", av.SGIDIndex, len(d.cfg.GIDs))
+		return p, false, errorf(ErrInvalid, "source GID index %d (table of %d)", av.SGIDIndex, len(d.cfg.GIDs))
 	}
 	if av.DGID.IsZero() {
-		return p, errorf(ErrInvalid, "zero destination GID")
+		return p, false, errorf(ErrInvalid, "zero destination GID")
 	}
 	p.src = d.cfg.GIDs[av.SGIDIndex].Addr()
 	p.dst = av.DGID.Addr()
 	if p.src.Is4() != p.dst.Is4() {
-		return p, errorf(ErrInvalid, "source GID %v and destination GID %v are of different IP families",
+		return p, false, errorf(ErrInvalid, "source GID %v and destination GID %v are of different IP families",
 			d.cfg.GIDs[av.SGIDIndex], av.DGID)
 	}
 	p.smac = d.smac
@@ -54,37 +54,94 @@ func (d *Device) resolveAV(av *AV) (routeParams, error) {
 	case len(av.DMAC) == 6:
 		p.dmac = wire.MAC(av.DMAC)
 	case len(av.DMAC) != 0:
-		return p, errorf(ErrInvalid, "destination MAC %v", av.DMAC)
+		return p, false, errorf(ErrInvalid, "destination MAC %v", av.DMAC)
+	case d.cfg.ResolveMAC == nil:
+		// Links that address peers by IP take a zero MAC.
 	default:
-		mac, err := d.nextHop(p.dst)
-		if err != nil {
-			return p, err
-		}
-		p.dmac = mac
+		d.mu.Lock()
+		m, ok := d.macs[p.dst]
+		d.mu.Unlock()
+		p.dmac = m
+		needMAC = !ok
 	}
-	return p, nil
+	return p, needMAC, nil
 }
 
-// nextHop resolves and caches the MAC of dst.
-func (d *Device) nextHop(dst netip.Addr) (wire.MAC, error) {
-	if d.cfg.ResolveMAC == nil {
-		return wire.MAC{}, nil
+// resolver runs next-hop resolutions (Config.ResolveMAC) on goroutines of its
+// own, so that neither an API call nor the engine ever waits for the network
+// (MID1: the AH verbs never block; rxe resolves through the kernel's neighbour
+// table the same way, off the verb). One resolution runs per destination; the
+// callers of the same destination share its answer.
+type resolver struct {
+	mu      sync.Mutex
+	pending map[netip.Addr][]func(wire.MAC, error) // guarded by mu
+	stopped bool                                   // guarded by mu
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func (r *resolver) init() {
+	r.pending = make(map[netip.Addr][]func(wire.MAC, error))
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+}
+
+// resolveMAC has done called with dst's next-hop MAC, or the error wrapping
+// ErrUnreachable, on a resolver goroutine. It fails at once with ErrLimit when
+// MaxPendingResolutions destinations are being resolved, and with ErrClosed after
+// the device's close.
+func (d *Device) resolveMAC(dst netip.Addr, done func(wire.MAC, error)) error {
+	r := &d.res
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return errDevClosed
 	}
-	d.mu.Lock()
-	m, ok := d.macs[dst]
-	d.mu.Unlock()
-	if ok {
-		return m, nil
+	if waiters, ok := r.pending[dst]; ok {
+		r.pending[dst] = append(waiters, done)
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
+	if len(r.pending) >= MaxPendingResolutions {
+		return errorf(ErrLimit, "%d next hops being resolved", MaxPendingResolutions)
+	}
+	r.pending[dst] = []func(wire.MAC, error){done}
+	r.wg.Add(1)
+	go d.routineResolve(dst)
+	return nil
+}
+
+// routineResolve resolves one destination, caches the answer and hands it to
+// every caller waiting for it.
+func (d *Device) routineResolve(dst netip.Addr) {
+	r := &d.res
+	defer r.wg.Done()
+	ctx, cancel := context.WithTimeout(r.ctx, ResolveTimeout)
 	hw, err := d.cfg.ResolveMAC(ctx, dst)
+	cancel()
+	var m wire.MAC
 	if err != nil || len(hw) != 6 {
-		return m, errorf(ErrUnreachable, "next hop of %v: %v", dst, err)
+		err = errorf(ErrUnreachable, "next hop of %v: %v", dst, err)
+	} else {
+		m = wire.MAC(hw)
+		d.mu.Lock()
+		d.macs[dst] = m
+		d.mu.Unlock()
 	}
-	m = wire.MAC(hw)
-	d.mu.Lock()
-	d.macs[dst] = m
-	d.mu.Unlock()
-	return m, nil
+	r.mu.Lock()
+	waiters := r.pending[dst]
+	delete(r.pending, dst)
+	r.mu.Unlock()
+	for _, f := range waiters {
+		f(m, err)
+	}
+}
+
+// stop cancels the resolutions in flight and waits for their goroutines (their
+// callers get ErrUnreachable).
+func (r *resolver) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
 }

@@ -193,6 +193,7 @@ type Device struct {
 	pdSeq   uint32
 	cqSeq   uint32
 	macs    map[netip.Addr]wire.MAC // resolved next hops
+	res     resolver                // next-hop resolutions in flight
 
 	e engine // owned by RoutineEngine
 }
@@ -274,6 +275,7 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 		MaxRecvSGE: MaxSGE, MaxInlineData: MaxInlineData,
 	}
 	d.e.init(d)
+	d.res.init()
 	d.evq.start(cfg.EventHandler, cfg.Logf, &d.cnt)
 	if s, ok := cfg.Clock.(clock.Subscriber); ok {
 		s.Subscribe(d.wake)
@@ -305,16 +307,21 @@ func (d *Device) execClose(n *lifetime, fn func(e *engine) error) *Op {
 
 func (d *Device) enqueue(fn func(e *engine) error, n *lifetime) *Op {
 	op := d.newOp()
+	d.enqueueOp(op, fn, n)
+	return op
+}
+
+// enqueueOp queues fn for the engine goroutine to complete op.
+func (d *Device) enqueueOp(op *Op, fn func(e *engine) error, n *lifetime) {
 	d.ctlMu.Lock()
 	if d.stopped {
 		d.ctlMu.Unlock()
 		op.finish(errDevClosed)
-		return op
+		return
 	}
 	d.ctlQ = append(d.ctlQ, ctlReq{fn: fn, op: op, close: n})
 	d.ctlMu.Unlock()
 	d.wake()
-	return op
 }
 
 // newOp returns a pending Op whose callbacks run on the device's RoutineEvents.
@@ -346,6 +353,7 @@ func (d *Device) Close() error {
 	}
 	d.closeOnce.Do(func() {
 		d.n.markClosing()
+		d.res.stop()
 		op := d.exec(func(e *engine) error {
 			e.shutdown()
 			return nil

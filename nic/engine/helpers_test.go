@@ -5,7 +5,9 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -36,6 +38,7 @@ type pairOpts struct {
 	batch    int
 	txBudget int
 	wrapA    func(link.Link) link.Link // wraps A's link before Open
+	resolveA func(context.Context, netip.Addr) (net.HardwareAddr, error)
 }
 
 // pair is two devices joined by a memory link.
@@ -55,9 +58,10 @@ func newPair(t testing.TB, o pairOpts) *pair {
 		ga = netdev.GIDFromAddr(netip.MustParseAddr("2001:db8::11"))
 		gb = netdev.GIDFromAddr(netip.MustParseAddr("2001:db8::12"))
 	}
-	open := func(l link.Link, g netdev.GID, ev func(AsyncEvent)) *Device {
+	open := func(l link.Link, g netdev.GID, ev func(AsyncEvent),
+		resolve func(context.Context, netip.Addr) (net.HardwareAddr, error)) *Device {
 		d, err := Open(l, Config{Clock: o.clock, GIDs: []netdev.GID{g}, MTU: o.mtu, EventHandler: ev,
-			Batch: o.batch, TxBudget: o.txBudget})
+			Batch: o.batch, TxBudget: o.txBudget, ResolveMAC: resolve})
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -68,8 +72,8 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	if o.wrapA != nil {
 		l = o.wrapA(la)
 	}
-	p.a = open(l, ga, o.events)
-	p.b = open(lb, gb, o.eventsB)
+	p.a = open(l, ga, o.events, o.resolveA)
+	p.b = open(lb, gb, o.eventsB, nil)
 	t.Cleanup(func() {
 		if err := p.a.Close(); err != nil {
 			t.Errorf("close a: %v", err)

@@ -70,3 +70,10 @@ func ackTimeout(code uint8) time.Duration {
 	}
 	return time.Duration(4096<<code) * time.Nanosecond
 }
+
+// Next-hop resolution (av.go): how many destinations may be resolved at once, and
+// how long one may take before its waiters fail with ErrUnreachable.
+const (
+	MaxPendingResolutions = 256
+	ResolveTimeout        = 3 * time.Second
+)

@@ -21,21 +21,39 @@ type QPAttr struct {
 
 // Modify changes the QP's attributes and state (ibv_modify_qp). The checks that
 // need the QP's state run on the engine goroutine; the Op reports their result.
-// Resolving the next-hop MAC of a new AV happens first, in the caller.
+// It never waits for the network: when a new AV's next-hop MAC must be resolved,
+// the Op completes after the resolution and the change (or with an error wrapping
+// ErrUnreachable, changing nothing). Modifies of one QP are applied in call
+// order, except that one waiting for a resolution is applied when it ends: wait
+// for its Op before the next Modify, as ibv_modify_qp's callers do.
 func (qp *QP) Modify(attr *QPAttr, mask qpattr.AttrMask) *Op {
+	d := qp.d
 	if attr == nil {
-		return qp.d.doneOp(errorf(ErrInvalid, "nil attributes"))
+		return d.doneOp(errorf(ErrInvalid, "nil attributes"))
 	}
 	a := *attr
-	var rp routeParams
-	if mask&qpattr.AttrAV != 0 {
-		var err error
-		rp, err = qp.d.resolveAV(&a.AV)
-		if err != nil {
-			return qp.d.doneOp(err)
-		}
+	if mask&qpattr.AttrAV == 0 {
+		return d.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, routeParams{}) })
 	}
-	return qp.d.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) })
+	rp, needMAC, err := d.checkAV(&a.AV)
+	if err != nil {
+		return d.doneOp(err)
+	}
+	if !needMAC {
+		return d.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) })
+	}
+	op := d.newOp()
+	if err := d.resolveMAC(rp.dst, func(mac wire.MAC, err error) {
+		if err != nil {
+			op.finish(err)
+			return
+		}
+		rp.dmac = mac
+		d.enqueueOp(op, func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) }, nil)
+	}); err != nil {
+		op.finish(err)
+	}
+	return op
 }
 
 // ModifySync is Modify followed by Wait.

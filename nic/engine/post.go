@@ -192,7 +192,8 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 	w.dma = dmaCursor{resid: length}
 	w.iova = wr.RemoteAddr
 	if wr.AH != nil && !qp.typ.Connected() {
-		w.rt = wr.AH.rt
+		w.ah = wr.AH
+		w.rt = wr.AH.rt.Load() // nil while resolving: the requester waits
 		w.remoteQPN = wr.RemoteQPN
 		w.remoteQKey = wr.RemoteQKey
 	}

@@ -45,6 +45,17 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 		if w == nil {
 			return false
 		}
+		if w.ah != nil && w.rt == nil {
+			rt, failed := e.ahRoute(w.ah, qp)
+			if failed {
+				e.reqFail(qp, w, cq.LocQPOpErr) // rxe: no route to the destination
+				return false
+			}
+			if rt == nil {
+				return false // the AH's resolution schedules qp again
+			}
+			w.rt = rt
+		}
 		if qp.typ == qpattr.RC && req.psn.Sub(qp.comp.psn) > maxUnackedPSNs {
 			req.waitPSN = true
 			return false

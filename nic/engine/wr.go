@@ -179,7 +179,8 @@ type sendWQE struct {
 	rkey       uint32
 	compareAdd uint64
 	swap       uint64
-	rt         *route // UD: the AH's route
+	ah         *AH    // UD: the address handle
+	rt         *route // UD: its route, once resolved
 	remoteQPN  uint32
 	remoteQKey uint32
 	mask       wire.OpMask // what the WR does: MaskSend, MaskWrite, MaskRead, MaskAtomic, MaskImmDt...
