@@ -19,7 +19,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/xrnic/xrnic/internal/wcstream"
+	"github.com/xrnic/xrnic/internal/testutil/wcstream"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"

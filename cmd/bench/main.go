@@ -38,8 +38,8 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/xrnic/xrnic/bpf"
-	"github.com/xrnic/xrnic/internal/perftest"
-	"github.com/xrnic/xrnic/internal/pingpong"
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
+	"github.com/xrnic/xrnic/cmd/internal/pingpong"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/testenv"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/perftest"
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/testenv"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/pingpong"
+	"github.com/xrnic/xrnic/cmd/internal/pingpong"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/testenv"
 )

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/perftest"
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
 )
 
 // maxSessions bounds the bench sessions that run at once; more clients are

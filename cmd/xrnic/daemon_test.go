@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xrnic/xrnic/internal/perftest"
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/testenv"

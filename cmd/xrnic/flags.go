@@ -15,7 +15,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/xrnic/xrnic/bpf"
-	"github.com/xrnic/xrnic/internal/perftest"
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/nic/link"
 )
 

@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/oob"
+	"github.com/xrnic/xrnic/cmd/internal/oob"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/verbs"

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/oob"
+	"github.com/xrnic/xrnic/cmd/internal/oob"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"

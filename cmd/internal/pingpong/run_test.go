@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/oob"
+	"github.com/xrnic/xrnic/cmd/internal/oob"
 	"github.com/xrnic/xrnic/verbs"
 )
 

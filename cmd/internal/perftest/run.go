@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/oob"
+	"github.com/xrnic/xrnic/cmd/internal/oob"
 	"github.com/xrnic/xrnic/verbs"
 )
 

@@ -23,7 +23,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xrnic/xrnic/internal/oob"
+	"github.com/xrnic/xrnic/cmd/internal/oob"
 	"github.com/xrnic/xrnic/verbs"
 )
 
