@@ -1,19 +1,42 @@
 // Test wrappers: root check, and removal through t.Cleanup so a failing or panicking
-// test still leaves nothing behind.
+// test still leaves nothing behind. They take TB, the part of TB they use,
+// so that the package does not import "testing": the commands (bench link) link
+// testenv, and a binary that links package testing registers its flags.
 
 package testenv
 
 import (
+	"os"
 	"regexp"
-	"testing"
-
-	"github.com/xrnic/xrnic/internal/testutil"
 )
+
+// TB is what the test wrappers need of a TB (which satisfies it).
+type TB interface {
+	Helper()
+	Name() string
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Skip(args ...any)
+}
+
+// requireRoot skips tb without root, or fails it under CI=true (testutil.RequireRoot,
+// without package testing).
+func requireRoot(tb TB) {
+	tb.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("test needs root, and CI=true forbids skipping")
+	}
+	tb.Skip("test needs root (netns, veth, XDP, AF_XDP); skipped because CI is unset")
+}
 
 var testNameRE = regexp.MustCompile(`[^A-Za-z0-9]+`)
 
 // testLabel turns a test name into a short namespace label.
-func testLabel(tb testing.TB) string {
+func testLabel(tb TB) string {
 	l := testNameRE.ReplaceAllString(tb.Name(), "_")
 	if len(l) > 24 {
 		l = l[:24]
@@ -23,9 +46,9 @@ func testLabel(tb testing.TB) string {
 
 // NewTestNS returns a namespace removed when tb ends, pass or fail. It skips (or, under
 // CI=true, fails) without root.
-func NewTestNS(tb testing.TB) *NS {
+func NewTestNS(tb TB) *NS {
 	tb.Helper()
-	testutil.RequireRoot(tb)
+	requireRoot(tb)
 	ns, err := NewNS(testLabel(tb))
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
@@ -40,9 +63,9 @@ func NewTestNS(tb testing.TB) *NS {
 
 // NewTestPair returns a veth pair (NewVethPair) removed when tb ends, pass or fail. It
 // skips (or, under CI=true, fails) without root.
-func NewTestPair(tb testing.TB, opts PairOptions) *Pair {
+func NewTestPair(tb TB, opts PairOptions) *Pair {
 	tb.Helper()
-	testutil.RequireRoot(tb)
+	requireRoot(tb)
 	if opts.Label == "" {
 		opts.Label = testLabel(tb)
 	}

@@ -8,11 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"testing"
 
 	"github.com/vishvananda/netlink"
-
-	"github.com/xrnic/xrnic/internal/testutil"
 )
 
 // Wire is a Pair whose ends are not each other's peers: A's veth peers with MidA
@@ -169,9 +166,9 @@ func (w *Wire) Namespaces() []*NS { return []*NS{w.A.NS, w.B.NS, w.Mid} }
 
 // NewTestWire returns a wire (NewVethWire) removed when tb ends, pass or fail. It
 // skips (or, under CI=true, fails) without root.
-func NewTestWire(tb testing.TB, opts PairOptions) *Wire {
+func NewTestWire(tb TB, opts PairOptions) *Wire {
 	tb.Helper()
-	testutil.RequireRoot(tb)
+	requireRoot(tb)
 	if opts.Label == "" {
 		opts.Label = testLabel(tb)
 	}

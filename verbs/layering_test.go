@@ -78,3 +78,22 @@ func TestLayeringNoEngineBehindVerbs(t *testing.T) {
 		t.Fatal("no source files under cmd/")
 	}
 }
+
+// TestLayeringCommandsDoNotLinkTesting: the binaries link no package testing
+// (which would register its flags and its code in them); testenv, which bench
+// links for `bench link`, takes a TB interface for that reason.
+func TestLayeringCommandsDoNotLinkTesting(t *testing.T) {
+	for _, cmd := range []string{"cmd/bench", "cmd/xrnic"} {
+		out, err := exec.Command("go", "list", "-deps", "github.com/xrnic/xrnic/"+cmd).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list: %v\n%s", err, out)
+		}
+		deps := strings.Fields(string(out))
+		if !slices.Contains(deps, "github.com/xrnic/xrnic/verbs") {
+			t.Fatalf("%s: the dependency list lacks verbs: %q", cmd, deps)
+		}
+		if slices.Contains(deps, "testing") {
+			t.Errorf("%s links package testing", cmd)
+		}
+	}
+}
