@@ -35,12 +35,6 @@ func (d *Device) forget(count *int) {
 	d.mu.Unlock()
 }
 
-func (d *Device) isClosed() bool {
-	d.ctlMu.Lock()
-	defer d.ctlMu.Unlock()
-	return d.stopped
-}
-
 // Handle is the PD's number, the pd argument of mr.Table lookups.
 func (pd *PD) Handle() uint32 { return pd.handle }
 
