@@ -40,13 +40,9 @@ func (pd *PD) CreateAH(av AV) (*AH, error) {
 		}
 		ah.rt.Store(rt)
 	}
-	d.mu.Lock()
-	if d.nah >= MaxAH {
-		d.mu.Unlock()
-		return nil, errorf(ErrLimit, "%d AHs", MaxAH)
+	if err := d.reserve(&d.nah, MaxAH, "AHs"); err != nil {
+		return nil, err
 	}
-	d.nah++
-	d.mu.Unlock()
 	if err := pd.use(); err != nil {
 		d.forget(&d.nah)
 		return nil, err

@@ -85,18 +85,7 @@ func (o *Op) Err() error {
 // Wait blocks until the operation has finished and returns its result. Called
 // from the callback the operation waits for, it returns an error wrapping
 // ErrDeadlock at once (the operation still completes, later).
-func (o *Op) Wait() error {
-	select {
-	case <-o.done:
-		return o.err
-	default:
-	}
-	if o.guard != nil && o.guard() {
-		return errDeadlockWait
-	}
-	<-o.done
-	return o.err
-}
+func (o *Op) Wait() error { return o.WaitContext(context.Background()) }
 
 // WaitContext is Wait with a deadline: it returns ctx.Err() if ctx ends first (the
 // operation still completes on its own).

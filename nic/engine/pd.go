@@ -12,12 +12,10 @@ type PD struct {
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
-	d.mu.Lock()
-	if d.npd >= MaxPD {
-		d.mu.Unlock()
-		return nil, errorf(ErrLimit, "%d PDs", MaxPD)
+	if err := d.reserve(&d.npd, MaxPD, "PDs"); err != nil {
+		return nil, err
 	}
-	d.npd++
+	d.mu.Lock()
 	d.pdSeq++
 	pd := &PD{d: d, handle: d.pdSeq}
 	d.mu.Unlock()
@@ -26,6 +24,17 @@ func (d *Device) AllocPD() (*PD, error) {
 		return nil, err
 	}
 	return pd, nil
+}
+
+// reserve counts one more object of a kind the device limits to max.
+func (d *Device) reserve(count *int, max int, what string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if *count >= max {
+		return errorf(ErrLimit, "%d %s", max, what)
+	}
+	*count++
+	return nil
 }
 
 // forget decrements one of the device's object counts.

@@ -48,13 +48,9 @@ func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
 		return nil, errorf(ErrInvalid, "SRQ limit %d exceeds max_wr %d", a.Limit, a.MaxWR)
 	}
 	a.MaxSGE = max(a.MaxSGE, 1)
-	d.mu.Lock()
-	if d.nsrq >= MaxSRQ {
-		d.mu.Unlock()
-		return nil, errorf(ErrLimit, "%d SRQs", MaxSRQ)
+	if err := d.reserve(&d.nsrq, MaxSRQ, "SRQs"); err != nil {
+		return nil, err
 	}
-	d.nsrq++
-	d.mu.Unlock()
 	s := &SRQ{d: d, pd: pd, maxSGE: a.MaxSGE}
 	if err := s.n.adopt(&pd.n); err != nil {
 		d.forget(&d.nsrq)
