@@ -59,6 +59,10 @@ func startDaemon(t *testing.T, p *testenv.Pair, args ...string) *testDaemon {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if _, err := fetchSnapshot(d.sock); err == nil {
+			// The socket answers before the daemon prints its ready line.
+			if e, ok := d.errOut.WaitFor("ready: ", 15*time.Second); !ok {
+				t.Fatalf("the daemon answers but printed no ready line:\n%s", e)
+			}
 			return d
 		}
 		select {

@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where nothing may skip.
@@ -74,15 +76,21 @@ func SharedDir(t testing.TB) string {
 }
 
 // SyncBuffer is a bytes.Buffer one goroutine (a process, a daemon) writes while
-// the test reads it; both methods are safe for concurrent use.
+// the test reads it; its methods are safe for concurrent use. A test that checks
+// for a line waits for it with WaitFor: the writer may not have printed it yet.
 type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // closed and replaced by each Write
 }
 
 func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
 	return s.b.Write(p)
 }
 
@@ -90,4 +98,29 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// WaitFor waits until the buffer holds substr, or timeout passes, and returns
+// the buffer's contents and whether substr appeared.
+func (s *SyncBuffer) WaitFor(substr string, timeout time.Duration) (string, bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		text := s.b.String()
+		if strings.Contains(text, substr) {
+			s.mu.Unlock()
+			return text, true
+		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return s.String(), false
+		}
+	}
 }
