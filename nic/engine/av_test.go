@@ -8,12 +8,16 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
+	"github.com/xrnic/xrnic/testenv"
 )
 
 // blockingResolver answers ResolveMAC only when the test releases it, with mac
@@ -164,5 +168,58 @@ func TestMID1ModifyWithAVNeverBlocks(t *testing.T) {
 				t.Fatalf("Modify: %v, state %v, DMAC %v", err, attr.State, attr.AV.DMAC)
 			}
 		})
+	}
+}
+
+// TestMID1CreateAHNeverBlocksOnAFXDP: on a veth pair with the real XDP program
+// and AF_XDP sockets, CreateAH to a peer whose MAC the device does not know
+// returns while the kernel's neighbour resolution (netdev.ResolveNeighbor in A's
+// namespace, held back by the test) is pending, and the UD send posted with it
+// reaches the peer once the neighbour is resolved.
+func TestMID1CreateAHNeverBlocksOnAFXDP(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	resolve := func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		var mac net.HardwareAddr
+		err := p.A.Do(func() error {
+			n, err := netdev.ResolveNeighbor(ctx, ip)
+			mac = n.MAC
+			return err
+		})
+		return mac, err
+	}
+	da := openVethConfig(t, &p.A, link.KindAFXDP, false, Config{ResolveMAC: resolve})
+	t.Cleanup(free) // before the devices close
+	db := openVeth(t, &p.B, link.KindAFXDP, false)
+	a := newNode(t, da, nodeOpts{typ: qpattr.UD})
+	b := newNode(t, db, nodeOpts{typ: qpattr.UD})
+	udUp(t, a, 7)
+	udUp(t, b, 7)
+	type res struct {
+		ah  *AH
+		err error
+	}
+	c := returnsWhileBlocked(t, "CreateAH on AF_XDP", func() res {
+		ah, err := a.pd.CreateAH(AV{DGID: b.gid()})
+		return res{ah, err}
+	})
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	recv(t, b, 1, 0, 40+64)
+	send(t, a, SendWR{WRID: 1, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}, AH: c.ah,
+		RemoteQPN: b.qp.QPN(), RemoteQKey: 7})
+	free()
+	checkWC(t, pollOne(t, a.cq), cq.WC{WRID: 1, Opcode: cq.Send, ByteLen: 64, QPN: a.qp.QPN()})
+	checkWC(t, pollOne(t, b.cq), cq.WC{WRID: 1, Opcode: cq.Recv, ByteLen: 40 + 64, QPN: b.qp.QPN(), SrcQP: a.qp.QPN(), Flags: cq.GRH})
+	if got := c.ah.rt.Load(); got == nil || net.HardwareAddr(got.dmac[:]).String() != p.B.MAC.String() {
+		t.Fatalf("the AH's next hop: %v, want %v", got, p.B.MAC)
 	}
 }

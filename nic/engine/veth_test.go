@@ -20,6 +20,12 @@ import (
 // openVeth opens a link of kind k on e inside its namespace and a device on it.
 func openVeth(t testing.TB, e *testenv.Endpoint, k link.Kind, v6 bool) *Device {
 	t.Helper()
+	return openVethConfig(t, e, k, v6, Config{})
+}
+
+// openVethConfig is openVeth with the rest of the device's Config.
+func openVethConfig(t testing.TB, e *testenv.Endpoint, k link.Kind, v6 bool, cfg Config) *Device {
+	t.Helper()
 	var l link.Link
 	err := e.Do(func() (err error) {
 		switch k {
@@ -39,7 +45,8 @@ func openVeth(t testing.TB, e *testenv.Endpoint, k link.Kind, v6 bool) *Device {
 	if v6 {
 		g = netdev.GIDFromAddr(e.IPv6)
 	}
-	d, err := Open(l, Config{GIDs: []netdev.GID{g}})
+	cfg.GIDs = []netdev.GID{g}
+	d, err := Open(l, cfg)
 	if err != nil {
 		l.Close()
 		t.Fatalf("Open: %v", err)
