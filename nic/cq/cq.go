@@ -356,15 +356,17 @@ func (c *CQ) Acquire() error {
 	return nil
 }
 
-// Release drops a reference taken by Acquire. It panics if there is none: that
-// is a bug in the caller's reference counting.
-func (c *CQ) Release() {
+// Release drops a reference taken by Acquire. Without one it changes nothing and
+// returns an error wrapping ErrInvalid (a bug in the caller's counting, but never
+// a panic).
+func (c *CQ) Release() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.refs == 0 {
-		panic("cq: Release without Acquire")
+		return errReleaseUnheld
 	}
 	c.refs--
+	return nil
 }
 
 // Close destroys the CQ (ibv_destroy_cq). It fails with ErrBusy, changing

@@ -242,6 +242,9 @@ func TestCloseSemantics(t *testing.T) {
 		t.Errorf("Close with 1 reference: error = %v, want ErrBusy", err)
 	}
 	c.Release()
+	if err := c.Release(); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Release without a reference: %v, want ErrInvalid", err)
+	}
 	if err := c.ReqNotify(false); err != nil {
 		t.Fatal(err)
 	}

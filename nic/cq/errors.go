@@ -31,3 +31,5 @@ var (
 	errNotifyClosed  = e(ErrClosed, "ReqNotify on a closed CQ")
 	errNotifyOverrun = e(ErrOverrun, "ReqNotify on a CQ in the error state")
 )
+
+var errReleaseUnheld = fmt.Errorf("cq: Release without Acquire: %w", ErrInvalid)
