@@ -14,8 +14,8 @@ import (
 var below = []string{"nic/engine", "nic/qpattr", "nic/mr", "nic/cq", "nic/netdev"}
 
 // layeringExceptions are the imports of a package below verbs that the README
-// names (Layout): the daemon watches its interface and resolves neighbours with
-// nic/netdev, as the kernel's rxe driver uses the netdev notifier.
+// names: the daemon finds and watches its interface with nic/netdev, as the
+// kernel's rxe driver uses the netdev notifier.
 var layeringExceptions = map[string][]string{
 	"cmd/xrnic": {"nic/netdev"},
 }

@@ -8,16 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
@@ -144,16 +140,9 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 			d.lg.printf("%s: XDP program detached", c.iface)
 		}
 	})
-	ecfg := verbs.EngineConfig{}
-	if l.Info().Kind == link.KindAFXDP {
-		resolve, closeNS, err := neighborResolver()
-		if err != nil {
-			return err
-		}
-		cl.add(closeNS)
-		ecfg.ResolveMAC = resolve
-	}
-	dev, err := verbs.Open(verbs.Options{Link: l, Engine: ecfg, Logf: d.lg.printf})
+	// The engine resolves neighbours in this thread's namespace (a test runs the
+	// daemon on a thread that entered one), off the verbs' goroutines.
+	dev, err := verbs.Open(verbs.Options{Link: l, Logf: d.lg.printf})
 	if err != nil {
 		return fmt.Errorf("device on %s: %w", c.iface, err)
 	}
@@ -280,40 +269,6 @@ func (d *daemon) routineInterval(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 	}
-}
-
-// neighborResolver returns the engine's ResolveMAC for a daemon that may run in
-// another network namespace than the rest of its process (a test runs it on one
-// thread that entered a namespace): the neighbour lookup runs on a fresh thread
-// switched into the namespace of the calling thread, whichever goroutine modifies
-// a QP. It costs a thread per lookup, which happens once per connected QP. close
-// releases the namespace handle.
-func neighborResolver() (resolve func(context.Context, netip.Addr) (net.HardwareAddr, error), close func(), err error) {
-	cur, err := netns.Get()
-	if err != nil {
-		return nil, nil, fmt.Errorf("current network namespace: %w", err)
-	}
-	resolve = func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
-		type result struct {
-			mac net.HardwareAddr
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			// Never unlocked: the thread, switched into the namespace, dies with
-			// the goroutine.
-			runtime.LockOSThread()
-			if err := netns.Set(cur); err != nil {
-				ch <- result{err: err}
-				return
-			}
-			n, err := netdev.ResolveNeighbor(ctx, ip)
-			ch <- result{n.MAC, err}
-		}()
-		r := <-ch
-		return r.mac, r.err
-	}
-	return resolve, func() { cur.Close() }, nil
 }
 
 // unwrapOp drops net.OpError's repetition of the addresses.

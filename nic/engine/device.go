@@ -42,9 +42,11 @@ type Config struct {
 	TxBudget int
 	// MaxMR is the memory region table size (mr.DefaultMaxRegions when 0).
 	MaxMR int
-	// ResolveMAC finds the next-hop MAC of an address vector that has none. The
-	// default asks the kernel (netdev.ResolveNeighbor) on AF_XDP links and uses a
-	// zero MAC on other links, which address peers by IP.
+	// ResolveMAC finds the next-hop MAC of an address vector that has none; it runs
+	// on a goroutine of its own, never the caller's or the engine's. The default
+	// asks the kernel (netdev.Resolver) on AF_XDP links, in the network namespace
+	// of Open's caller, and uses a zero MAC on other links, which address peers by
+	// IP.
 	ResolveMAC func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
 	// EventHandler receives asynchronous events, one at a time and in order, on the
 	// device's RoutineEvents goroutine. It must not block for long.
@@ -194,6 +196,7 @@ type Device struct {
 	cqSeq   uint32
 	macs    map[netip.Addr]wire.MAC // resolved next hops
 	res     resolver                // next-hop resolutions in flight
+	nsRes   *netdev.Resolver        // the default ResolveMAC's namespace, if any
 
 	e engine // owned by RoutineEngine
 }
@@ -245,9 +248,17 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	var nsResolver *netdev.Resolver
 	if cfg.ResolveMAC == nil && info.Kind == link.KindAFXDP {
+		// Resolutions run on goroutines of their own: they look in the namespace
+		// of the caller of Open, where the link was opened.
+		r, err := netdev.NewResolver()
+		if err != nil {
+			return nil, errorf(ErrInvalid, "neighbour resolution: %v", err)
+		}
+		nsResolver = r
 		cfg.ResolveMAC = func(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
-			n, err := netdev.ResolveNeighbor(ctx, ip)
+			n, err := r.Resolve(ctx, ip)
 			return n.MAC, err
 		}
 	}
@@ -265,6 +276,7 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 		cqs:     make(map[*CQ]struct{}),
 		nextQPN: minQPN,
 		macs:    make(map[netip.Addr]wire.MAC),
+		nsRes:   nsResolver,
 	}
 	if len(info.MAC) == 6 {
 		d.smac = wire.MAC(info.MAC)
@@ -354,6 +366,9 @@ func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
 		d.n.markClosing()
 		d.res.stop()
+		if d.nsRes != nil {
+			d.nsRes.Close()
+		}
 		op := d.exec(func(e *engine) error {
 			e.shutdown()
 			return nil

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -211,3 +213,43 @@ func firstAddr(link int, v4 bool) (netip.Addr, error) {
 	}
 	return netip.Addr{}, fmt.Errorf("netdev: %s has no address of the destination's family", l.Attrs().Name)
 }
+
+// Resolver resolves neighbours (ResolveNeighbor) in the network namespace that was
+// the calling thread's when NewResolver ran, from any goroutine: a device opened
+// in a namespace resolves there while its resolutions run off the caller's
+// thread. Safe for concurrent use; Close releases the namespace.
+type Resolver struct{ ns netns.NsHandle }
+
+// NewResolver captures the calling thread's network namespace.
+func NewResolver() (*Resolver, error) {
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("netdev: current network namespace: %w", err)
+	}
+	return &Resolver{ns: ns}, nil
+}
+
+// Resolve is ResolveNeighbor in the Resolver's namespace. It runs on a thread of
+// its own that enters the namespace and is discarded afterwards, so the namespace
+// never leaks into the Go scheduler.
+func (r *Resolver) Resolve(ctx context.Context, dst netip.Addr) (Neighbor, error) {
+	type result struct {
+		n   Neighbor
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := netns.Set(r.ns); err != nil {
+			ch <- result{err: fmt.Errorf("netdev: enter the resolver's namespace: %w", err)}
+			return
+		}
+		n, err := ResolveNeighbor(ctx, dst)
+		ch <- result{n, err}
+	}()
+	res := <-ch
+	return res.n, res.err
+}
+
+// Close releases the namespace.
+func (r *Resolver) Close() error { return r.ns.Close() }
