@@ -5,6 +5,8 @@ package testutil
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // InCI reports whether the tests run under CI (CI=true), where nothing may skip.
@@ -122,5 +127,37 @@ func (s *SyncBuffer) WaitFor(substr string, timeout time.Duration) (string, bool
 		case <-deadline.C:
 			return s.String(), false
 		}
+	}
+}
+
+// ReadPcap returns the frames of an Ethernet pcap, read with gopacket's pcapgo;
+// it fails t on a truncated frame or another link type.
+func ReadPcap(t testing.TB, path string) [][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("open capture: %v", err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if r.LinkType() != layers.LinkTypeEthernet {
+		t.Fatalf("%s: link type %v, want Ethernet", path, r.LinkType())
+	}
+	var frames [][]byte
+	for {
+		data, ci, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return frames
+		}
+		if err != nil {
+			t.Fatalf("%s: frame %d: %v", path, len(frames)+1, err)
+		}
+		if ci.CaptureLength != ci.Length {
+			t.Fatalf("%s: frame %d truncated by the capture (%d of %d bytes)", path, len(frames)+1, ci.CaptureLength, ci.Length)
+		}
+		frames = append(frames, data)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,24 +21,10 @@ import (
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
-// readPcap returns the frames of a classic pcap file.
+// readPcap returns the frames of a golden capture.
 func readPcap(t testing.TB, name string) [][]byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testutil.SharedDir(t), "pcaps", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) < 24 || binary.LittleEndian.Uint32(b) != 0xa1b2c3d4 {
-		t.Fatalf("%s: not a little-endian classic pcap", name)
-	}
-	var frames [][]byte
-	for off := 24; off+16 <= len(b); {
-		n := int(binary.LittleEndian.Uint32(b[off+8:]))
-		off += 16
-		frames = append(frames, b[off:off+n])
-		off += n
-	}
-	return frames
+	return testutil.ReadPcap(t, filepath.Join(testutil.SharedDir(t), "pcaps", name))
 }
 
 // sameFromIP compares two frames from the IP header on, after giving got the IPv4

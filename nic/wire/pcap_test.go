@@ -3,15 +3,9 @@
 package wire
 
 import (
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"testing"
-
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/xrnic/xrnic/internal/testutil"
 )
@@ -23,36 +17,8 @@ var goldenFiles = []string{
 	"rdma_write_loss_retransmit", "host_peer_cm_req",
 }
 
-// readPcap returns the frames of an Ethernet pcap, read with gopacket's pcapgo.
-func readPcap(t testing.TB, path string) [][]byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("open capture: %v", err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	if r.LinkType() != layers.LinkTypeEthernet {
-		t.Fatalf("%s: link type %v, want Ethernet", path, r.LinkType())
-	}
-	var frames [][]byte
-	for {
-		data, ci, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return frames
-		}
-		if err != nil {
-			t.Fatalf("%s: frame %d: %v", path, len(frames)+1, err)
-		}
-		if ci.CaptureLength != ci.Length {
-			t.Fatalf("%s: frame %d truncated by the capture (%d of %d bytes)", path, len(frames)+1, ci.CaptureLength, ci.Length)
-		}
-		frames = append(frames, data)
-	}
-}
+// readPcap returns the frames of an Ethernet pcap (testutil.ReadPcap).
+func readPcap(t testing.TB, path string) [][]byte { return testutil.ReadPcap(t, path) }
 
 // goldenPcaps returns every *.pcap in ../shared/pcaps by base name, failing when
 // one of goldenFiles is missing.
