@@ -146,8 +146,21 @@ type writeModel struct {
 	problems []string
 }
 
-func newWriteModel() *writeModel {
-	return &writeModel{mem: map[uint64]byte{}, psnAddr: map[wire.PSN]uint64{}}
+// newWriteModel returns a model of pkts' sender, whose responder expects first
+// the lowest PSN among pkts: the first packet sent may be the one lost before the
+// capture point, and the capture then starts with later packets, the retransmission
+// coming afterwards.
+func newWriteModel(pkts []*wire.Packet) *writeModel {
+	m := &writeModel{mem: map[uint64]byte{}, psnAddr: map[wire.PSN]uint64{}}
+	for _, p := range pkts {
+		if p.Info().Mask&wire.MaskWrite == 0 {
+			continue
+		}
+		if psn := p.BTH.PSN(); !m.started || psn.Sub(m.ePSN) < 0 {
+			m.ePSN, m.started = psn, true
+		}
+	}
+	return m
 }
 
 func (m *writeModel) add(p *wire.Packet) {

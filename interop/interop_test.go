@@ -140,9 +140,13 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	if err != nil {
 		t.Fatalf("bench's buffer: %v", err)
 	}
-	m := newWriteModel()
+	pkts := make([]*wire.Packet, len(written))
 	for i := range written {
-		m.add(&written[i].Packet)
+		pkts[i] = &written[i].Packet
+	}
+	m := newWriteModel(pkts)
+	for _, p := range pkts {
+		m.add(p)
 	}
 	if xrnicServer {
 		// bench's buffer is [client half | server half] and the server half is
