@@ -60,6 +60,10 @@ type Device struct {
 	handlers map[int]func(AsyncEvent)
 	nextH    int
 
+	gsiMu   sync.Mutex
+	gsi     *gsi // QP1 and the CM, from the first CM call
+	closing bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -189,6 +193,12 @@ func (d *Device) Close() error {
 	}
 	d.closeOnce.Do(func() {
 		registry.removeDevice(d)
+		d.gsiMu.Lock()
+		d.closing = true
+		if d.gsi != nil {
+			d.gsi.stop()
+		}
+		d.gsiMu.Unlock()
 		d.stopWatch()
 		d.closeErr = d.eng.Close()
 		d.closeLink()

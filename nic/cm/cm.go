@@ -37,6 +37,12 @@ type Config struct {
 	// rdma_cm gives a RoCE path in the golden captures (Local ACK Timeout 0x13 =
 	// cm_ack_timeout(15, 18)).
 	PacketLifeTime uint8
+	// ResponseTimeout is the CM response timeout exponent the rdma_cm layer puts
+	// in its REQs (CMA_CM_RESPONSE_TIMEOUT, Linux's cma_response_timeout module
+	// parameter); default 20 (4.3 s). MaxCMRetries is its Max CM Retries;
+	// default 15 (CMA_MAX_CM_RETRIES).
+	ResponseTimeout uint8
+	MaxCMRetries    uint8
 	// TargetACKDelay is the CA's ACK delay exponent a REP carries; default 15, as
 	// rxe's local_ca_ack_delay.
 	TargetACKDelay uint8
@@ -101,6 +107,12 @@ func New(cfg Config) (*CM, error) {
 	if cfg.PacketLifeTime == 0 {
 		cfg.PacketLifeTime = 18
 	}
+	if cfg.ResponseTimeout == 0 {
+		cfg.ResponseTimeout = 20
+	}
+	if cfg.MaxCMRetries == 0 {
+		cfg.MaxCMRetries = 15
+	}
 	if cfg.TargetACKDelay == 0 {
 		cfg.TargetACKDelay = 15
 	}
@@ -147,6 +159,12 @@ func (c *CM) CAGUID() uint64 { return c.cfg.CAGUID }
 
 // PacketLifeTime returns the packet life time exponent of the CM's paths.
 func (c *CM) PacketLifeTime() uint8 { return c.cfg.PacketLifeTime }
+
+// ResponseTimeout and MaxCMRetries return the values the consumer's REQs and
+// SIDR_REQs should carry (Config).
+func (c *CM) ResponseTimeout() uint8 { return c.cfg.ResponseTimeout }
+
+func (c *CM) MaxCMRetries() uint8 { return c.cfg.MaxCMRetries }
 
 // LocalACKTimeout returns the QP Local ACK Timeout exponent a connection gets
 // (ib_cm's cm_ack_timeout of the CA's ACK delay and the packet life time): the
@@ -241,4 +259,3 @@ func (c *CM) reply(src, dst GID, tid uint64, m mad.Message) {
 	var buf [mad.Size]byte
 	c.sendLocked(src, dst, tid, m, &buf)
 }
-

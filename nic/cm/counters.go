@@ -6,19 +6,19 @@ package cm
 type Counter int
 
 const (
-	CntSent           Counter = iota // MADs handed to the transport
-	CntSendErrors                    // MADs the transport refused
-	CntRetransmits                   // requests sent again after a timeout
-	CntReceived                      // CM MADs taken
-	CntMalformed                     // truncated, or not CM class 7 version 2
-	CntUnknownAttr                   // attributes the CM does not run (ClassPortInfo, LAP/APR on RoCE)
-	CntUnknownCommID                 // REP, RTU, MRA, REJ, DREP naming no ID of ours
-	CntWrongState                    // a message the ID's state does not take
-	CntDuplicates                    // duplicate REQ, REP, DREQ, SIDR_REQ
-	CntBadQPN                        // a DREQ naming another QPN
-	CntRejectedLimit                 // REQs and SIDR_REQs refused past MaxIDs
-	CntTimeouts                      // requests that ran out of retries
-	CntStale                         // stale connections rejected
+	CntSent          Counter = iota // MADs handed to the transport
+	CntSendErrors                   // MADs the transport refused
+	CntRetransmits                  // requests sent again after a timeout
+	CntReceived                     // CM MADs taken
+	CntMalformed                    // truncated, or not CM class 7 version 2
+	CntUnknownAttr                  // attributes the CM does not run (ClassPortInfo, LAP/APR on RoCE)
+	CntUnknownCommID                // REP, RTU, MRA, REJ, DREP naming no ID of ours
+	CntWrongState                   // a message the ID's state does not take
+	CntDuplicates                   // duplicate REQ, REP, DREQ, SIDR_REQ
+	CntBadQPN                       // a DREQ naming another QPN
+	CntRejectedLimit                // REQs and SIDR_REQs refused past MaxIDs
+	CntTimeouts                     // requests that ran out of retries
+	CntStale                        // stale connections rejected
 	NumCounters
 )
 

@@ -12,20 +12,20 @@ import (
 type EventType int
 
 const (
-	EventREQError       EventType = iota + 1 // our REQ ran out of retries; or a REQ we took was never answered
-	EventREQReceived                         // to a listener's handler, with a new ID
-	EventREPError                            // our REP ran out of retries
-	EventREPReceived                         // the consumer sends RTU (or REJ)
-	EventRTUReceived                         // established
-	EventDREQError                           // our DREQ ran out of retries: TimeWait
-	EventDREQReceived                        // the consumer sends DREP
-	EventDREPReceived                        // TimeWait
-	EventTimeWaitExit                        // the IDs may be reused; the ID is Idle
-	EventMRAReceived                         // the peer needs longer: our timer was extended
-	EventREJReceived                         // Msg is the REJ
-	EventSIDRREQError                        // our SIDR_REQ ran out of retries
-	EventSIDRREQReceived                     // to a listener's handler, with a new ID
-	EventSIDRREPReceived                     // Msg is the SIDR_REP
+	EventREQError        EventType = iota + 1 // our REQ ran out of retries; or a REQ we took was never answered
+	EventREQReceived                          // to a listener's handler, with a new ID
+	EventREPError                             // our REP ran out of retries
+	EventREPReceived                          // the consumer sends RTU (or REJ)
+	EventRTUReceived                          // established
+	EventDREQError                            // our DREQ ran out of retries: TimeWait
+	EventDREQReceived                         // the consumer sends DREP
+	EventDREPReceived                         // TimeWait
+	EventTimeWaitExit                         // the IDs may be reused; the ID is Idle
+	EventMRAReceived                          // the peer needs longer: our timer was extended
+	EventREJReceived                          // Msg is the REJ
+	EventSIDRREQError                         // our SIDR_REQ ran out of retries
+	EventSIDRREQReceived                      // to a listener's handler, with a new ID
+	EventSIDRREPReceived                      // Msg is the SIDR_REP
 )
 
 var eventNames = map[EventType]string{EventREQError: "REQ_ERROR", EventREQReceived: "REQ_RECEIVED",

@@ -1,0 +1,126 @@
+package rdmacm
+
+import (
+	"context"
+	"sync"
+
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// AV is the address vector of a UD peer.
+type AV = verbs.AV
+
+// Event is struct rdma_cm_event. A plain value, the caller's to keep.
+type Event struct {
+	Type EventType
+	ID   *ID
+	// Listen is the listening ID of a CONNECT_REQUEST (ID is the new one).
+	Listen *ID
+	// Status is 0, a REJ reason code (REJECTED), a SIDR status, or a negative
+	// errno (UNREACHABLE: -ETIMEDOUT), as librdmacm reports them.
+	Status int
+	Param  ConnParam
+	UD     UDParam // UD IDs: CONNECT_REQUEST and ESTABLISHED
+
+	rep *repInfo // CONNECT_RESPONSE to be completed by GetEvent
+}
+
+// EventChannel is struct rdma_event_channel: the queue of its IDs' events. Safe
+// for concurrent use; the queue is bounded by its IDs (each state change queues
+// one event).
+type EventChannel struct {
+	mu     sync.Mutex
+	q      []*Event
+	wake   chan struct{}
+	ids    int
+	closed bool
+}
+
+// NewEventChannel returns an event channel (rdma_create_event_channel).
+func NewEventChannel() *EventChannel {
+	return &EventChannel{wake: make(chan struct{}, 1)}
+}
+
+func (ch *EventChannel) post(ev *Event) {
+	ch.mu.Lock()
+	if !ch.closed {
+		ch.q = append(ch.q, ev)
+	}
+	ch.mu.Unlock()
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}
+
+// GetEvent returns the next event, waiting for one until ctx ends
+// (rdma_get_cm_event). A peer's REP for an ID with a QP is completed here, in
+// the caller's goroutine, as librdmacm does: the QP goes to RTR and RTS, the RTU
+// is sent, and the event is ESTABLISHED (or CONNECT_ERROR).
+func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
+	for {
+		ch.mu.Lock()
+		if len(ch.q) > 0 {
+			ev := ch.q[0]
+			ch.q[0] = nil
+			ch.q = ch.q[1:]
+			ch.mu.Unlock()
+			if ev.rep != nil {
+				ev.ID.completeConnect(ev)
+			}
+			return ev, nil
+		}
+		closed := ch.closed
+		ch.mu.Unlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		select {
+		case <-ch.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close closes the channel (rdma_destroy_event_channel); it fails with ErrBusy
+// while IDs made on it are not destroyed.
+func (ch *EventChannel) Close() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.ids > 0 {
+		return ErrBusy
+	}
+	ch.closed = true
+	ch.q = nil
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (ch *EventChannel) addID() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed {
+		return ErrClosed
+	}
+	ch.ids++
+	return nil
+}
+
+func (ch *EventChannel) removeID(id *ID) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.ids--
+	// rdma_destroy_id: the ID's events not yet taken go with it.
+	q := ch.q[:0]
+	for _, ev := range ch.q {
+		if ev.ID != id {
+			q = append(q, ev)
+		}
+	}
+	clear(ch.q[len(q):])
+	ch.q = q
+}

@@ -1,0 +1,339 @@
+package rdmacm
+
+import (
+	"net/netip"
+	"sync"
+
+	"github.com/xrnic/xrnic/nic/cm"
+	"github.com/xrnic/xrnic/nic/mad"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// repInfo is a REP waiting for GetEvent to complete the connection.
+type repInfo struct {
+	rep mad.REP
+}
+
+// onCM turns an IB CM event of a connecting or connected ID into rdma_cm's
+// (cma_ib_handler), on RoutineCMEvents; it only queues.
+func (id *ID) onCM(ev cm.Event) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st == stDestroying {
+		return
+	}
+	out := &Event{ID: id}
+	switch ev.Type {
+	case cm.EventREPReceived:
+		rep := ev.Msg.(*mad.REP)
+		out.Type = EventConnectResponse
+		out.Param = repParam(rep)
+		if id.qp != nil {
+			out.rep = &repInfo{rep: *rep}
+		}
+	case cm.EventRTUReceived:
+		out.Type = EventEstablished
+		id.st = stEstablished
+	case cm.EventREJReceived:
+		rej := ev.Msg.(*mad.REJ)
+		out.Type, out.Status = EventRejected, int(rej.Reason)
+		out.Param.PrivateData = append([]byte(nil), rej.PrivateData[:]...)
+		id.qpToErr()
+		id.st = stIdle
+	case cm.EventREQError, cm.EventREPError:
+		out.Type, out.Status = EventUnreachable, -ETIMEDOUT
+		id.qpToErr()
+		id.st = stIdle
+	case cm.EventDREQReceived:
+		out.Type = EventDisconnected
+		id.st = stDisconnect
+	case cm.EventDREPReceived, cm.EventDREQError:
+		out.Type = EventDisconnected
+	case cm.EventTimeWaitExit:
+		out.Type = EventTimeWaitExit
+	case cm.EventSIDRREPReceived:
+		rep := ev.Msg.(*mad.SIDRREP)
+		switch {
+		case rep.Status != cm.SIDRSuccess:
+			out.Type, out.Status = EventUnreachable, int(rep.Status)
+		case rep.QKey != UDPQKey:
+			out.Type, out.Status = EventUnreachable, -EINVAL
+		default:
+			out.Type = EventEstablished
+			out.UD = UDParam{PrivateData: append([]byte(nil), rep.PrivateData[:]...), QPN: rep.QPN, QKey: rep.QKey,
+				AV: verbs.AV{DGID: verbs.GIDFromAddr(id.dst.Addr()), SGIDIndex: id.sgid, HopLimit: 64}}
+			id.st = stEstablished
+		}
+	case cm.EventSIDRREQError:
+		out.Type, out.Status = EventUnreachable, -ETIMEDOUT
+	default:
+		return // MRA_RECEIVED: the CM extended its timer
+	}
+	id.ch.post(out)
+}
+
+// repParam is the connection parameters a REP gives the active side (ib_cm swaps
+// the read depths: the peer's initiator depth is our responder resources).
+func repParam(rep *mad.REP) ConnParam {
+	return ConnParam{PrivateData: append([]byte(nil), rep.PrivateData[:]...),
+		ResponderResources: rep.InitiatorDepth, InitiatorDepth: rep.ResponderResources,
+		FlowControl: rep.EndToEndFlowControl, RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPN: rep.LocalQPN}
+}
+
+func (id *ID) qpToErr() {
+	if id.qp != nil {
+		// Notify, not Wait: this runs on the CM's goroutine.
+		id.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState).Notify(func(error) {})
+	}
+}
+
+// completeConnect finishes an active connection in GetEvent's caller
+// (librdmacm's ucma_process_conn_resp): RTR, RTS, RTU, and the event becomes
+// ESTABLISHED; if the QP refuses, a REJ and CONNECT_ERROR.
+func (id *ID) completeConnect(ev *Event) {
+	rep := &ev.rep.rep
+	ev.rep = nil
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stConnect || id.cmid == nil {
+		ev.Type, ev.Status = EventConnectError, -EINVAL
+		return
+	}
+	err := id.toRTS(rep.LocalQPN, rep.StartingPSN, uint8(id.dev.QueryPort().ActiveMTU),
+		id.cmgr.LocalACKTimeout(), id.param.RetryCount, rep.RNRRetryCount, rep.InitiatorDepth, rep.ResponderResources)
+	if err == nil {
+		err = id.cmid.SendRTU(nil)
+	}
+	if err != nil {
+		id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
+		id.st = stIdle
+		ev.Type, ev.Status = EventConnectError, -EINVAL
+		return
+	}
+	id.st = stEstablished
+	ev.Type = EventEstablished
+}
+
+// The devices' CMs, and the listeners on them.
+
+var reg = struct {
+	sync.Mutex
+	client    *verbs.Client
+	ids       map[*verbs.Device]map[*ID]struct{}
+	listeners map[lkey]*listenEntry
+}{ids: map[*verbs.Device]map[*ID]struct{}{}, listeners: map[lkey]*listenEntry{}}
+
+type lkey struct {
+	c   *cm.CM
+	sid uint64
+}
+
+// listenEntry is the IB CM listener of one service ID on one device, shared by
+// the rdma_cm IDs listening on its port at different addresses.
+type listenEntry struct {
+	dev  *verbs.Device
+	cmid *cm.ID
+	ids  []*ID
+}
+
+// cmFor returns the device's CM, registering the package as a client of the
+// devices so that their removal reaches the IDs.
+func cmFor(d *verbs.Device) (*cm.CM, error) {
+	reg.Lock()
+	if reg.client == nil {
+		reg.client = &verbs.Client{Name: "rdmacm", Add: func(*verbs.Device) {}, Remove: deviceRemoved}
+		reg.Unlock()
+		if err := verbs.RegisterClient(reg.client); err != nil {
+			return nil, err
+		}
+	} else {
+		reg.Unlock()
+	}
+	return d.CM(cm.Config{})
+}
+
+func track(id *ID) {
+	reg.Lock()
+	defer reg.Unlock()
+	m := reg.ids[id.dev]
+	if m == nil {
+		m = map[*ID]struct{}{}
+		reg.ids[id.dev] = m
+	}
+	m[id] = struct{}{}
+}
+
+func untrack(id *ID) {
+	reg.Lock()
+	defer reg.Unlock()
+	for _, m := range reg.ids {
+		delete(m, id)
+	}
+}
+
+// deviceRemoved is the client's Remove: every ID on the device hears
+// DEVICE_REMOVAL and loses its CM state; the QPs are their owners' to destroy.
+func deviceRemoved(d *verbs.Device) {
+	reg.Lock()
+	ids := reg.ids[d]
+	delete(reg.ids, d)
+	for k, l := range reg.listeners {
+		if l.dev == d {
+			delete(reg.listeners, k)
+		}
+	}
+	reg.Unlock()
+	for id := range ids {
+		id.mu.Lock()
+		cmid := id.cmid
+		id.cmid, id.listening, id.removed = nil, false, true
+		id.mu.Unlock()
+		if cmid != nil {
+			cmid.Destroy()
+		}
+		id.ch.post(&Event{Type: EventDeviceRemoval, ID: id})
+	}
+}
+
+// listen registers a bound ID: on its device, or on every device for an
+// unspecified address.
+func listen(id *ID) error {
+	devs := []*verbs.Device{id.dev}
+	if id.dev == nil {
+		devs = verbs.Devices()
+	}
+	sid := id.serviceID(id.src.Port())
+	reg.Lock()
+	defer reg.Unlock()
+	// A port is in use if another listener on it overlaps this address.
+	for k, l := range reg.listeners {
+		if k.sid != sid {
+			continue
+		}
+		for _, o := range l.ids {
+			if o.src.Addr() == id.src.Addr() || o.src.Addr().IsUnspecified() || id.src.Addr().IsUnspecified() {
+				return ErrInUse
+			}
+		}
+	}
+	for _, d := range devs {
+		c, err := d.CM(cm.Config{})
+		if err != nil {
+			return err
+		}
+		k := lkey{c, sid}
+		if l := reg.listeners[k]; l != nil {
+			l.ids = append(l.ids, id)
+			continue
+		}
+		cmid, err := c.NewID(func(ev cm.Event) { onListen(k, d, ev) })
+		if err != nil {
+			return err
+		}
+		if err := cmid.Listen(sid); err != nil {
+			cmid.Destroy()
+			return err
+		}
+		reg.listeners[k] = &listenEntry{dev: d, cmid: cmid, ids: []*ID{id}}
+	}
+	id.listening = true
+	return nil
+}
+
+func unlisten(id *ID) {
+	reg.Lock()
+	var gone []*cm.ID
+	for k, l := range reg.listeners {
+		for i, o := range l.ids {
+			if o == id {
+				l.ids = append(l.ids[:i], l.ids[i+1:]...)
+				break
+			}
+		}
+		if len(l.ids) == 0 {
+			gone = append(gone, l.cmid)
+			delete(reg.listeners, k)
+		}
+	}
+	reg.Unlock()
+	for _, c := range gone {
+		c.Destroy()
+	}
+}
+
+// onListen takes a REQ or SIDR_REQ for a service ID we listen on and checks
+// what rdma_cm checks (cma_ib_req_handler): its rdma_cm header, its QP type
+// against the port space, and a listener for its destination address. A REQ
+// that fails is refused as ib_cm refuses one whose handler fails: REJ,
+// consumer defined; a SIDR_REQ gets SIDR_REP REJECT.
+func onListen(k lkey, d *verbs.Device, ev cm.Event) {
+	var private []byte
+	var ps PortSpace
+	switch m := ev.Msg.(type) {
+	case *mad.REQ:
+		private = m.PrivateData[:]
+		ps = PSTCP
+		if m.TransportServiceType != 0 { // RC only
+			ev.ID.Destroy()
+			return
+		}
+	case *mad.SIDRREQ:
+		private = m.PrivateData[:]
+		ps = PSUDP
+	default:
+		return
+	}
+	sps, _, ok := mad.SplitServiceID(ev.ID.ServiceID())
+	h, err := mad.ParseCMAHeader(private)
+	if !ok || PortSpace(sps) != ps || err != nil || h.Version != mad.CMAVersion ||
+		verbs.GIDFromAddr(h.Dst) != ev.Dst || verbs.GIDFromAddr(h.Src) != ev.Src {
+		ev.ID.Destroy()
+		return
+	}
+	reg.Lock()
+	var l *ID
+	if e := reg.listeners[k]; e != nil {
+		for _, o := range e.ids {
+			if o.src.Addr() == h.Dst || (o.src.Addr().IsUnspecified() && o.src.Addr().Is4() == h.Dst.Is4()) {
+				l = o
+				break
+			}
+		}
+	}
+	reg.Unlock()
+	if l == nil || l.ps != ps {
+		ev.ID.Destroy()
+		return
+	}
+	sgid := uint8(0)
+	for i, g := range d.GIDs() {
+		if g == ev.Dst {
+			sgid = uint8(i)
+		}
+	}
+	c, _ := d.CM(cm.Config{})
+	nid := &ID{ch: l.ch, ps: ps, ctx: l.ctx, st: stConnect, dev: d, cmgr: c, cmid: ev.ID, sgid: sgid,
+		src: netip.AddrPortFrom(h.Dst, k.port()), dst: netip.AddrPortFrom(h.Src, h.SrcPort)}
+	if err := l.ch.addID(); err != nil {
+		ev.ID.Destroy()
+		return
+	}
+	track(nid)
+	ev.ID.SetHandler(nid.onCM)
+	out := &Event{Type: EventConnectRequest, ID: nid, Listen: l}
+	switch m := ev.Msg.(type) {
+	case *mad.REQ:
+		cp := *m
+		nid.req = &cp
+		// ib_cm's REQ event swaps the read depths to the receiver's view.
+		out.Param = ConnParam{PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...),
+			ResponderResources: m.InitiatorDepth, InitiatorDepth: m.ResponderResources,
+			FlowControl: m.EndToEndFlowControl, RetryCount: m.RetryCount, RNRRetryCount: m.RNRRetryCount,
+			SRQ: m.SRQ, QPN: m.LocalQPN}
+	case *mad.SIDRREQ:
+		out.UD = UDParam{PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)}
+	}
+	l.ch.post(out)
+}
+
+func (k lkey) port() uint16 { return uint16(k.sid) }

@@ -1,0 +1,504 @@
+package rdmacm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/xrnic/xrnic/nic/cm"
+	"github.com/xrnic/xrnic/nic/mad"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// state is the ID's rdma_cm state (enum rdma_cm_state).
+type state int
+
+const (
+	stIdle state = iota
+	stAddrBound
+	stAddrResolved
+	stRouteResolved
+	stListen
+	stConnect // REQ or SIDR_REQ sent, or CONNECT_REQUEST received
+	stEstablished
+	stDisconnect
+	stDestroying
+)
+
+// ID is struct rdma_cm_id. Its methods are safe from any goroutine; its events
+// come through its EventChannel.
+type ID struct {
+	ch  *EventChannel
+	ps  PortSpace
+	ctx any
+
+	mu        sync.Mutex
+	st        state
+	dev       *verbs.Device
+	cmgr      *cm.CM
+	cmid      *cm.ID
+	src       netip.AddrPort
+	dst       netip.AddrPort
+	sgid      uint8
+	qp        *verbs.QP
+	listening bool
+	req       *mad.REQ  // passive: the REQ being answered
+	psn       uint32    // the PSN our REQ or REP announced: where we receive from
+	param     ConnParam // active: what Connect sent
+	removed   bool      // the device went away
+}
+
+// CreateID makes an ID on ch for port space ps (rdma_create_id); ctx is the
+// consumer's value, returned by Context.
+func (ch *EventChannel) CreateID(ctx any, ps PortSpace) (*ID, error) {
+	switch ps {
+	case PSTCP, PSUDP:
+	default:
+		return nil, fmt.Errorf("rdmacm: port space %#x: %w", uint16(ps), verbs.ErrUnsupported)
+	}
+	if err := ch.addID(); err != nil {
+		return nil, err
+	}
+	return &ID{ch: ch, ps: ps, ctx: ctx}, nil
+}
+
+// Context returns the consumer's value.
+func (id *ID) Context() any { return id.ctx }
+
+// Device returns the device the ID is bound to, nil before.
+func (id *ID) Device() *verbs.Device { id.mu.Lock(); defer id.mu.Unlock(); return id.dev }
+
+// QP returns the QP CreateQP made, nil before.
+func (id *ID) QP() *verbs.QP { id.mu.Lock(); defer id.mu.Unlock(); return id.qp }
+
+// PortSpace returns the ID's port space.
+func (id *ID) PortSpace() PortSpace { return id.ps }
+
+// LocalAddr and PeerAddr are rdma_get_local_addr and rdma_get_peer_addr.
+func (id *ID) LocalAddr() netip.AddrPort { id.mu.Lock(); defer id.mu.Unlock(); return id.src }
+
+func (id *ID) PeerAddr() netip.AddrPort { id.mu.Lock(); defer id.mu.Unlock(); return id.dst }
+
+func (id *ID) qpType() verbs.QPType {
+	if id.ps == PSUDP {
+		return verbs.UD
+	}
+	return verbs.RC
+}
+
+// findDevice returns the device with GID a and its index.
+func findDevice(a netip.Addr) (*verbs.Device, uint8, bool) {
+	g := verbs.GIDFromAddr(a)
+	for _, d := range verbs.Devices() {
+		for i, x := range d.GIDs() {
+			if x == g {
+				return d, uint8(i), true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// BindAddr binds the ID to a local address and port (rdma_bind_addr). An
+// unspecified address (0.0.0.0, ::) binds no device: a listener on it takes
+// connections on every device. Port 0 picks an ephemeral port at Listen or
+// Connect.
+func (id *ID) BindAddr(a netip.AddrPort) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stIdle {
+		return ErrState
+	}
+	if !a.Addr().IsUnspecified() {
+		d, i, ok := findDevice(a.Addr().Unmap())
+		if !ok {
+			return fmt.Errorf("%w: %v", ErrAddr, a.Addr())
+		}
+		if err := id.attach(d, i); err != nil {
+			return err
+		}
+	}
+	id.src = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	id.st = stAddrBound
+	return nil
+}
+
+func (id *ID) attach(d *verbs.Device, sgid uint8) error {
+	c, err := cmFor(d)
+	if err != nil {
+		return err
+	}
+	id.dev, id.cmgr, id.sgid = d, c, sgid
+	track(id)
+	return nil
+}
+
+// ResolveAddr picks the local device and address for dst (rdma_resolve_addr):
+// src's, if given; else the one device with an address of dst's family. The
+// result comes as ADDR_RESOLVED (or ADDR_ERROR).
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stIdle && id.st != stAddrBound {
+		return ErrState
+	}
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	if id.st == stAddrBound && id.dev != nil {
+		src = id.src.Addr()
+	}
+	var d *verbs.Device
+	var sgid uint8
+	if src.IsValid() && !src.IsUnspecified() {
+		var ok bool
+		if d, sgid, ok = findDevice(src.Unmap()); !ok {
+			return fmt.Errorf("%w: %v", ErrAddr, src)
+		}
+	} else {
+		n := 0
+		for _, dv := range verbs.Devices() {
+			for i, g := range dv.GIDs() {
+				if g.Addr().Is4() == dst.Addr().Is4() {
+					d, sgid = dv, uint8(i)
+					n++
+					break
+				}
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("rdmacm: %d devices can reach %v: name a source address: %w", n, dst.Addr(), verbs.ErrInvalid)
+		}
+	}
+	if id.dev == nil {
+		if err := id.attach(d, sgid); err != nil {
+			return err
+		}
+	}
+	id.src = netip.AddrPortFrom(id.dev.GIDs()[id.sgid].Addr(), id.src.Port())
+	id.dst = dst
+	id.st = stAddrResolved
+	id.ch.post(&Event{Type: EventAddrResolved, ID: id})
+	return nil
+}
+
+// ResolveRoute fixes the path to the resolved address (rdma_resolve_route): on
+// RoCE, the port's active MTU and the GIDs. ROUTE_RESOLVED follows.
+func (id *ID) ResolveRoute() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stAddrResolved {
+		return ErrState
+	}
+	id.st = stRouteResolved
+	id.ch.post(&Event{Type: EventRouteResolved, ID: id})
+	return nil
+}
+
+// CreateQP makes the ID's QP on pd (rdma_create_qp) of the port space's type
+// and moves it to INIT (UD: to RTS, with Q_Key UDPQKey).
+func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.dev == nil || id.qp != nil {
+		return nil, ErrState
+	}
+	attr.Type = id.qpType()
+	qp, err := pd.CreateQP(attr)
+	if err != nil {
+		return nil, err
+	}
+	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, Port: 1, QKey: UDPQKey}}
+	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+	if attr.Type == verbs.UD {
+		mask |= verbs.AttrQKey
+	} else {
+		a.AccessFlags = 0
+		mask |= verbs.AttrAccessFlags
+	}
+	err = qp.Modify(&a, mask).Wait()
+	if err == nil && attr.Type == verbs.UD {
+		err = qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR}}, verbs.AttrState).Wait()
+		if err == nil {
+			err = qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(randPSN())}},
+				verbs.AttrState|verbs.AttrSQPSN).Wait()
+		}
+	}
+	if err != nil {
+		qp.Destroy().Wait()
+		return nil, err
+	}
+	id.qp = qp
+	return qp, nil
+}
+
+// DestroyQP destroys the ID's QP (rdma_destroy_qp).
+func (id *ID) DestroyQP() error {
+	id.mu.Lock()
+	qp := id.qp
+	id.qp = nil
+	id.mu.Unlock()
+	if qp == nil {
+		return ErrState
+	}
+	return qp.Destroy().Wait()
+}
+
+func randPSN() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) & 0xFFFFFF
+}
+
+// ephemeralPort draws a port from Linux's default ip_local_port_range.
+func ephemeralPort() uint16 {
+	var b [2]byte
+	rand.Read(b[:])
+	return 32768 + binary.LittleEndian.Uint16(b[:])%(60999-32768+1)
+}
+
+func (id *ID) serviceID(port uint16) uint64 { return mad.ServiceID(uint16(id.ps), port) }
+
+// cmaHeader is the rdma_cm header of our REQ or SIDR_REQ.
+func (id *ID) cmaHeader(p []byte) error {
+	h := mad.CMAHeader{Version: mad.CMAVersion, SrcPort: id.src.Port(), Src: id.src.Addr(), Dst: id.dst.Addr()}
+	return h.Encode(p)
+}
+
+// Connect connects to the resolved peer (rdma_connect): a REQ for RC, a SIDR_REQ
+// for UD, with the rdma_cm header and p's private data. ESTABLISHED, REJECTED,
+// UNREACHABLE or CONNECT_ERROR follows.
+func (id *ID) Connect(p ConnParam) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stRouteResolved {
+		return ErrState
+	}
+	if id.src.Port() == 0 {
+		id.src = netip.AddrPortFrom(id.src.Addr(), ephemeralPort())
+	}
+	cmid, err := id.cmgr.NewID(id.onCM)
+	if err != nil {
+		return err
+	}
+	gids := id.dev.GIDs()
+	src, dst := gids[id.sgid], verbs.GIDFromAddr(id.dst.Addr())
+	if id.ps == PSUDP {
+		if len(p.PrivateData) > MaxSIDRREQPrivate {
+			cmid.Destroy()
+			return ErrPrivate
+		}
+		var priv [mad.SIDRREQPrivateLen]byte
+		if err := id.cmaHeader(priv[:]); err != nil {
+			cmid.Destroy()
+			return err
+		}
+		copy(priv[mad.CMAHeaderLen:], p.PrivateData)
+		err = cmid.SendSIDRREQ(cm.SIDRParam{Src: src, Dst: dst, ServiceID: id.serviceID(id.dst.Port()),
+			PKey: 0xffff, Private: priv[:], Timeout: cm.IBTime(id.cmgr.ResponseTimeout()),
+			Retries: int(id.cmgr.MaxCMRetries())})
+	} else {
+		if id.qp == nil {
+			cmid.Destroy()
+			return fmt.Errorf("rdmacm: connect without a QP: %w", ErrState)
+		}
+		if len(p.PrivateData) > MaxREQPrivate {
+			cmid.Destroy()
+			return ErrPrivate
+		}
+		id.psn = randPSN()
+		req := &mad.REQ{ServiceID: id.serviceID(id.dst.Port()), LocalQPN: id.qp.QPN(),
+			ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+			RemoteCMResponseTimeout: id.cmgr.ResponseTimeout(), LocalCMResponseTimeout: id.cmgr.ResponseTimeout(),
+			EndToEndFlowControl: p.FlowControl,
+			StartingPSN:         id.psn, RetryCount: min(p.RetryCount, 7), PKey: 0xffff,
+			PathMTU: uint8(id.dev.QueryPort().ActiveMTU), RNRRetryCount: min(p.RNRRetryCount, 7),
+			MaxCMRetries: id.cmgr.MaxCMRetries(), SRQ: p.SRQ,
+			Primary: mad.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: src, RemoteGID: dst,
+				HopLimit: 64, LocalACKTimeout: id.cmgr.LocalACKTimeout()}}
+		if err := id.cmaHeader(req.PrivateData[:]); err != nil {
+			cmid.Destroy()
+			return err
+		}
+		copy(req.PrivateData[mad.CMAHeaderLen:], p.PrivateData)
+		err = cmid.SendREQ(req, cm.REQParam{Src: src, Dst: dst})
+	}
+	if err != nil {
+		cmid.Destroy()
+		return err
+	}
+	id.cmid, id.param, id.st = cmid, p, stConnect
+	return nil
+}
+
+// Listen listens on the bound address and port (rdma_listen); backlog is
+// accepted for librdmacm's signature (rdma_cm ignores it as well).
+func (id *ID) Listen(backlog int) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stAddrBound {
+		return ErrState
+	}
+	if id.src.Port() == 0 {
+		id.src = netip.AddrPortFrom(id.src.Addr(), ephemeralPort())
+	}
+	if err := listen(id); err != nil {
+		return err
+	}
+	id.st = stListen
+	return nil
+}
+
+// Accept accepts a CONNECT_REQUEST (rdma_accept). RC: the QP goes to RTR and RTS
+// with the REQ's values and a REP goes back; ESTABLISHED follows the RTU. UD: a
+// SIDR_REP with the QP's number and Q_Key. On an active ID without a QP that got
+// CONNECT_RESPONSE, it sends the RTU.
+func (id *ID) Accept(p ConnParam) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stConnect || id.cmid == nil {
+		return ErrState
+	}
+	if id.ps == PSUDP {
+		if len(p.PrivateData) > mad.SIDRREPPrivateLen {
+			return ErrPrivate
+		}
+		qpn := p.QPN
+		if id.qp != nil && qpn == 0 {
+			qpn = id.qp.QPN()
+		}
+		if err := id.cmid.SendSIDRREP(cm.SIDRSuccess, qpn, UDPQKey, p.PrivateData); err != nil {
+			return err
+		}
+		id.st = stEstablished
+		return nil
+	}
+	if id.req == nil { // the active side's RTU, after CONNECT_RESPONSE
+		if err := id.cmid.SendRTU(p.PrivateData); err != nil {
+			return err
+		}
+		id.st = stEstablished
+		id.ch.post(&Event{Type: EventEstablished, ID: id})
+		return nil
+	}
+	if len(p.PrivateData) > mad.REPPrivateLen {
+		return ErrPrivate
+	}
+	if id.qp == nil {
+		return fmt.Errorf("rdmacm: accept without a QP: %w", ErrState)
+	}
+	req := id.req
+	id.psn = randPSN()
+	if err := id.toRTS(req.LocalQPN, req.StartingPSN, req.PathMTU, req.Primary.LocalACKTimeout,
+		req.RetryCount, req.RNRRetryCount, p.ResponderResources, p.InitiatorDepth); err != nil {
+		id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
+		return err
+	}
+	rep := &mad.REP{LocalQPN: id.qp.QPN(), StartingPSN: id.psn, ResponderResources: p.ResponderResources,
+		InitiatorDepth: p.InitiatorDepth, EndToEndFlowControl: p.FlowControl, RNRRetryCount: min(p.RNRRetryCount, 7),
+		SRQ: p.SRQ}
+	copy(rep.PrivateData[:], p.PrivateData)
+	return id.cmid.SendREP(rep)
+}
+
+// toRTS moves the QP to RTR and RTS for a connection (ib_cm's init_qp_attr for
+// RTR and RTS, as librdmacm applies them): remote QPN, our receive PSN id.psn,
+// the peer's receive PSN as our send PSN, the path MTU (no larger than the
+// port's), local ACK timeout and retry counts, and the RDMA read depths.
+func (id *ID) toRTS(remoteQPN, sendPSN uint32, mtu uint8, ackTimeout, retry, rnrRetry, respRes, initDepth uint8) error {
+	port := id.dev.QueryPort()
+	pathMTU := verbs.MTU(mtu)
+	if pathMTU == 0 || pathMTU > port.ActiveMTU {
+		pathMTU = port.ActiveMTU
+	}
+	access := uint32(verbs.AccessRemoteWrite)
+	if respRes > 0 {
+		access |= uint32(verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
+	}
+	rtr := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: pathMTU, DestQPN: remoteQPN,
+		RQPSN: verbs.PSN(id.psn), MaxDestRdAtomic: respRes, AccessFlags: access},
+		AV: verbs.AV{DGID: verbs.GIDFromAddr(id.dst.Addr()), SGIDIndex: id.sgid, HopLimit: 64}}
+	err := id.qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|
+		verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer|verbs.AttrAccessFlags).Wait()
+	if err != nil {
+		return err
+	}
+	rts := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(sendPSN), Timeout: ackTimeout,
+		RetryCnt: min(retry, 7), RNRRetry: min(rnrRetry, 7), MaxRdAtomic: initDepth}}
+	return id.qp.Modify(&rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
+		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic).Wait()
+}
+
+// Reject refuses a CONNECT_REQUEST (rdma_reject): a REJ (consumer defined) with
+// the private data, or for UD a SIDR_REP with status REJECT.
+func (id *ID) Reject(private []byte) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stConnect || id.cmid == nil {
+		return ErrState
+	}
+	var err error
+	if id.ps == PSUDP {
+		err = id.cmid.SendSIDRREP(cm.SIDRReject, 0, 0, private)
+	} else {
+		err = id.cmid.SendREJ(cm.RejConsumerDefined, nil, private)
+	}
+	if err == nil {
+		id.st = stIdle
+	}
+	return err
+}
+
+// Disconnect ends a connection (rdma_disconnect): the QP goes to ERR (its posted
+// work requests complete, flushed), then a DREQ, or the DREP to the peer's.
+// DISCONNECTED follows (at once when answering).
+func (id *ID) Disconnect() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.ps == PSUDP || id.cmid == nil {
+		return ErrState
+	}
+	if id.qp != nil {
+		id.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState).Wait()
+	}
+	switch id.cmid.State() {
+	case cm.StateEstablished:
+		if err := id.cmid.SendDREQ(nil); err != nil {
+			return err
+		}
+	case cm.StateDREQRcvd:
+		if err := id.cmid.SendDREP(nil); err != nil {
+			return err
+		}
+	case cm.StateREPSent, cm.StateMRAREPRcvd:
+		// Not yet established: as rdma_cm, a REJ.
+		id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
+	default:
+		return ErrState
+	}
+	id.st = stDisconnect
+	return nil
+}
+
+// Destroy destroys the ID (rdma_destroy_id): what the IB CM does for its state
+// (REJ, DREQ or DREP), its listener goes, its events not yet taken are
+// discarded. Its QP is the caller's to destroy (DestroyQP).
+func (id *ID) Destroy() error {
+	id.mu.Lock()
+	if id.st == stDestroying {
+		id.mu.Unlock()
+		return ErrState
+	}
+	id.st = stDestroying
+	cmid, listening := id.cmid, id.listening
+	id.mu.Unlock()
+	if listening {
+		unlisten(id)
+	}
+	if cmid != nil {
+		cmid.Destroy()
+	}
+	untrack(id)
+	id.ch.removeID(id)
+	return nil
+}

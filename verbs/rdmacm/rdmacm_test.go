@@ -1,0 +1,351 @@
+package rdmacm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
+	"github.com/xrnic/xrnic/nic/cm"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+
+var (
+	addrA = netip.MustParseAddr("192.0.2.11")
+	addrB = netip.MustParseAddr("192.0.2.12")
+)
+
+// memDevices opens two devices over a memory link, with their CMs started on
+// cfg (short timeouts for the tests that wait for them).
+func memDevices(t *testing.T, cfg cm.Config) (a, b *verbs.Device) {
+	t.Helper()
+	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(addrA)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{verbs.GIDFromAddr(addrB)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+		la.Close()
+		lb.Close()
+	})
+	for _, d := range []*verbs.Device{a, b} {
+		if _, err := d.CM(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
+func getEvent(t *testing.T, ch *EventChannel, want EventType) *Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a hang guard
+	defer cancel()
+	ev, err := ch.GetEvent(ctx)
+	if err != nil {
+		t.Fatalf("waiting for %v: %v", want, err)
+	}
+	if ev.Type != want {
+		t.Fatalf("event %v (status %d), want %v", ev.Type, ev.Status, want)
+	}
+	return ev
+}
+
+// side is one end: a channel, an ID, and a PD, CQ, buffer and MR for its QP.
+type side struct {
+	ch  *EventChannel
+	id  *ID
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	buf []byte
+	mr  *verbs.MR
+}
+
+func newSide(t *testing.T, d *verbs.Device) *side {
+	t.Helper()
+	s := &side{ch: NewEventChannel()}
+	var err error
+	if s.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if s.cq, err = d.CreateCQ(64, verbs.CQOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s.buf, err = verbs.MapBuffer(1 << 16); err != nil {
+		t.Fatal(err)
+	}
+	if s.mr, err = s.pd.RegMR(s.buf, 0, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessZeroBased); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.mr.Dereg().Wait()
+		verbs.UnmapBuffer(s.buf)
+		s.cq.Destroy().Wait()
+		s.pd.Dealloc().Wait()
+		s.ch.Close()
+	})
+	return s
+}
+
+func (s *side) createQP(t *testing.T, id *ID) *verbs.QP {
+	t.Helper()
+	qp, err := id.CreateQP(s.pd, verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { id.DestroyQP() })
+	return qp
+}
+
+func (s *side) poll(t *testing.T) verbs.WC {
+	t.Helper()
+	var wc [1]verbs.WC
+	end := time.Now().Add(20 * time.Second)
+	for time.Now().Before(end) {
+		if s.cq.Poll(wc[:]) == 1 {
+			return wc[0]
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	t.Fatal("no completion")
+	return verbs.WC{}
+}
+
+// listener binds and listens at addr:port on a new side of d.
+func listener(t *testing.T, d *verbs.Device, ps PortSpace, port uint16) *side {
+	t.Helper()
+	s := newSide(t, d)
+	var err error
+	if s.id, err = s.ch.CreateID(nil, ps); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.id.Destroy() })
+	if err := s.id.BindAddr(netip.AddrPortFrom(addrB, port)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.id.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// resolved makes an active ID on a new side of d resolved to addrB:port.
+func resolved(t *testing.T, d *verbs.Device, ps PortSpace, port uint16) *side {
+	t.Helper()
+	s := newSide(t, d)
+	var err error
+	if s.id, err = s.ch.CreateID("client", ps); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.id.Destroy() })
+	if err := s.id.ResolveAddr(addrA, netip.AddrPortFrom(addrB, port)); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, s.ch, EventAddrResolved)
+	if err := s.id.ResolveRoute(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, s.ch, EventRouteResolved)
+	return s
+}
+
+func TestRCConnectTransferDisconnect(t *testing.T) {
+	a, b := memDevices(t, cm.Config{PacketLifeTime: 8})
+	srv := listener(t, b, PSTCP, 7174)
+	cli := resolved(t, a, PSTCP, 7174)
+	if cli.id.LocalAddr().Addr() != addrA {
+		t.Fatalf("resolved source %v", cli.id.LocalAddr())
+	}
+	cqp := cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{PrivateData: []byte("hello"), ResponderResources: 1, InitiatorDepth: 1,
+		RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	if ev.Listen != srv.id || !bytes.HasPrefix(ev.Param.PrivateData, []byte("hello")) ||
+		len(ev.Param.PrivateData) != MaxREQPrivate || ev.Param.RetryCount != 7 || ev.Param.QPN != cqp.QPN() {
+		t.Fatalf("CONNECT_REQUEST %+v", ev)
+	}
+	conn := ev.ID
+	if conn.PeerAddr() != cli.id.LocalAddr() || conn.LocalAddr() != netip.AddrPortFrom(addrB, 7174) {
+		t.Fatalf("addresses %v %v (client %v)", conn.PeerAddr(), conn.LocalAddr(), cli.id.LocalAddr())
+	}
+	t.Cleanup(func() { conn.Destroy() })
+	sqp := srv.createQP(t, conn)
+	recv := [1]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{srv.mr.SGE(0, 4096)}}}
+	recv2 := [1]verbs.RecvWR{{WRID: 2, SGL: []verbs.SGE{srv.mr.SGE(4096, 4096)}}}
+	if _, err := sqp.PostRecv(recv[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqp.PostRecv(recv2[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Accept(ConnParam{PrivateData: []byte("world"), ResponderResources: 1, InitiatorDepth: 1,
+		RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	est := getEvent(t, cli.ch, EventEstablished)
+	if !bytes.HasPrefix(est.Param.PrivateData, []byte("world")) || est.Param.QPN != sqp.QPN() {
+		t.Fatalf("ESTABLISHED %+v", est.Param)
+	}
+	getEvent(t, srv.ch, EventEstablished)
+
+	// Linux's PSN rule: each side receives from the PSN it announced, so the
+	// peer's send queue starts there.
+	ca, _, _ := cqp.Query()
+	sa, _, _ := sqp.Query()
+	if ca.State != verbs.QPSRTS || sa.State != verbs.QPSRTS || ca.RQPSN != sa.SQPSN || sa.RQPSN != ca.SQPSN ||
+		ca.DestQPN != sqp.QPN() || sa.DestQPN != cqp.QPN() {
+		t.Fatalf("QPs: client %+v server %+v", ca.Attr, sa.Attr)
+	}
+
+	copy(cli.buf, "a message over the connection")
+	send := [1]verbs.SendWR{{WRID: 9, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{cli.mr.SGE(0, 29)}}}
+	if _, err := cqp.PostSend(send[:]); err != nil {
+		t.Fatal(err)
+	}
+	if wc := cli.poll(t); wc.Status != verbs.WCSuccess {
+		t.Fatalf("send %v", wc.Status)
+	}
+	if wc := srv.poll(t); wc.Status != verbs.WCSuccess || wc.ByteLen != 29 || string(srv.buf[:29]) != "a message over the connection" {
+		t.Fatalf("recv %+v %q", wc, srv.buf[:29])
+	}
+
+	if err := cli.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, srv.ch, EventDisconnected)
+	if err := conn.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	// The server's second receive, never used, completes flushed.
+	if wc := srv.poll(t); wc.WRID != 2 || wc.Status != verbs.WCWRFlushErr {
+		t.Fatalf("flush %+v", wc)
+	}
+	getEvent(t, cli.ch, EventDisconnected)
+	getEvent(t, cli.ch, EventTimeWaitExit)
+	getEvent(t, srv.ch, EventTimeWaitExit)
+}
+
+func TestRejectWithPrivateData(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSTCP, 7000)
+	cli := resolved(t, a, PSTCP, 7000)
+	cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	if err := ev.ID.Reject([]byte("no thanks")); err != nil {
+		t.Fatal(err)
+	}
+	ev.ID.Destroy()
+	rej := getEvent(t, cli.ch, EventRejected)
+	if rej.Status != cm.RejConsumerDefined || !bytes.HasPrefix(rej.Param.PrivateData, []byte("no thanks")) {
+		t.Fatalf("REJECTED %+v", rej)
+	}
+}
+
+func TestConnectNoListenerRejectedInvalidServiceID(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	listener(t, b, PSTCP, 7000)
+	cli := resolved(t, a, PSTCP, 7001)
+	cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	if rej := getEvent(t, cli.ch, EventRejected); rej.Status != cm.RejInvalidServiceID {
+		t.Fatalf("status %d", rej.Status)
+	}
+}
+
+func TestConnectUnreachableAfterRetries(t *testing.T) {
+	// Nobody has 192.0.2.99: b's engine drops the REQs (not its address), and
+	// the REQ's three tries (ResponseTimeout 2^12, packet life 2^8) run out.
+	a, _ := memDevices(t, cm.Config{PacketLifeTime: 8, ResponseTimeout: 12, MaxCMRetries: 2})
+	s := newSide(t, a)
+	id, _ := s.ch.CreateID(nil, PSTCP)
+	defer id.Destroy()
+	if err := id.ResolveAddr(addrA, netip.MustParseAddrPort("192.0.2.99:7000")); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, s.ch, EventAddrResolved)
+	id.ResolveRoute()
+	getEvent(t, s.ch, EventRouteResolved)
+	s.createQP(t, id)
+	if err := id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := getEvent(t, s.ch, EventUnreachable); ev.Status != -ETIMEDOUT {
+		t.Fatalf("status %d", ev.Status)
+	}
+}
+
+func TestUDThroughSIDR(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSUDP, 7500)
+	cli := resolved(t, a, PSUDP, 7500)
+	cqp := cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{PrivateData: []byte("ud?")}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	if !bytes.HasPrefix(ev.UD.PrivateData, []byte("ud?")) {
+		t.Fatalf("private data %q", ev.UD.PrivateData[:8])
+	}
+	t.Cleanup(func() { ev.ID.Destroy() })
+	sqp := srv.createQP(t, ev.ID)
+	recv := [1]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{srv.mr.SGE(0, 4096)}}}
+	if _, err := sqp.PostRecv(recv[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.ID.Accept(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	est := getEvent(t, cli.ch, EventEstablished)
+	if est.UD.QPN != sqp.QPN() || est.UD.QKey != UDPQKey {
+		t.Fatalf("ESTABLISHED %+v", est.UD)
+	}
+	ah, err := cli.pd.CreateAH(est.UD.AV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	copy(cli.buf, "datagram")
+	send := [1]verbs.SendWR{{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{cli.mr.SGE(0, 8)},
+		AH: ah, RemoteQPN: est.UD.QPN, RemoteQKey: est.UD.QKey}}
+	if _, err := cqp.PostSend(send[:]); err != nil {
+		t.Fatal(err)
+	}
+	if wc := srv.poll(t); wc.Status != verbs.WCSuccess || string(srv.buf[40:48]) != "datagram" {
+		t.Fatalf("recv %+v", wc)
+	}
+}
+
+func TestListenAddressInUse(t *testing.T) {
+	_, b := memDevices(t, cm.Config{})
+	listener(t, b, PSTCP, 7000)
+	ch := NewEventChannel()
+	defer ch.Close()
+	id, _ := ch.CreateID(nil, PSTCP)
+	defer id.Destroy()
+	id.BindAddr(netip.AddrPortFrom(addrB, 7000))
+	if err := id.Listen(1); !errors.Is(err, verbs.ErrExists) {
+		t.Fatalf("second listen: %v", err)
+	}
+}
