@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"fmt"
 	"net/netip"
 
 	"github.com/xrnic/xrnic/nic/mr"
@@ -79,3 +80,26 @@ func MapBuffer(n int) ([]byte, error) { return mr.MapAnonymous(n) }
 
 // UnmapBuffer frees a buffer from MapBuffer. It fails while a region uses it.
 func UnmapBuffer(b []byte) error { return mr.Unmap(b) }
+
+// InterfaceFor names the interface an RDMA device should run on to reach remote
+// from local (how rdma_cm picks a device from addresses): the interface that
+// holds local when it is given, else the one the kernel routes remote through.
+// It also returns the source address: local, or the route's. It looks in the
+// calling thread's network namespace.
+func InterfaceFor(local, remote netip.Addr) (string, netip.Addr, error) {
+	if local.IsValid() && !local.IsUnspecified() {
+		ifc, err := netdev.InterfaceWithAddr(local)
+		if err != nil {
+			return "", netip.Addr{}, err
+		}
+		return ifc.Name, local, nil
+	}
+	if !remote.IsValid() {
+		return "", netip.Addr{}, fmt.Errorf("verbs: no address to pick an interface by: %w", ErrInvalid)
+	}
+	ifc, src, err := netdev.RouteInterface(remote)
+	if err != nil {
+		return "", netip.Addr{}, err
+	}
+	return ifc.Name, src, nil
+}

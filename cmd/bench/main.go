@@ -40,6 +40,7 @@ import (
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/cmd/internal/pingpong"
+	"github.com/xrnic/xrnic/cmd/internal/rping"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/testenv"
 )
@@ -62,7 +63,7 @@ func main() {
 }
 
 var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw, read_bw, send_bw, atomic_bw, " +
-	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong [options] [server], " +
+	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong [options] [server], bench rping -s|-c [options], " +
 	"or bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
 
 // run runs one command: a perftest test, rc_pingpong or the link baseline.
@@ -75,6 +76,8 @@ func run(ctx context.Context, args []string, out, errw io.Writer) error {
 		return runLink(args, out)
 	case "rc_pingpong":
 		return runPingpong(ctx, args[1:], out, errw)
+	case "rping":
+		return runRping(ctx, args[1:], out, errw)
 	}
 	if _, ok := perftest.LookupTest(args[0]); !ok {
 		return fmt.Errorf("unknown test %q (%w)", args[0], errUsage)
@@ -108,6 +111,19 @@ func runPingpong(ctx context.Context, args []string, out, errw io.Writer) error 
 }
 
 // runLink is the data-path baseline.
+func runRping(ctx context.Context, args []string, out, errw io.Writer) error {
+	p, err := rping.Parse(args)
+	if err != nil {
+		rping.Usage(out)
+		return err
+	}
+	if p.Help {
+		rping.Usage(out)
+		return nil
+	}
+	return rping.Run(ctx, p, out, errw)
+}
+
 func runLink(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("bench link", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

@@ -162,3 +162,38 @@ func (ifc *Interface) CheckUp() error {
 	}
 	return fmt.Errorf("%w: %s (admin %s, oper %s)", ErrInterfaceDown, ifc.Name, admin, ifc.OperState)
 }
+
+// RouteInterface returns the interface the kernel routes dst through, in the
+// calling thread's namespace, and the source address it would choose.
+func RouteInterface(dst netip.Addr) (*Interface, netip.Addr, error) {
+	rt, err := routeTo(dst)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	ifc, err := LookupIndex(rt.LinkIndex)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	src, _ := netip.AddrFromSlice(rt.Src)
+	return ifc, src.Unmap(), nil
+}
+
+// InterfaceWithAddr returns the interface that holds address a.
+func InterfaceWithAddr(a netip.Addr) (*Interface, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("netdev: list links: %w", err)
+	}
+	for _, l := range links {
+		ifc, err := fromLink(l)
+		if err != nil {
+			continue
+		}
+		for _, x := range ifc.Addrs {
+			if x.Unmap() == a.Unmap() {
+				return ifc, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: none has %v", ErrNoInterface, a)
+}
