@@ -28,6 +28,8 @@ func TestInterop(t *testing.T) {
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_server", size), func(t *testing.T) { pingpong(t, g, size, true) })
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_client", size), func(t *testing.T) { pingpong(t, g, size, false) })
 			}
+			t.Run("rping/xrnic_server", func(t *testing.T) { rpingPair(t, g, true) })
+			t.Run("rping/xrnic_client", func(t *testing.T) { rpingPair(t, g, false) })
 			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 0) })
 			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 0) })
 			if mtu == 1024 {
@@ -314,6 +316,14 @@ func waitHostListen(t *testing.T, h *host, port int) {
 func play(t *testing.T, g *guest, name string, bench []string, guestCmd string, xrnicServer bool,
 	ready string, again func(gOut string) bool) (c *capture, xOut, gOut string) {
 	t.Helper()
+	return playWith(t, g, name, bench, guestCmd, xrnicServer, ready, again,
+		func(j *job) { g.waitListen(t, 18515, j) })
+}
+
+// playWith is play with guestReady waiting for the guest's server to be ready.
+func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd string, xrnicServer bool,
+	ready string, again func(gOut string) bool, guestReady func(*job)) (c *capture, xOut, gOut string) {
+	t.Helper()
 	tool := strings.Fields(guestCmd)[0]
 	for attempt := 1; ; attempt++ {
 		c = startCapture(t, name)
@@ -327,7 +337,7 @@ func play(t *testing.T, g *guest, name string, bench []string, guestCmd string, 
 			xOut, xErr = h.wait()
 		} else {
 			j := g.start(t, guestCmd)
-			g.waitListen(t, 18515, j)
+			guestReady(j)
 			xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
 			gOut, gErr = j.wait(runTimeout)
 		}

@@ -347,9 +347,15 @@ func (j *job) kill() {
 // would use up a perftest server's only accept, so the guest is asked instead.
 func (g *guest) waitListen(t *testing.T, port int, j *job) {
 	t.Helper()
+	g.waitCount(t, fmt.Sprintf("ss -Hltn 'sport = :%d' | wc -l", port), fmt.Sprintf("TCP port %d", port), j)
+}
+
+// waitCount waits until the guest's shell command cmd prints a count above 0.
+func (g *guest) waitCount(t *testing.T, cmd, what string, j *job) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		out, _ := g.exec(t, 10*time.Second, fmt.Sprintf("ss -Hltn 'sport = :%d' | wc -l", port))
+		out, _ := g.exec(t, 10*time.Second, cmd)
 		if strings.TrimSpace(lastLine(out)) != "0" && strings.TrimSpace(lastLine(out)) != "" {
 			return
 		}
@@ -361,7 +367,7 @@ func (g *guest) waitListen(t *testing.T, port int, j *job) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Fatalf("nothing listens on the guest's TCP port %d after a minute", port)
+	t.Fatalf("nothing listens on the guest's %s after a minute", what)
 }
 
 // host is a process run in xrnic's namespace.

@@ -1,0 +1,111 @@
+//go:build interop
+
+package interop
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/xrnic/xrnic/nic/mad"
+)
+
+// rpingCount and rpingSize: 10 pings of 1000 bytes, verified (-V) and shown (-v).
+const rpingCount, rpingSize = 10, 1000
+
+// rpingPair runs rdma-core's rping in the guest against bench rping: the
+// connection through the two CMs over QP1, the ping loop's RDMA READs and
+// WRITEs, both sides' data lines compared with what rping prints.
+func rpingPair(t *testing.T, g *guest, xrnicServer bool) {
+	name := artifactName(t)
+	args := fmt.Sprintf("-v -V -C %d -S %d", rpingCount, rpingSize)
+	var bench []string
+	var guestCmd string
+	if xrnicServer {
+		bench = append([]string{suite.bench, "rping", "-s", "-d", "-a", ipXrnic}, strings.Fields(args)...)
+		guestCmd = "rping -c " + args + " -a"
+	} else {
+		bench = append([]string{suite.bench, "rping", "-c"}, strings.Fields(args)...)
+		bench = append(bench, "-a")
+		guestCmd = "rping -s -v -S " + fmt.Sprint(rpingSize) + " -a " + ipGuest
+	}
+	c, xOut, gOut := playWith(t, g, name, bench, guestCmd, xrnicServer, "rdma_listen", nil, func(j *job) {
+		g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:7174'", "rdma_cm listener on 7174", j)
+	})
+	client, server := gOut, xOut
+	if !xrnicServer {
+		client, server = xOut, gOut
+	}
+	if got, want := dataLines(client, "ping data: "), rpingData("ping data: "); got != want {
+		t.Errorf("the client's ping data differ from rping's (%d bytes, want %d): see %s", len(got), len(want), name)
+	}
+	if got, want := dataLines(server, "server ping data: "), rpingData("server ping data: "); got != want {
+		t.Errorf("the server's ping data differ from rping's (%d bytes, want %d): see %s", len(got), len(want), name)
+	}
+	checkICRC(t, c, name, frames(t, c.path))
+	checkCMMADs(t, c)
+}
+
+// rpingData is what rping -v prints for the run's pings.
+func rpingData(prefix string) string {
+	var b strings.Builder
+	start := 65
+	for ping := range rpingCount {
+		buf := make([]byte, rpingSize)
+		cc := copy(buf, fmt.Sprintf("rdma-ping-%d: ", ping))
+		ch := start
+		for i := cc; i < rpingSize; i++ {
+			buf[i] = byte(ch)
+			if ch++; ch > 122 {
+				ch = 65
+			}
+		}
+		if start++; start > 122 {
+			start = 65
+		}
+		fmt.Fprintf(&b, "%s%s\n", prefix, buf[:rpingSize-1])
+	}
+	return b.String()
+}
+
+// dataLines returns out's lines that start with prefix. The harness merges a
+// side's stdout and stderr, so rping's stderr lines, which may land inside a
+// data line, are taken out first.
+func dataLines(out, prefix string) string {
+	for _, l := range []string{"client DISCONNECT EVENT...\n", "server DISCONNECT EVENT...\n",
+		"wait for RDMA_READ_ADV state 10\n"} {
+		out = strings.ReplaceAll(out, l, "")
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+// checkCMMADs checks the capture's CM MADs: each parses, the handshake is
+// REQ, REP, RTU and the disconnect DREQ, DREP, with one TID per connection,
+// and the REQ's Starting PSN is where its sender's receive queue starts (the
+// peer's first SEND carries it).
+func checkCMMADs(t *testing.T, c *capture) {
+	t.Helper()
+	var seq []string
+	for _, f := range frames(t, c.path) {
+		b := f.data
+		if !isRoCEv2(b) || len(b) < mad.Size+4 {
+			continue
+		}
+		m := b[len(b)-4-mad.Size : len(b)-4]
+		_, msg, err := mad.Parse(m)
+		if err != nil {
+			continue
+		}
+		seq = append(seq, msg.Attr().String())
+	}
+	got := strings.Join(seq, " ")
+	if !strings.HasPrefix(got, "REQ REP RTU") || !strings.Contains(got, "DREQ DREP") {
+		t.Errorf("CM MADs on the wire: %s", got)
+	}
+}
