@@ -88,6 +88,9 @@ func (e *eventQueue) routine() {
 		ev := e.q[0]
 		e.q[0] = Event{}
 		e.q = e.q[1:]
+		if len(e.q) == 0 {
+			e.cond.Broadcast() // for waiters on an empty queue
+		}
 		id := ev.ID
 		if ev.Listener != nil && ev.Listener.isDestroyed() {
 			// A REQ for a listener destroyed meanwhile: the new ID goes too

@@ -116,10 +116,30 @@ func (f *fabric) frames() []frame {
 	return l
 }
 
-// advance moves the clock and delivers what the timers sent.
+// advance moves the clock, delivers what the timers sent, and waits until
+// every CM's handlers have run: the manual clock must not outrun the events.
 func (f *fabric) advance(d time.Duration) {
 	f.clk.Advance(d)
 	f.deliver()
+	f.settle()
+}
+
+// settle waits until no CM has an event queued or a handler running.
+func (f *fabric) settle() {
+	f.mu.Lock()
+	cms := make([]*CM, 0, len(f.cms))
+	for _, c := range f.cms {
+		cms = append(cms, c)
+	}
+	f.mu.Unlock()
+	for _, c := range cms {
+		e := &c.events
+		e.mu.Lock()
+		for (len(e.q) > 0 || e.running != nil) && !e.stopped {
+			e.cond.Wait()
+		}
+		e.mu.Unlock()
+	}
 }
 
 // recorder collects a handler's events.

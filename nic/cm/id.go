@@ -85,38 +85,33 @@ type ID struct {
 	destroyed atomic.Bool
 
 	// Under cm.mu.
-	state          State
-	localID        uint32
-	remoteID       uint32
-	remoteGUID     uint64
-	tid            uint64 // the TID of the MADs we originate
-	peerTID        uint64 // the TID of the request we answer
-	serviceID      uint64
-	src, dst       GID // our GID and the peer's
-	localQPN       uint32
-	remoteQPN      uint32
-	listener       *ID
-	inRemote       bool // in cm.remote
-	sidrKey        *sidrKey
-	cmTimeout      time.Duration // the base timeout of our requests
-	maxRetries     int
-	localACKTmo    uint8
-	remoteRespTime uint8 // the peer's CM response timeout exponent
+	state      State
+	localID    uint32
+	remoteID   uint32
+	remoteGUID uint64
+	tid        uint64 // the TID of the MADs we originate
+	peerTID    uint64 // the TID of the request we answer
+	serviceID  uint64
+	src, dst   GID // our GID and the peer's
+	localQPN   uint32
+	remoteQPN  uint32
+	inRemote   bool // in cm.remote
+	sidrKey    *sidrKey
+	cmTimeout  time.Duration // the base timeout of our requests
+	maxRetries int
 
 	// The request waiting for its answer (REQ, REP, DREQ, SIDR_REQ).
-	msg        [mad.Size]byte
-	pending    bool
-	timeout    time.Duration
-	retries    int // retransmissions left
-	timer      clock.Timer
-	timerSeq   uint64
-	resp       [mad.Size]byte // the last response (MRA, DREP), for duplicates
-	respValid  bool
-	respAttr   mad.AttrID
-	halfOpen   clock.Timer // a REQ taken and not answered
-	twTimer    clock.Timer
-	lastREJ    uint16
-	privateDRQ []byte
+	msg       [mad.Size]byte
+	pending   bool
+	timeout   time.Duration
+	retries   int // retransmissions left
+	timer     clock.Timer
+	timerSeq  uint64
+	resp      [mad.Size]byte // the last response (MRA, DREP), for duplicates
+	respValid bool
+	respAttr  mad.AttrID
+	halfOpen  clock.Timer // a REQ taken and not answered
+	twTimer   clock.Timer
 }
 
 // State returns the ID's state.
@@ -205,7 +200,6 @@ func (id *ID) SendREQ(req *mad.REQ, p REQParam) error {
 	id.src, id.dst = p.Src, p.Dst
 	id.serviceID = m.ServiceID
 	id.localQPN = m.LocalQPN
-	id.localACKTmo = m.Primary.LocalACKTimeout
 	id.cmTimeout = 2*IBTime(c.cfg.PacketLifeTime) + IBTime(m.RemoteCMResponseTimeout)
 	id.maxRetries = int(m.MaxCMRetries)
 	id.state = StateREQSent
@@ -384,7 +378,6 @@ func (id *ID) rejectLocked(reason uint16, msgRej uint8, ari, private []byte) {
 	}
 	var buf [mad.Size]byte
 	id.cm.sendLocked(id.src, id.dst, tid, r, &buf)
-	id.lastREJ = reason
 	if reason == RejStaleConn {
 		id.enterTimeWaitLocked()
 		return

@@ -105,7 +105,6 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	}
 	id := c.newIDLocked(*l.handler.Load())
 	id.state = StateREQRcvd
-	id.listener = l
 	id.remoteID, id.remoteGUID = req.LocalCommID, req.LocalCAGUID
 	c.remote[key] = id
 	id.inRemote = true
@@ -113,8 +112,6 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	id.serviceID = req.ServiceID
 	id.src, id.dst = dst, src
 	id.remoteQPN = req.LocalQPN
-	id.localACKTmo = req.Primary.LocalACKTimeout
-	id.remoteRespTime = req.RemoteCMResponseTimeout
 	// Our REP waits for the RTU as the REQ's sender waits for us (cm_req_handler:
 	// timeout from the REQ's Local CM Response Timeout).
 	id.cmTimeout = 2*IBTime(c.cfg.PacketLifeTime) + IBTime(req.LocalCMResponseTimeout)
@@ -312,7 +309,6 @@ func (c *CM) onSIDRREQ(src, dst GID, tid uint64, m *mad.SIDRREQ) {
 	}
 	id := c.newIDLocked(*l.handler.Load())
 	id.state = StateSIDRREQRcvd
-	id.listener = l
 	id.remoteID = m.RequestID
 	id.peerTID = tid
 	id.serviceID = m.ServiceID

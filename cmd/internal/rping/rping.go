@@ -111,9 +111,9 @@ func Parse(args []string) (*Params, error) {
 	}
 	switch {
 	case p.Size < minSize || p.Size > bufMax-1:
-		return nil, fmt.Errorf("Invalid size %d (valid range is %d to %d): %w", p.Size, minSize, bufMax, ErrUsage)
+		return nil, fmt.Errorf("rping: invalid size %d (valid range is %d to %d): %w", p.Size, minSize, bufMax, ErrUsage)
 	case p.Count < 0:
-		return nil, fmt.Errorf("Invalid count %d: %w", p.Count, ErrUsage)
+		return nil, fmt.Errorf("rping: invalid count %d: %w", p.Count, ErrUsage)
 	case p.Server == p.Client:
 		return nil, fmt.Errorf("rping: one of -s and -c: %w", ErrUsage)
 	case p.Client && p.Addr == "":
