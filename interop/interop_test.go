@@ -28,13 +28,15 @@ func TestInterop(t *testing.T) {
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_server", size), func(t *testing.T) { pingpong(t, g, size, true) })
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_client", size), func(t *testing.T) { pingpong(t, g, size, false) })
 			}
-			t.Run("rping/xrnic_server", func(t *testing.T) { rpingPair(t, g, true) })
-			t.Run("rping/xrnic_client", func(t *testing.T) { rpingPair(t, g, false) })
+			t.Run("rping/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 0) })
+			t.Run("rping/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 0) })
 			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 0) })
 			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 0) })
 			if mtu == 1024 {
 				t.Run("write_bw_loss2pct/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 2) })
 				t.Run("write_bw_loss2pct/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 2) })
+				t.Run("rping_loss10pct/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 10) })
+				t.Run("rping_loss10pct/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 10) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
 				for _, c := range perftestCases {
 					t.Run(c.test+"/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })

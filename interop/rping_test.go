@@ -16,8 +16,13 @@ const rpingCount, rpingSize = 10, 1000
 // rpingPair runs rdma-core's rping in the guest against bench rping: the
 // connection through the two CMs over QP1, the ping loop's RDMA READs and
 // WRITEs, both sides' data lines compared with what rping prints.
-func rpingPair(t *testing.T, g *guest, xrnicServer bool) {
+// With lossPct, that share of xrnic's RoCE frames (its MADs among them) is
+// dropped on the wire: the CM's retransmissions and RC's recover.
+func rpingPair(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	name := artifactName(t)
+	if lossPct > 0 {
+		dropOnWire(t, float64(lossPct)/100)
+	}
 	args := fmt.Sprintf("-v -V -C %d -S %d", rpingCount, rpingSize)
 	var bench []string
 	var guestCmd string
@@ -105,6 +110,7 @@ func checkCMMADs(t *testing.T, c *capture) {
 		seq = append(seq, msg.Attr().String())
 	}
 	got := strings.Join(seq, " ")
+	t.Logf("CM MADs on the wire (xrnic's after any drop, and the guest's): %s", got)
 	if !strings.HasPrefix(got, "REQ REP RTU") || !strings.Contains(got, "DREQ DREP") {
 		t.Errorf("CM MADs on the wire: %s", got)
 	}
