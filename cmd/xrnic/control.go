@@ -24,6 +24,7 @@ import (
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
 
 // controlTimeout bounds one control exchange, both sides.
@@ -46,6 +47,7 @@ type snapshot struct {
 	LinkStats link.Stats      `json:"link_stats"`
 	XDP       *bpf.Counters   `json:"xdp,omitempty"` // AF_XDP links only
 	Resources verbs.Resources `json:"resources"`
+	CMIDs     []rdmacm.IDInfo `json:"cm_ids"`
 	Sessions  []sessionInfo   `json:"sessions"`
 	Ended     [2]uint64       `json:"sessions_ended"` // ok, failed
 }
@@ -74,7 +76,7 @@ func (d *daemon) snapshot() (snapshot, error) {
 	s := snapshot{
 		Device: d.dev.Name(), Port: 1, Interface: info.Name, Link: info.Kind.String(),
 		PortState: d.dev.QueryPort().State.String(), PID: d.pid, Comm: d.comm,
-		LinkStats: d.l.Stats(), Resources: res,
+		LinkStats: d.l.Stats(), Resources: res, CMIDs: rdmacm.Resources(d.dev),
 	}
 	cnt := d.dev.Counters()
 	for i, v := range cnt {
@@ -224,6 +226,8 @@ func runClient(c clientConfig, out, errOut io.Writer) error {
 		formatCQs(&b, &s)
 	case c.object == "mr":
 		formatMRs(&b, &s)
+	case c.object == "cm_id":
+		formatCMIDs(&b, &s)
 	default:
 		formatResources(&b, &s)
 	}

@@ -188,7 +188,7 @@ func benchParams(test, opts, iface string) (*perftest.Params, error) {
 // clientConfig is an introspection command. A plain value.
 type clientConfig struct {
 	cmd     string // "statistic" or "resource"
-	object  string // resource: "", "qp", "cq" or "mr"
+	object  string // resource: "", "qp", "cq", "mr" or "cm_id"
 	socket  string // "" = find the one daemon's
 	details bool
 }
@@ -226,10 +226,10 @@ func parseClient(args []string) (clientConfig, error) {
 	}
 	if c.cmd == "resource" && len(rest) > 0 {
 		switch rest[0] {
-		case "qp", "cq", "mr":
+		case "qp", "cq", "mr", "cm_id":
 			c.object, rest = rest[0], rest[1:]
 		default:
-			return c, fmt.Errorf("resource: unknown object %q (want qp, cq or mr)", rest[0])
+			return c, fmt.Errorf("resource: unknown object %q (want qp, cq, mr or cm_id)", rest[0])
 		}
 	}
 	if len(rest) > 0 {

@@ -119,6 +119,27 @@ func formatQPs(w io.Writer, s *snapshot) {
 	io.WriteString(w, b.String())
 }
 
+// formatCMIDs is `rdma resource show cm_id`: the device's RDMA CM IDs (in
+// the daemon's process).
+func formatCMIDs(w io.Writer, s *snapshot) {
+	var b strings.Builder
+	for _, c := range s.CMIDs {
+		fmt.Fprintf(&b, "link %s/%d cm-idn %d", s.Device, s.Port, c.N)
+		if c.HasQP {
+			fmt.Fprintf(&b, " lqpn %d qp-type %s", c.QPN, c.QPType)
+		}
+		fmt.Fprintf(&b, " state %s ps %s pid %d comm %s", c.State, c.PS, s.PID, s.Comm)
+		if c.Src.IsValid() {
+			fmt.Fprintf(&b, " src-addr %s:%d", c.Src.Addr(), c.Src.Port())
+		}
+		if c.Dst.IsValid() {
+			fmt.Fprintf(&b, " dst-addr %s:%d", c.Dst.Addr(), c.Dst.Port())
+		}
+		b.WriteString("\n")
+	}
+	io.WriteString(w, b.String())
+}
+
 // formatCQs is `rdma resource show cq`, with the CQs' counters.
 func formatCQs(w io.Writer, s *snapshot) {
 	o := ownersOf(s)

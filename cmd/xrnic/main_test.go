@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -188,6 +190,11 @@ func fixture() snapshot {
 		},
 		PDs: 2, SRQs: 1,
 	}
+	s.CMIDs = []rdmacm.IDInfo{
+		{N: 0, State: "LISTEN", PS: rdmacm.PSTCP, Src: netip.MustParseAddrPort("0.0.0.0:7174")},
+		{N: 3, HasQP: true, QPN: 17, QPType: verbs.RC, State: "CONNECT", PS: rdmacm.PSTCP,
+			Src: netip.MustParseAddrPort("192.0.2.1:7174"), Dst: netip.MustParseAddrPort("192.0.2.2:38412")},
+	}
 	s.Sessions = []sessionInfo{{ID: 7, Peer: "192.0.2.2:41234", Test: "write_bw", QPNs: []uint32{17}}}
 	s.Ended = [2]uint64{3, 1}
 	return s
@@ -243,6 +250,7 @@ func TestTables(t *testing.T) {
 		{"resource_qp", []string{"resource", "show", "qp"}},
 		{"resource_cq", []string{"resource", "show", "cq"}},
 		{"resource_mr", []string{"resource", "show", "mr"}},
+		{"resource_cm_id", []string{"resource", "show", "cm_id"}},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(context.Background(), append(tc.args, "-s", sock), &out, &errOut); err != nil {

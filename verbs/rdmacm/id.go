@@ -33,6 +33,7 @@ type ID struct {
 	ch  *EventChannel
 	ps  PortSpace
 	ctx any
+	n   uint32 // cm-idn
 
 	mu        sync.Mutex
 	st        state
@@ -61,7 +62,7 @@ func (ch *EventChannel) CreateID(ctx any, ps PortSpace) (*ID, error) {
 	if err := ch.addID(); err != nil {
 		return nil, err
 	}
-	return &ID{ch: ch, ps: ps, ctx: ctx}, nil
+	return &ID{ch: ch, ps: ps, ctx: ctx, n: idSeq.Add(1) - 1}, nil
 }
 
 // Context returns the consumer's value.

@@ -204,6 +204,14 @@ func TestRCConnectTransferDisconnect(t *testing.T) {
 		t.Fatalf("ESTABLISHED %+v", est.Param)
 	}
 	getEvent(t, srv.ch, EventEstablished)
+	res := Resources(b)
+	if len(res) != 2 || res[0].State != "LISTEN" || res[0].Src != netip.AddrPortFrom(addrB, 7174) ||
+		res[1].State != "CONNECT" || !res[1].HasQP || res[1].QPN != sqp.QPN() || res[1].Dst != cli.id.LocalAddr() {
+		t.Fatalf("resources of b: %+v", res)
+	}
+	if res := Resources(a); len(res) != 1 || res[0].QPN != cqp.QPN() || res[0].Dst != netip.AddrPortFrom(addrB, 7174) {
+		t.Fatalf("resources of a: %+v", res)
+	}
 
 	// Linux's PSN rule: each side receives from the PSN it announced, so the
 	// peer's send queue starts there.
