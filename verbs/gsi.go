@@ -72,6 +72,18 @@ func startGSI(d *Device, cfg cm.Config) (_ *gsi, err error) {
 			g.stop()
 		}
 	}()
+	// The CM first: QP1's completion handler hands it MADs as soon as
+	// receives are posted.
+	cfg.Transport = g
+	if cfg.CAGUID == 0 {
+		cfg.CAGUID = nodeGUID(d)
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = d.logf
+	}
+	if g.cm, err = cm.New(cfg); err != nil {
+		return nil, err
+	}
 	if g.pd, err = d.AllocPD(); err != nil {
 		return nil, err
 	}
@@ -110,16 +122,6 @@ func startGSI(d *Device, cfg cm.Config) (_ *gsi, err error) {
 		}
 	}
 	if err = g.cq.ReqNotify(false); err != nil {
-		return nil, err
-	}
-	cfg.Transport = g
-	if cfg.CAGUID == 0 {
-		cfg.CAGUID = nodeGUID(d)
-	}
-	if cfg.Logf == nil {
-		cfg.Logf = d.logf
-	}
-	if g.cm, err = cm.New(cfg); err != nil {
 		return nil, err
 	}
 	return g, nil
