@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/cmd/internal/rping"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/testenv"
 )
@@ -16,21 +17,8 @@ import (
 // prefix ("ping data: " for the client, "server ping data: " for the server).
 func rpingLines(prefix string, count, size int) string {
 	var b strings.Builder
-	start := 65
 	for ping := range count {
-		buf := make([]byte, size)
-		cc := copy(buf, fmt.Sprintf("rdma-ping-%d: ", ping))
-		c := start
-		for i := cc; i < size; i++ {
-			buf[i] = byte(c)
-			if c++; c > 122 {
-				c = 65
-			}
-		}
-		if start++; start > 122 {
-			start = 65
-		}
-		fmt.Fprintf(&b, "%s%s\n", prefix, buf[:size-1])
+		fmt.Fprintf(&b, "%s%s\n", prefix, rping.Data(ping, size))
 	}
 	return b.String()
 }

@@ -299,6 +299,21 @@ func (c *cb) wait(ctx context.Context) error {
 	}
 }
 
+// await is rping's sem_wait and state check: the next event must have left
+// the state want (named as rping names it in its complaint).
+func (c *cb) await(ctx context.Context, want state, name string) error {
+	if err := c.wait(ctx); err != nil {
+		return err
+	}
+	if s := c.getState(); s != want {
+		c.printf(c.errw, "wait for %s state %d\n", name, s)
+		return errOutOfStep
+	}
+	return nil
+}
+
+var errOutOfStep = errors.New("rping: out of step")
+
 // cmThread is rping's cm_thread: it takes the CM events until ctx ends.
 func (c *cb) cmThread(ctx context.Context) error {
 	for {
@@ -634,12 +649,7 @@ func (c *cb) runServer(ctx context.Context, sin netip.AddrPort) error {
 func (c *cb) testServer(ctx context.Context) error {
 	var err error
 	for {
-		if err = c.wait(ctx); err != nil {
-			break
-		}
-		if s := c.getState(); s != stReadAdv {
-			c.printf(c.errw, "wait for RDMA_READ_ADV state %d\n", s)
-			err = errors.New("rping: out of step")
+		if err = c.await(ctx, stReadAdv, "RDMA_READ_ADV"); err != nil {
 			break
 		}
 		c.debugf("server received source adv\n")
@@ -648,12 +658,7 @@ func (c *cb) testServer(ctx context.Context) error {
 			break
 		}
 		c.debugf("server posted rdma read req \n")
-		if err = c.wait(ctx); err != nil {
-			break
-		}
-		if s := c.getState(); s != stReadComplete {
-			c.printf(c.errw, "wait for RDMA_READ_COMPLETE state %d\n", s)
-			err = errors.New("rping: out of step")
+		if err = c.await(ctx, stReadComplete, "RDMA_READ_COMPLETE"); err != nil {
 			break
 		}
 		c.debugf("server received read complete\n")
@@ -665,12 +670,7 @@ func (c *cb) testServer(ctx context.Context) error {
 			break
 		}
 		c.debugf("server posted go ahead\n")
-		if err = c.wait(ctx); err != nil {
-			break
-		}
-		if s := c.getState(); s != stWriteAdv {
-			c.printf(c.errw, "wait for RDMA_WRITE_ADV state %d\n", s)
-			err = errors.New("rping: out of step")
+		if err = c.await(ctx, stWriteAdv, "RDMA_WRITE_ADV"); err != nil {
 			break
 		}
 		c.debugf("server received sink adv\n")
@@ -680,12 +680,7 @@ func (c *cb) testServer(ctx context.Context) error {
 			c.printf(c.errw, "post send error %v\n", err)
 			break
 		}
-		if err = c.wait(ctx); err != nil {
-			break
-		}
-		if s := c.getState(); s != stWriteComplete {
-			c.printf(c.errw, "wait for RDMA_WRITE_COMPLETE state %d\n", s)
-			err = errors.New("rping: out of step")
+		if err = c.await(ctx, stWriteComplete, "RDMA_WRITE_COMPLETE"); err != nil {
 			break
 		}
 		c.debugf("server rdma write complete \n")
@@ -751,8 +746,17 @@ func (c *cb) runClient(ctx context.Context, src netip.Addr, dst netip.AddrPort) 
 	return err
 }
 
+// Data is the ping data rping's client sends in ping number ping (from 0) of
+// size bytes, its final NUL left out: what rping -v prints after "ping data: "
+// (client) or "server ping data: " (server).
+func Data(ping, size int) []byte {
+	b := make([]byte, size)
+	fillStart(b, ping, 65+ping%58)
+	return b[:size-1]
+}
+
 // fillStart is the client's ping data: "rdma-ping-%d: " then letters from
-// 'A' + ping (mod 58), cycling 'A'..'z', and a final NUL.
+// start, cycling 'A'..'z', and a final NUL.
 func fillStart(b []byte, ping, start int) {
 	cc := copy(b, "rdma-ping-"+strconv.Itoa(ping)+": ")
 	ch := start
@@ -781,24 +785,14 @@ func (c *cb) testClient(ctx context.Context) error {
 			c.printf(c.errw, "post send error %v\n", err)
 			break
 		}
-		if err = c.wait(ctx); err != nil {
-			break
-		}
-		if s := c.getState(); s != stWriteAdv {
-			c.printf(c.errw, "wait for RDMA_WRITE_ADV state %d\n", s)
-			err = errors.New("rping: out of step")
+		if err = c.await(ctx, stWriteAdv, "RDMA_WRITE_ADV"); err != nil {
 			break
 		}
 		if err = c.sendInfo(offRDMA); err != nil {
 			c.printf(c.errw, "post send error %v\n", err)
 			break
 		}
-		if err = c.wait(ctx); err != nil {
-			break
-		}
-		if s := c.getState(); s != stWriteComplete {
-			c.printf(c.errw, "wait for RDMA_WRITE_COMPLETE state %d\n", s)
-			err = errors.New("rping: out of step")
+		if err = c.await(ctx, stWriteComplete, "RDMA_WRITE_COMPLETE"); err != nil {
 			break
 		}
 		if c.p.Validate && string(c.start) != string(c.rdmaBuf) {
