@@ -357,3 +357,86 @@ func TestListenAddressInUse(t *testing.T) {
 		t.Fatalf("second listen: %v", err)
 	}
 }
+
+// TestIPv6Connect: an RC connection between IPv6 GIDs; the rdma_cm header
+// carries the IPv6 addresses and the passive side sees them.
+func TestIPv6Connect(t *testing.T) {
+	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a6, b6 := netip.MustParseAddr("2001:db8::11"), netip.MustParseAddr("2001:db8::12")
+	a, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(a6)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{verbs.GIDFromAddr(b6)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close(); la.Close(); lb.Close() })
+	srv := newSide(t, b)
+	srv.id, _ = srv.ch.CreateID(nil, PSTCP)
+	t.Cleanup(func() { srv.id.Destroy() })
+	if err := srv.id.BindAddr(netip.AddrPortFrom(b6, 7174)); err != nil {
+		t.Fatal(err)
+	}
+	srv.id.Listen(1)
+	cli := newSide(t, a)
+	cli.id, _ = cli.ch.CreateID(nil, PSTCP)
+	t.Cleanup(func() { cli.id.Destroy() })
+	if err := cli.id.ResolveAddr(a6, netip.AddrPortFrom(b6, 7174)); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventAddrResolved)
+	cli.id.ResolveRoute()
+	getEvent(t, cli.ch, EventRouteResolved)
+	cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{RetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	t.Cleanup(func() { ev.ID.Destroy() })
+	if ev.ID.PeerAddr() != cli.id.LocalAddr() || ev.ID.LocalAddr().Addr() != b6 {
+		t.Fatalf("addresses %v -> %v", ev.ID.PeerAddr(), ev.ID.LocalAddr())
+	}
+	srv.createQP(t, ev.ID)
+	if err := ev.ID.Accept(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventEstablished)
+	getEvent(t, srv.ch, EventEstablished)
+}
+
+// TestDeviceRemoval: closing a device tells its IDs (DEVICE_REMOVAL) before it
+// goes, and they can still be destroyed.
+func TestDeviceRemoval(t *testing.T) {
+	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Close()
+	defer lb.Close()
+	b, err := verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{verbs.GIDFromAddr(addrB)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := NewEventChannel()
+	id, _ := ch.CreateID(nil, PSTCP)
+	if err := id.BindAddr(netip.AddrPortFrom(addrB, 7000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Listen(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, ch, EventDeviceRemoval)
+	if err := id.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
