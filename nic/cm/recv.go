@@ -14,12 +14,17 @@ func (c *CM) Receive(src, dst GID, b []byte) {
 	h, m, err := mad.Parse(b)
 	if err != nil {
 		if h.MgmtClass == mad.ClassCM && h.ClassVersion == mad.CMClassVersion && len(b) >= mad.Size {
-			// LAP and APR: Linux drops them on RoCE ("Alternate path messages
-			// are not supported with RoCE link layer", cm_lap_handler).
-			c.inc(CntUnknownAttr)
+			c.inc(CntUnknownAttr) // ClassPortInfo, or an attribute the CM has not
 			return
 		}
 		c.inc(CntMalformed)
+		return
+	}
+	switch m.(type) {
+	case *mad.LAP, *mad.APR:
+		// Linux drops them on RoCE ("Alternate path messages are not
+		// supported with RoCE link layer", cm_lap_handler, cm_apr_handler).
+		c.inc(CntUnknownAttr)
 		return
 	}
 	if h.Method != mad.MethodSend {

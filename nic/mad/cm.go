@@ -388,3 +388,97 @@ func (m *SIDRREP) Encode(d []byte) {
 	copy(d[24:96], m.AdditionalInfo[:])
 	copy(d[96:], m.PrivateData[:])
 }
+
+// LAP is a Load Alternate Path (IBTA Table 115, the kernel's offsets). Linux
+// drops it on RoCE (cm_lap_handler); so does xrnic's CM. A plain value.
+type LAP struct {
+	LocalCommID, RemoteCommID uint32
+	RemoteQPN                 uint32 // 24 bits
+	RemoteCMResponseTimeout   uint8  // 5 bits
+	AltLocalLID, AltRemoteLID uint16
+	AltLocalGID, AltRemoteGID [16]byte
+	AltFlowLabel              uint32 // 20 bits
+	AltTrafficClass           uint8
+	AltHopLimit               uint8
+	AltPacketRate             uint8 // 6 bits
+	AltSL                     uint8 // 4 bits
+	AltSubnetLocal            bool
+	AltLocalACKTimeout        uint8 // 5 bits
+	PrivateData               [LAPPrivateLen]byte
+}
+
+// LAPPrivateLen and APR's sizes (IB_CM_LAP_PRIVATE_DATA_SIZE, ...).
+const (
+	LAPPrivateLen = 168
+	APRInfoLen    = 72
+	APRPrivateLen = 148
+)
+
+func (*LAP) Attr() AttrID { return AttrLAP }
+
+func (m *LAP) Decode(d []byte) {
+	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
+	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.RemoteQPN = get32(d, 12, 24)
+	m.RemoteCMResponseTimeout = getBits(d, 15, 0, 5)
+	m.AltLocalLID = binary.BigEndian.Uint16(d[20:])
+	m.AltRemoteLID = binary.BigEndian.Uint16(d[22:])
+	copy(m.AltLocalGID[:], d[24:40])
+	copy(m.AltRemoteGID[:], d[40:56])
+	m.AltFlowLabel = get32(d, 56, 20)
+	m.AltTrafficClass = d[59]
+	m.AltHopLimit = d[60]
+	m.AltPacketRate = getBits(d, 61, 2, 6)
+	m.AltSL = getBits(d, 62, 0, 4)
+	m.AltSubnetLocal = getBits(d, 62, 4, 1) != 0
+	m.AltLocalACKTimeout = getBits(d, 63, 0, 5)
+	copy(m.PrivateData[:], d[64:])
+}
+
+func (m *LAP) Encode(d []byte) {
+	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
+	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	set32(d, 12, 24, m.RemoteQPN)
+	setBits(d, 15, 0, 5, m.RemoteCMResponseTimeout)
+	binary.BigEndian.PutUint16(d[20:], m.AltLocalLID)
+	binary.BigEndian.PutUint16(d[22:], m.AltRemoteLID)
+	copy(d[24:40], m.AltLocalGID[:])
+	copy(d[40:56], m.AltRemoteGID[:])
+	set32(d, 56, 20, m.AltFlowLabel)
+	d[59] = m.AltTrafficClass
+	d[60] = m.AltHopLimit
+	setBits(d, 61, 2, 6, m.AltPacketRate)
+	setBits(d, 62, 0, 4, m.AltSL)
+	setBits(d, 62, 4, 1, b2u(m.AltSubnetLocal))
+	setBits(d, 63, 0, 5, m.AltLocalACKTimeout)
+	copy(d[64:], m.PrivateData[:])
+}
+
+// APR is an Alternate Path Response (IBTA Table 116). A plain value.
+type APR struct {
+	LocalCommID, RemoteCommID uint32
+	AddInfoLength             uint8
+	Status                    uint8
+	AdditionalInfo            [APRInfoLen]byte
+	PrivateData               [APRPrivateLen]byte
+}
+
+func (*APR) Attr() AttrID { return AttrAPR }
+
+func (m *APR) Decode(d []byte) {
+	m.LocalCommID = binary.BigEndian.Uint32(d[0:])
+	m.RemoteCommID = binary.BigEndian.Uint32(d[4:])
+	m.AddInfoLength = d[8]
+	m.Status = d[9]
+	copy(m.AdditionalInfo[:], d[12:84])
+	copy(m.PrivateData[:], d[84:])
+}
+
+func (m *APR) Encode(d []byte) {
+	binary.BigEndian.PutUint32(d[0:], m.LocalCommID)
+	binary.BigEndian.PutUint32(d[4:], m.RemoteCommID)
+	d[8] = m.AddInfoLength
+	d[9] = m.Status
+	copy(d[12:84], m.AdditionalInfo[:])
+	copy(d[84:], m.PrivateData[:])
+}

@@ -148,6 +148,10 @@ func NewMessage(a AttrID) (Message, error) {
 		return new(SIDRREQ), nil
 	case AttrSIDRREP:
 		return new(SIDRREP), nil
+	case AttrLAP:
+		return new(LAP), nil
+	case AttrAPR:
+		return new(APR), nil
 	}
 	return nil, fmt.Errorf("%w %v: %w", ErrAttr, a, errs.ErrUnsupported)
 }

@@ -24,7 +24,8 @@ func randomize(r *rand.Rand, m Message) {
 // into the CM data (the fields of different messages do not overlap).
 func TestMessagesRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, a := range []AttrID{AttrREQ, AttrMRA, AttrREJ, AttrREP, AttrRTU, AttrDREQ, AttrDREP, AttrSIDRREQ, AttrSIDRREP} {
+	for _, a := range []AttrID{AttrREQ, AttrMRA, AttrREJ, AttrREP, AttrRTU, AttrDREQ, AttrDREP, AttrSIDRREQ, AttrSIDRREP,
+		AttrLAP, AttrAPR} {
 		for range 100 {
 			m, err := NewMessage(a)
 			if err != nil {
@@ -55,9 +56,31 @@ func TestParseRefuses(t *testing.T) {
 		t.Errorf("SA MAD: %v", err)
 	}
 	b[1] = ClassCM
-	b[17] = 0x19 // LAP: parsed by the CM later, not by this codec yet
+	b[17] = 0x1B // past APR: no CM message
 	if _, _, err := Parse(b); !errors.Is(err, ErrAttr) || !errors.Is(err, errs.ErrUnsupported) {
-		t.Errorf("LAP: %v", err)
+		t.Errorf("attribute 0x1b: %v", err)
+	}
+}
+
+// TestLAPAPRLayout: the fields sit where ib_cm's ibta_vol1_c12.h puts them
+// (Tables 115 and 116).
+func TestLAPAPRLayout(t *testing.T) {
+	d := make([]byte, DataLen)
+	(&LAP{RemoteQPN: 0xabcdef, RemoteCMResponseTimeout: 0x1f, AltFlowLabel: 0xfffff, AltHopLimit: 0x40,
+		AltPacketRate: 0x3f, AltSL: 0xf, AltSubnetLocal: true, AltLocalACKTimeout: 0x13,
+		PrivateData: [LAPPrivateLen]byte{0: 0xaa}}).Encode(d)
+	want := map[int]byte{12: 0xab, 13: 0xcd, 14: 0xef, 15: 0xf8, 56: 0xff, 57: 0xff, 58: 0xf0, 60: 0x40,
+		61: 0x3f, 62: 0xf8, 63: 0x98, 64: 0xaa}
+	for i, b := range d {
+		if b != want[i] {
+			t.Errorf("LAP byte %d = %#x, want %#x", i, b, want[i])
+		}
+	}
+	d = make([]byte, DataLen)
+	(&APR{LocalCommID: 1, AddInfoLength: 72, Status: 3, AdditionalInfo: [APRInfoLen]byte{0: 0xbb},
+		PrivateData: [APRPrivateLen]byte{0: 0xcc}}).Encode(d)
+	if d[3] != 1 || d[8] != 72 || d[9] != 3 || d[12] != 0xbb || d[84] != 0xcc {
+		t.Errorf("APR: %x", d[:96])
 	}
 }
 
