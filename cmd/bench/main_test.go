@@ -76,9 +76,12 @@ func TestLocal(t *testing.T) {
 }
 
 // retryBusy runs bench again while another test's UDP link holds port 4791 on
-// lo (go test runs packages in parallel).
+// 127.0.0.1 (go test runs packages in parallel, and the --local runs of
+// perftest and pingpong take 127.0.0.1 first): it waits for the port as for
+// any shared resource, up to a minute, since those runs last seconds under
+// -race on a loaded machine (5 s was not enough in CI).
 func retryBusy(args ...string) (string, error) {
-	for range 50 {
+	for range 600 {
 		out, err := runBench(args...)
 		if err == nil || !strings.Contains(err.Error(), "device lo") || !strings.Contains(err.Error(), "address already in use") {
 			return out, err
