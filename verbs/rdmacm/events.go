@@ -311,8 +311,7 @@ func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 			sgid = uint8(i)
 		}
 	}
-	c, _ := d.CM(cm.Config{})
-	nid := &ID{ch: l.ch, ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, st: stConnect, dev: d, cmgr: c, cmid: ev.ID, sgid: sgid,
+	nid := &ID{ch: l.ch, ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, st: stConnect, dev: d, cmgr: k.c, cmid: ev.ID, sgid: sgid,
 		src: netip.AddrPortFrom(h.Dst, k.port()), dst: netip.AddrPortFrom(h.Src, h.SrcPort)}
 	if err := l.ch.addID(); err != nil {
 		ev.ID.Destroy()

@@ -214,8 +214,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
 	if attr.Type == verbs.UD {
 		mask |= verbs.AttrQKey
 	} else {
-		a.AccessFlags = 0
-		mask |= verbs.AttrAccessFlags
+		mask |= verbs.AttrAccessFlags // none until RTR, as librdmacm's INIT
 	}
 	err = qp.Modify(&a, mask).Wait()
 	if err == nil && attr.Type == verbs.UD {
