@@ -46,7 +46,7 @@ const (
 // CM returns the device's connection manager, starting it and QP1 on first use
 // (rdma_cm and ndk's connectors call it). The CA GUID is the EUI-64 of the
 // interface's MAC, as rxe's node GUID. cfg tunes a CM that is not started yet
-// (its Transport, CAGUID and Logf are the device's); later calls ignore it.
+// (its Transport and CAGUID are the device's); later calls ignore it.
 // The CM stops when the device closes, after its clients' Remove.
 func (d *Device) CM(cfg cm.Config) (*cm.CM, error) {
 	d.gsiMu.Lock()
@@ -77,9 +77,6 @@ func startGSI(d *Device, cfg cm.Config) (_ *gsi, err error) {
 	cfg.Transport = g
 	if cfg.CAGUID == 0 {
 		cfg.CAGUID = nodeGUID(d)
-	}
-	if cfg.Logf == nil {
-		cfg.Logf = d.logf
 	}
 	if g.cm, err = cm.New(cfg); err != nil {
 		return nil, err

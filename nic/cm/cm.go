@@ -55,8 +55,6 @@ type Config struct {
 	// SIDR_REQ past it is rejected (NO_RESOURCES) and counted, so a flood of REQs
 	// holds bounded memory. Default 4096.
 	MaxIDs int
-	// Logf reports dropped MADs (rate-limited by the caller's logger).
-	Logf func(format string, args ...any)
 }
 
 // Errors. Each wraps a sentinel of the errs vocabulary.
@@ -72,7 +70,6 @@ var (
 // call chain of a method or of Receive.
 type CM struct {
 	cfg Config
-	clk clock.Clock
 
 	mu        sync.Mutex
 	closed    bool
@@ -122,17 +119,14 @@ func New(cfg Config) (*CM, error) {
 	if cfg.MaxIDs == 0 {
 		cfg.MaxIDs = 4096
 	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
-	c := &CM{cfg: cfg, clk: cfg.Clock, ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{},
+	c := &CM{cfg: cfg, ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{},
 		sidr: map[sidrKey]*ID{}, listeners: map[uint64]*ID{}}
 	c.tidHi = uint64(random32()) << 32
 	c.events.start()
 	return c, nil
 }
 
-// Close stops the CM: every timer is cancelled, no MAD is sent or taken, and no
+// Close stops the CM: every ID's timer is cancelled, no MAD is sent or taken, and no
 // handler runs after Close returns (events not yet delivered are discarded).
 // IDs are left without notice; the owner tells their consumers first (rdma_cm's
 // DEVICE_REMOVAL). From a handler it fails with errs.ErrDeadlock.
@@ -153,12 +147,6 @@ func (c *CM) Close() error {
 	c.events.stop()
 	return nil
 }
-
-// CAGUID returns the CA GUID the CM puts in its REQs and REPs.
-func (c *CM) CAGUID() uint64 { return c.cfg.CAGUID }
-
-// PacketLifeTime returns the packet life time exponent of the CM's paths.
-func (c *CM) PacketLifeTime() uint8 { return c.cfg.PacketLifeTime }
 
 // ResponseTimeout and MaxCMRetries return the values the consumer's REQs and
 // SIDR_REQs should carry (Config).

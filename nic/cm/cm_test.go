@@ -682,3 +682,35 @@ func TestHandshakeUnderLoss(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseCancelsTimers: Close leaves no timer armed, TimeWait's included.
+func TestCloseCancelsTimers(t *testing.T) {
+	p := newPair(t, nil)
+	p.connect(t)
+	p.active.SendDREQ(nil)
+	p.f.deliver()
+	p.rb.expect(EventDREQReceived)
+	p.passive.SendDREP(nil)
+	p.f.deliver()
+	wantState(t, p.active, StateTimeWait)
+	if n := p.f.clk.Pending(); n != 2 {
+		t.Fatalf("%d timers before Close, want the two TimeWaits", n)
+	}
+	p.a.Close()
+	p.b.Close()
+	if n := p.f.clk.Pending(); n != 0 {
+		t.Fatalf("%d timers armed after Close", n)
+	}
+}
+
+// TestSendMRATooLongLeavesState: a refused MRA changes nothing.
+func TestSendMRATooLongLeavesState(t *testing.T) {
+	p := newPair(t, nil)
+	p.sendREQ(t)
+	p.f.deliver()
+	p.passive = p.rb.expect(EventREQReceived).ID
+	if err := p.passive.SendMRA(20, make([]byte, mad.MRAPrivateLen+1)); err == nil {
+		t.Fatal("MRA with too much private data sent")
+	}
+	wantState(t, p.passive, StateREQRcvd)
+}

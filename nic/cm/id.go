@@ -104,14 +104,15 @@ type ID struct {
 	msg       [mad.Size]byte
 	pending   bool
 	timeout   time.Duration
-	retries   int // retransmissions left
-	timer     clock.Timer
-	timerSeq  uint64
+	retries   int            // retransmissions left
 	resp      [mad.Size]byte // the last response (MRA, DREP), for duplicates
 	respValid bool
 	respAttr  mad.AttrID
-	halfOpen  clock.Timer // a REQ taken and not answered
-	twTimer   clock.Timer
+
+	// The ID's one timer: the request's retransmission, the expiry of a REQ
+	// taken and not answered, or the end of TimeWait (never two at once).
+	timer    clock.Timer
+	timerSeq uint64 // bumped by arm and stopTimer: a timer that fired late sees it changed
 }
 
 // State returns the ID's state.
@@ -230,16 +231,31 @@ func (id *ID) resendResp(attr mad.AttrID) bool {
 	return true
 }
 
-func (id *ID) armLocked(d time.Duration) {
+// arm replaces the ID's timer: f runs after d, under the CM's lock, unless the
+// CM closed or another arm or stopTimer came first.
+func (id *ID) arm(d time.Duration, f func()) {
 	if id.timer != nil {
 		id.timer.Stop()
 	}
-	id.timeout = d
 	id.timerSeq++
 	seq := id.timerSeq
-	id.timer = id.cm.clk.AfterFunc(d, func() { id.cm.expire(id, seq) })
+	id.timer = id.cm.cfg.Clock.AfterFunc(d, func() {
+		c := id.cm
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.closed && seq == id.timerSeq {
+			f()
+		}
+	})
 }
 
+// armLocked (re)arms the outstanding request's retransmission.
+func (id *ID) armLocked(d time.Duration) {
+	id.timeout = d
+	id.arm(d, id.expireLocked)
+}
+
+// stopTimer cancels the ID's timer, and with it the outstanding request.
 func (id *ID) stopTimer() {
 	if id.timer != nil {
 		id.timer.Stop()
@@ -247,18 +263,13 @@ func (id *ID) stopTimer() {
 	}
 	id.timerSeq++
 	id.pending = false
-	if id.halfOpen != nil {
-		id.halfOpen.Stop()
-		id.halfOpen = nil
-	}
 }
 
-// expire runs when the outstanding request's timer fires: send it again, or give
-// up (cm_process_send_error).
-func (c *CM) expire(id *ID, seq uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || seq != id.timerSeq || !id.pending {
+// expireLocked runs when the outstanding request's timer fires: send it again,
+// or give up (cm_process_send_error).
+func (id *ID) expireLocked() {
+	c := id.cm
+	if !id.pending {
 		return
 	}
 	if id.retries > 0 {
@@ -294,12 +305,9 @@ func (c *CM) expire(id *ID, seq uint64) {
 // has given up on it too (its CM response timeout times its retries): the
 // passive side's memory for half-open connections is bounded in time.
 func (id *ID) armHalfOpen(d time.Duration) {
-	seq := id.timerSeq
-	id.halfOpen = id.cm.clk.AfterFunc(d, func() {
+	id.arm(d, func() {
 		c := id.cm
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.closed || seq != id.timerSeq || (id.state != StateREQRcvd && id.state != StateMRAREQSent) {
+		if id.state != StateREQRcvd && id.state != StateMRAREQSent {
 			return
 		}
 		c.inc(CntTimeouts)
@@ -345,12 +353,9 @@ func (id *ID) enterTimeWaitLocked() {
 	id.stopTimer()
 	id.state = StateTimeWait
 	wait := IBTime(ackTimeout(id.cm.cfg.TargetACKDelay, id.cm.cfg.PacketLifeTime))
-	seq := id.timerSeq
-	id.twTimer = id.cm.clk.AfterFunc(wait, func() {
+	id.arm(wait, func() {
 		c := id.cm
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.closed || seq != id.timerSeq || id.state != StateTimeWait {
+		if id.state != StateTimeWait {
 			return
 		}
 		id.dropRemoteLocked()
@@ -395,6 +400,9 @@ func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
 	if err := id.usableLocked(); err != nil {
 		return err
 	}
+	if len(private) > mad.MRAPrivateLen {
+		return errPrivate
+	}
 	var what uint8
 	switch id.state {
 	case StateREQRcvd:
@@ -403,9 +411,6 @@ func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
 		id.state, what = StateMRAREPSent, MsgREP
 	default:
 		return ErrState
-	}
-	if len(private) > mad.MRAPrivateLen {
-		return errPrivate
 	}
 	m := &mad.MRA{LocalCommID: id.localID, RemoteCommID: id.remoteID, MessageMRAed: what,
 		ServiceTimeout: serviceTimeout}
@@ -509,8 +514,8 @@ func (id *ID) SendREJ(reason uint16, ari, private []byte) error {
 }
 
 // SendDREQ starts a disconnect from Established (ib_send_cm_dreq): retransmitted
-// until a DREP or a DREQ of the peer's answers it, then TimeWait. From any state
-// past the handshake it just enters TimeWait, as ib_cm does.
+// until a DREP or a DREQ of the peer's answers it, then TimeWait. From any other
+// state it fails with ErrState.
 func (id *ID) SendDREQ(private []byte) error {
 	c := id.cm
 	c.mu.Lock()
@@ -556,10 +561,8 @@ func (id *ID) drepLocked(private []byte) error {
 	}
 	m := &mad.DREP{LocalCommID: id.localID, RemoteCommID: id.remoteID}
 	copy(m.PrivateData[:], private)
-	id.respond(id.peerTID, m)
-	resp, attr := id.resp, id.respAttr
+	id.respond(id.peerTID, m) // kept through TimeWait for duplicate DREQs
 	id.enterTimeWaitLocked()
-	id.resp, id.respValid, id.respAttr = resp, true, attr
 	return nil
 }
 
