@@ -590,6 +590,33 @@ func connParam() rdmacm.ConnParam {
 	return rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
 }
 
+// setup sets up the connection's QP and buffers on id (rping_setup_qp,
+// rping_setup_buffers), posts the first receive and starts the CQ thread. The
+// returned stop ends the thread and frees what was set up; call it in every
+// case.
+func (c *cb) setup(ctx context.Context, id *rdmacm.ID) (stop func(), err error) {
+	c.id = id
+	cqCtx, stopCQ := context.WithCancel(ctx)
+	stop = func() {
+		stopCQ()
+		if c.cqDone != nil {
+			<-c.cqDone
+		}
+		c.free()
+	}
+	if err := c.setupQP(id); err != nil {
+		c.printf(c.errw, "setup_qp failed: %v\n", err)
+		return stop, err
+	}
+	if err := c.postRecv(); err != nil {
+		c.printf(c.errw, "ibv_post_recv failed: %v\n", err)
+		return stop, err
+	}
+	c.cqDone = make(chan struct{})
+	go c.cqThread(cqCtx)
+	return stop, nil
+}
+
 func (c *cb) runServer(ctx context.Context, sin netip.AddrPort) error {
 	if err := c.cmID.BindAddr(sin); err != nil {
 		c.printf(c.errw, "rdma_bind_addr: %v\n", err)
@@ -608,21 +635,12 @@ func (c *cb) runServer(ctx context.Context, sin netip.AddrPort) error {
 		c.printf(c.errw, "wait for CONNECT_REQUEST state %d\n", s)
 		return errors.New("rping: no connection request")
 	}
-	c.id = c.child
 	defer c.child.Destroy()
-	defer c.free()
-	if err := c.setupQP(c.child); err != nil {
-		c.printf(c.errw, "setup_qp failed: %v\n", err)
+	stopCQ, err := c.setup(ctx, c.child)
+	defer stopCQ()
+	if err != nil {
 		return err
 	}
-	if err := c.postRecv(); err != nil {
-		c.printf(c.errw, "ibv_post_recv failed: %v\n", err)
-		return err
-	}
-	c.cqDone = make(chan struct{})
-	cqCtx, stopCQ := context.WithCancel(ctx)
-	defer func() { stopCQ(); <-c.cqDone }()
-	go c.cqThread(cqCtx)
 	c.debugf("accepting client connection request\n")
 	if err := c.child.Accept(connParam()); err != nil {
 		c.printf(c.errw, "rdma_accept: %v\n", err)
@@ -635,13 +653,10 @@ func (c *cb) runServer(ctx context.Context, sin netip.AddrPort) error {
 		c.printf(c.errw, "wait for CONNECTED state %d\n", s)
 		return errors.New("rping: connection failed")
 	}
-	err := c.testServer(ctx)
-	if err != nil {
+	if err = c.testServer(ctx); err != nil {
 		c.printf(c.errw, "rping server failed: %v\n", err)
 	}
 	c.child.Disconnect()
-	stopCQ()
-	<-c.cqDone
 	return err
 }
 
@@ -709,20 +724,11 @@ func (c *cb) runClient(ctx context.Context, src netip.Addr, dst netip.AddrPort) 
 		return errors.New("rping: resolution failed")
 	}
 	c.debugf("rdma_resolve_addr - rdma_resolve_route successful\n")
-	c.id = c.cmID
-	defer c.free()
-	if err := c.setupQP(c.cmID); err != nil {
-		c.printf(c.errw, "setup_qp failed: %v\n", err)
+	stopCQ, err := c.setup(ctx, c.cmID)
+	defer stopCQ()
+	if err != nil {
 		return err
 	}
-	if err := c.postRecv(); err != nil {
-		c.printf(c.errw, "ibv_post_recv failed: %v\n", err)
-		return err
-	}
-	c.cqDone = make(chan struct{})
-	cqCtx, stopCQ := context.WithCancel(ctx)
-	defer func() { stopCQ(); <-c.cqDone }()
-	go c.cqThread(cqCtx)
 	if err := c.cmID.Connect(connParam()); err != nil {
 		c.printf(c.errw, "rdma_connect: %v\n", err)
 		return err
@@ -736,13 +742,10 @@ func (c *cb) runClient(ctx context.Context, src netip.Addr, dst netip.AddrPort) 
 		return errors.New("rping: connection failed")
 	}
 	c.debugf("rdma_connect successful\n")
-	err := c.testClient(ctx)
-	if err != nil {
+	if err = c.testClient(ctx); err != nil {
 		c.printf(c.errw, "rping client failed: %v\n", err)
 	}
 	c.cmID.Disconnect()
-	stopCQ()
-	<-c.cqDone
 	return err
 }
 
