@@ -61,7 +61,7 @@ func (id *ID) onCM(ev cm.Event) {
 		default:
 			out.Type = EventEstablished
 			out.UD = UDParam{PrivateData: append([]byte(nil), rep.PrivateData[:]...), QPN: rep.QPN, QKey: rep.QKey,
-				AV: verbs.AV{DGID: verbs.GIDFromAddr(id.dst.Addr()), SGIDIndex: id.sgid, HopLimit: 64}}
+				AV: id.av()}
 			id.st = stEstablished
 		}
 	case cm.EventSIDRREQError:
@@ -99,8 +99,8 @@ func (id *ID) completeConnect(ev *Event) {
 		ev.Type, ev.Status = EventConnectError, -EINVAL
 		return
 	}
-	err := id.toRTS(rep.LocalQPN, rep.StartingPSN, uint8(id.dev.QueryPort().ActiveMTU),
-		id.cmgr.LocalACKTimeout(), id.param.RetryCount, rep.RNRRetryCount, rep.InitiatorDepth, rep.ResponderResources)
+	// Our REQ offered the port's MTU (0 below), and the REP has no MTU of its own.
+	err := id.toRTS(rep.LocalQPN, rep.StartingPSN, 0, id.cmgr.LocalACKTimeout(), id.param.RetryCount, rep.RNRRetryCount, rep.InitiatorDepth, rep.ResponderResources)
 	if err == nil {
 		err = id.cmid.SendRTU(nil)
 	}

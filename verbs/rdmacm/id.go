@@ -417,7 +417,7 @@ func (id *ID) toRTS(remoteQPN, sendPSN uint32, mtu uint8, ackTimeout, retry, rnr
 	}
 	rtr := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: pathMTU, DestQPN: remoteQPN,
 		RQPSN: verbs.PSN(id.psn), MaxDestRdAtomic: respRes, AccessFlags: access},
-		AV: verbs.AV{DGID: verbs.GIDFromAddr(id.dst.Addr()), SGIDIndex: id.sgid, HopLimit: 64}}
+		AV: id.av()}
 	err := id.qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|
 		verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer|verbs.AttrAccessFlags).Wait()
 	if err != nil {
@@ -427,6 +427,12 @@ func (id *ID) toRTS(remoteQPN, sendPSN uint32, mtu uint8, ackTimeout, retry, rnr
 		RetryCnt: min(retry, 7), RNRRetry: min(rnrRetry, 7), MaxRdAtomic: initDepth}}
 	return id.qp.Modify(&rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
 		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic).Wait()
+}
+
+// av is the address vector to the peer: its GID from our GID index, with the
+// hop limit rdma_cm gives a RoCE path.
+func (id *ID) av() verbs.AV {
+	return verbs.AV{DGID: verbs.GIDFromAddr(id.dst.Addr()), SGIDIndex: id.sgid, HopLimit: 64}
 }
 
 // Reject refuses a CONNECT_REQUEST (rdma_reject): a REJ (consumer defined) with
