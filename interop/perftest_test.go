@@ -24,6 +24,16 @@ var perftestCases = []struct {
 	{"atomic_lat", "-n 200"},
 }
 
+// perftest's -R against bench's: the exchange and the test's QPs connected
+// through rdma_cm (TCP port space), at both MTUs.
+var rdmaCMCases = []struct {
+	test, args string
+}{
+	{"write_bw", "-R -s 65536 -n 200"},
+	{"read_bw", "-R -s 65536 -n 200"},
+	{"send_bw", "-R -s 65536 -n 200"},
+}
+
 var (
 	latResult = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
 )
@@ -34,11 +44,19 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 	bench := append([]string{suite.bench, test, "-d", ifXrnic, "-x", "1", "--progress", "off"}, strings.Fields(args)...)
 	perftest := fmt.Sprintf("ib_%s -d %s -x 1 %s", test, guestDev, args)
 	lat := strings.HasSuffix(test, "_lat")
-	// The guest measures in latency tests and as a bandwidth client: its
-	// clock calibration can fail under emulation; run again then.
-	c, xOut, gOut := play(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
-		func(gOut string) bool { return (lat || xrnicServer) && clockMisread(gOut) })
-	compareShapes(t, test, xrnicServer, xOut, gOut)
+	// The guest measures in latency tests, as a bandwidth client, and as
+	// send_bw's server: its clock calibration can fail under emulation; run
+	// again then.
+	// With -R the guest's server listens on rdma_cm, not TCP.
+	guestReady := func(j *job) { g.waitListen(t, 18515, j) }
+	if strings.Contains(args, "-R") {
+		guestReady = func(j *job) {
+			g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:18515'", "rdma_cm listener on 18515", j)
+		}
+	}
+	c, xOut, gOut := playWith(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
+		func(gOut string) bool { return (lat || xrnicServer || test == "send_bw") && clockMisread(gOut) }, guestReady)
+	compareShapes(t, strings.TrimSpace(test+" "+fieldsWith(args, "-R")), xrnicServer, xOut, gOut)
 	n := fieldAfter(args, "-n")
 	if lat {
 		// The client measures; in write_lat and send_lat the server too.
@@ -74,6 +92,16 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 		t.Logf("ib_%s, client %s: %.2f MB/s", test, map[bool]string{true: "rxe", false: "xrnic"}[xrnicServer], xr.avg)
 	}
 	checkICRC(t, c, name, frames(t, c.path))
+}
+
+// fieldsWith returns flag if args has it, else "".
+func fieldsWith(args, flag string) string {
+	for _, f := range strings.Fields(args) {
+		if f == flag {
+			return flag
+		}
+	}
+	return ""
 }
 
 // fieldAfter returns the word after flag in args.

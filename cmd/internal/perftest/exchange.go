@@ -115,10 +115,12 @@ type BWReport struct {
 	MsgRate float64
 }
 
-// Conn is the TCP connection of the exchange. Its methods belong to the test's
-// goroutine; Close, and the watcher WatchPeer starts, may run concurrently.
+// Conn is the connection of the exchange: TCP, or an rdma_cm connection with
+// -z and -R. Its methods belong to the test's goroutine; Close, and the watcher
+// WatchPeer starts, may run concurrently.
 type Conn struct {
-	c      net.Conn
+	c      net.Conn // TCP, or nil
+	cm     *cmLink  // rdma_cm, or nil
 	client bool
 	// Timeout bounds each prompt exchange (setup, syncs); exchanges that wait for
 	// the other side's whole measurement have none and rely on TCP keepalive, EOF
@@ -139,11 +141,36 @@ func NewConn(c net.Conn, client bool) *Conn {
 	return &Conn{c: c, client: client, Timeout: 30 * time.Second}
 }
 
-// Close closes the connection; a blocked exchange returns an error.
-func (c *Conn) Close() error { return c.c.Close() }
+// newCMConn wraps an established rdma_cm link.
+func newCMConn(l *cmLink, client bool) *Conn {
+	return &Conn{cm: l, client: client, Timeout: 30 * time.Second}
+}
 
-// RemoteAddr is the peer's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.c.RemoteAddr() }
+// Close closes the connection; a blocked exchange returns an error. An rdma_cm
+// link's resources stay until release.
+func (c *Conn) Close() error {
+	if c.cm != nil {
+		c.cm.close()
+		return nil
+	}
+	return c.c.Close()
+}
+
+// release frees an rdma_cm link (perftest destroys it after the test's own
+// connections); the test's goroutine calls it once no exchange runs.
+func (c *Conn) release() {
+	if c.cm != nil {
+		c.cm.release()
+	}
+}
+
+// peer is the peer's address.
+func (c *Conn) peer() string {
+	if c.cm != nil {
+		return c.cm.peer.String()
+	}
+	return c.c.RemoteAddr().String()
+}
 
 // xchg is ctx_xchg_data_ethernet: the client writes my then reads len(rem) bytes,
 // the server the other way round. long drops the deadline.
@@ -151,6 +178,16 @@ func (c *Conn) xchg(my, rem []byte, long bool) error {
 	dl := time.Time{}
 	if !long && c.Timeout > 0 {
 		dl = time.Now().Add(c.Timeout)
+	}
+	if c.cm != nil { // ctx_xchg_data_rdma
+		first, second := func() error { return c.cm.write(my, dl, c.Timeout) }, func() error { return c.cm.read(rem, dl, c.Timeout) }
+		if !c.client {
+			first, second = second, first
+		}
+		if err := first(); err != nil {
+			return err
+		}
+		return second()
 	}
 	if err := c.c.SetDeadline(dl); err != nil {
 		return c.wrap(err)
@@ -188,13 +225,13 @@ func (c *Conn) read(b []byte) error {
 func (c *Conn) wrap(err error) error {
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("%w (%v) closed the connection", ErrPeer, c.c.RemoteAddr())
+		return fmt.Errorf("%w (%v) closed the connection", ErrPeer, c.peer())
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w (%v) did not answer within %v", ErrPeer, c.c.RemoteAddr(), c.Timeout)
+		return fmt.Errorf("%w (%v) did not answer within %v", ErrPeer, c.peer(), c.Timeout)
 	case errors.Is(err, net.ErrClosed):
-		return fmt.Errorf("connection to %v closed: %w", c.c.RemoteAddr(), net.ErrClosed)
+		return fmt.Errorf("connection to %v closed: %w", c.peer(), net.ErrClosed)
 	}
-	return fmt.Errorf("%w (%v): %v", ErrPeer, c.c.RemoteAddr(), err)
+	return fmt.Errorf("%w (%v): %v", ErrPeer, c.peer(), err)
 }
 
 // XchgVersions is exchange_versions: 16 bytes of version text each way. It
@@ -253,9 +290,17 @@ func (c *Conn) XchgMTU(mtuEnum int) (int, error) {
 	return v, nil
 }
 
-// HandShake is ctx_hand_shake: the key messages of one QP each way. long marks a
-// handshake that waits for the other side's measurement.
+// HandShake is ctx_hand_shake: the key messages of one QP each way (text over
+// TCP, struct pingpong_dest over rdma_cm). long marks a handshake that waits
+// for the other side's measurement.
 func (c *Conn) HandShake(my *Dest, long bool) (Dest, error) {
+	if c.cm != nil {
+		var r [destSize]byte
+		if err := c.xchg(appendDestBinary(c.buf[:0], my), r[:], long); err != nil {
+			return Dest{}, err
+		}
+		return parseDestBinary(r[:]), nil
+	}
 	m := my.AppendKey(c.buf[:0], true)
 	var r [keyMsgSizeGID]byte
 	if err := c.xchg(m, r[:], long); err != nil {
@@ -263,7 +308,7 @@ func (c *Conn) HandShake(my *Dest, long bool) (Dest, error) {
 	}
 	d, err := ParseKey(r[:], true)
 	if err != nil {
-		return d, fmt.Errorf("%w (%v) sent a bad key message: %v", ErrPeer, c.c.RemoteAddr(), err)
+		return d, fmt.Errorf("%w (%v) sent a bad key message: %v", ErrPeer, c.peer(), err)
 	}
 	return d, nil
 }
@@ -301,6 +346,9 @@ func (c *Conn) XchgBWReports(my BWReport) (BWReport, error) {
 // the watch and keeps what was read for the next exchange. Between the two, the
 // caller must not exchange.
 func (c *Conn) WatchPeer(gone *atomic.Bool) (stop func()) {
+	if c.cm != nil {
+		return c.cm.watch(gone)
+	}
 	done := make(chan struct{})
 	_ = c.c.SetReadDeadline(time.Time{})
 	go func() {

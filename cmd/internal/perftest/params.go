@@ -138,7 +138,9 @@ type Params struct {
 	LinkKind   link.Kind // --link
 	Local      bool      // --local: server and client in this process over lo
 	ServerName string    // the positional argument: run as client
-	Port       int       // -p: TCP port of the exchange
+	Port       int       // -p: port of the exchange (TCP, or rdma_cm's with -z)
+	CommRDMACM bool      // -z: the exchange over an rdma_cm connection (implied by -R)
+	RDMACM     bool      // -R: the test's QPs connected through rdma_cm
 	portSet    bool
 	IBPort     int // -i: always 1
 
@@ -213,6 +215,8 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.BoolVar(&p.Local, "local", false, "run server and client in this process over the UDP link on lo")
 	fs.IntVarP(&p.Port, "port", "p", DefaultPort, "TCP port of the exchange")
 	fs.IntVarP(&p.IBPort, "ib-port", "i", 1, "port of the device (xrnic has port 1)")
+	fs.BoolVarP(&p.CommRDMACM, "comm_rdma_cm", "z", false, "exchange the test's data over an rdma_cm connection")
+	fs.BoolVarP(&p.RDMACM, "rdma_cm", "R", false, "connect the QPs with rdma_cm and run the test on them (implies -z)")
 	fs.StringP("size", "s", "", "message size (K and M suffixes)")
 	fs.Uint64P("iters", "n", 0, "number of exchanges (at least 5)")
 	if t.Verb != VerbAtomic {
@@ -280,6 +284,9 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	}
 	if p.IBPort != 1 {
 		return fmt.Errorf("IB port %d: xrnic devices have port 1", p.IBPort)
+	}
+	if p.RDMACM {
+		p.CommRDMACM = true // as perftest's parser: -R exchanges over rdma_cm too
 	}
 	if p.Progress != "auto" && p.Progress != "on" && p.Progress != "off" {
 		return fmt.Errorf("--progress %q: want auto, on or off", p.Progress)

@@ -82,11 +82,24 @@ func PrintTestInfo(w io.Writer, p *Params, in Info) {
 	} else {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", in.OutReads)
 	}
-	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", "OFF")
-	fmt.Fprintf(&b, " Data ex. method : %s", "Ethernet")
+	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(p.RDMACM))
+	fmt.Fprintf(&b, " Data ex. method : %s", map[bool]string{false: "Ethernet", true: "rdma_cm"}[p.CommRDMACM])
+	if p.RDMACM && p.Server() {
+		b.WriteString("\n" + resultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP")
+	}
 	b.WriteString("\n")
 	b.WriteString(resultLine)
 	io.WriteString(w, b.String())
+}
+
+// onOff is perftest's qp_state strings.
+func onOff(v bool) string {
+	if v {
+		return "ON"
+	}
+	return "OFF"
 }
 
 // cHex formats v as C's "%#0<width>x": a 0x prefix counted in the width, and

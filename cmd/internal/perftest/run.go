@@ -39,6 +39,14 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("device %s: %w", p.Device, err)
 	}
+	if p.CommRDMACM {
+		conn, err := openCM(ctx, p, dev, out)
+		if err != nil {
+			dev.Close()
+			return err
+		}
+		return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, conn)
+	}
 	var c net.Conn
 	if p.Server() {
 		var ln net.Listener
@@ -57,7 +65,37 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		dev.Close()
 		return err
 	}
-	return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, c)
+	return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, NewConn(c, !p.Server()))
+}
+
+// openCM opens the exchange's rdma_cm connection on dev: the server listens on
+// the port and waits for the client, the client connects to the server's
+// address (an IPv4 one for a host name, as perftest's getaddrinfo asks).
+func openCM(ctx context.Context, p *Params, dev *verbs.Device, out io.Writer) (*Conn, error) {
+	if p.Server() {
+		l, err := listenCM(dev, uint16(p.Port))
+		if err != nil {
+			return nil, err
+		}
+		io.WriteString(out, waitingBanner)
+		if err := l.accept(ctx); err != nil {
+			return nil, err
+		}
+		return newCMConn(l, false), nil
+	}
+	a, err := netip.ParseAddr(p.ServerName)
+	if err != nil {
+		addrs, lerr := net.DefaultResolver.LookupNetIP(ctx, "ip4", p.ServerName)
+		if lerr != nil || len(addrs) == 0 {
+			return nil, fmt.Errorf("couldn't resolve %s: %w", p.ServerName, lerr)
+		}
+		a = addrs[0]
+	}
+	l, err := dialCM(ctx, dev, netip.AddrPortFrom(a.Unmap(), uint16(p.Port)), 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return newCMConn(l, true), nil
 }
 
 // linkLog passes on the link's report of its choice (AF_XDP, or why the UDP
@@ -71,8 +109,8 @@ func linkLog(w io.Writer) func(string, ...any) {
 }
 
 // runConn runs a side over an open device and connection, and closes both.
-func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Device, closeDev func(), name string, c net.Conn) (err error) {
-	s := &session{p: p, out: out, errw: errw, dev: dev, name: name, conn: NewConn(c, !p.Server()), ctxErr: ctx.Err}
+func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Device, closeDev func(), name string, c *Conn) (err error) {
+	s := &session{ctx: ctx, p: p, out: out, errw: errw, dev: dev, name: name, conn: c, ctxErr: ctx.Err}
 	stop := context.AfterFunc(ctx, func() {
 		s.stop.Store(true)
 		c.Close()
@@ -81,6 +119,7 @@ func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 		stop()
 		c.Close()
 		s.close()
+		c.release()
 		closeDev()
 		s.unmap()
 		if ctx.Err() != nil {
@@ -445,25 +484,57 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 	if p.portSet {
 		port = p.Port
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(addrs[0].String(), strconv.Itoa(port)))
-	if err != nil {
-		closeS()
-		closeC()
-		return fmt.Errorf("couldn't listen to port %d: %w", port, oob.UnwrapOp(err))
-	}
 	sp := p.forRole(true, "")
 	cp := p.forRole(false, addrs[0].String())
-	cp.Port = ln.Addr().(*net.TCPAddr).Port
-
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	var serr error
+	var accept func() (*Conn, error)
+	var dial func() (*Conn, error)
+	if p.CommRDMACM {
+		l, err := listenCM(ds, uint16(port))
+		if err != nil {
+			closeS()
+			closeC()
+			return err
+		}
+		cp.Port = int(l.Port())
+		accept = func() (*Conn, error) {
+			if err := l.accept(sctx); err != nil {
+				return nil, err
+			}
+			return newCMConn(l, false), nil
+		}
+		dial = func() (*Conn, error) { return openCM(ctx, cp, dc, io.Discard) }
+	} else {
+		ln, err := net.Listen("tcp", net.JoinHostPort(addrs[0].String(), strconv.Itoa(port)))
+		if err != nil {
+			closeS()
+			closeC()
+			return fmt.Errorf("couldn't listen to port %d: %w", port, oob.UnwrapOp(err))
+		}
+		cp.Port = ln.Addr().(*net.TCPAddr).Port
+		accept = func() (*Conn, error) {
+			c, err := oob.Accept(sctx, ln)
+			ln.Close()
+			if err != nil {
+				return nil, err
+			}
+			return NewConn(c, false), nil
+		}
+		dial = func() (*Conn, error) {
+			c, err := oob.Dial(ctx, ln.Addr().String(), 0)
+			if err != nil {
+				return nil, err
+			}
+			return NewConn(c, true), nil
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c, err := oob.Accept(sctx, ln)
-		ln.Close()
+		c, err := accept()
 		if err != nil {
 			closeS()
 			serr = err
@@ -471,7 +542,7 @@ func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 		}
 		serr = runConn(sctx, sp, io.Discard, io.Discard, ds, closeS, "lo", c)
 	}()
-	c, err := oob.Dial(ctx, ln.Addr().String(), 0)
+	c, err := dial()
 	if err != nil {
 		closeC()
 	} else {

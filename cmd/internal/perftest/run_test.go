@@ -195,7 +195,7 @@ func TestServerDiesMidRun(t *testing.T) {
 					serr <- err
 					return
 				}
-				serr <- runConn(sctx, sp, &sout, io.Discard, ds, closeS, "lo", c)
+				serr <- runConn(sctx, sp, &sout, io.Discard, ds, closeS, "lo", NewConn(c, false))
 			}()
 			c, err := oob.Dial(context.Background(), ln.Addr().String(), 0)
 			if err != nil {
@@ -211,7 +211,7 @@ func TestServerDiesMidRun(t *testing.T) {
 			}()
 			cerr := make(chan error, 1)
 			var cout testutil.SyncBuffer
-			go func() { cerr <- runConn(context.Background(), cp, &cout, io.Discard, dc, closeC, "lo", c) }()
+			go func() { cerr <- runConn(context.Background(), cp, &cout, io.Discard, dc, closeC, "lo", NewConn(c, true)) }()
 			select {
 			case err := <-cerr:
 				if err == nil {

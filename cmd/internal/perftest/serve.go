@@ -24,6 +24,10 @@ func RunConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 		c.Close()
 		return &usageError{p.Test.Name, errors.New("--local runs both sides: it needs no connection")}
 	}
+	if p.CommRDMACM {
+		c.Close()
+		return &usageError{p.Test.Name, errors.New("-z and -R exchange over rdma_cm: this server's exchange is TCP")}
+	}
 	q := *p
-	return runConn(ctx, &q, out, errw, dev, func() {}, name, c)
+	return runConn(ctx, &q, out, errw, dev, func() {}, name, NewConn(c, !q.Server()))
 }

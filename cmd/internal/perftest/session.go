@@ -6,6 +6,7 @@
 package perftest
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ const (
 // session is one side of a running test. It belongs to the goroutine that runs
 // the test; stop may be set from any goroutine.
 type session struct {
+	ctx  context.Context
 	p    *Params
 	out  io.Writer
 	errw io.Writer
@@ -53,6 +55,7 @@ type session struct {
 	buffSize uint64 // BUFF_SIZE(size, cycle_buffer): one QP's half of buf
 	scq, rcq *verbs.CQ
 	qps      []*verbs.QP
+	cm       *cmQPs // -R: the rdma_cm IDs that own qps
 	my, rem  []Dest
 
 	w wrs // the work requests and counters of the loops
@@ -174,7 +177,14 @@ func (s *session) setup() error {
 			}
 		}
 	}
-	if err := s.createResources(); err != nil {
+	if err := s.createBase(); err != nil {
+		return err
+	}
+	if p.RDMACM {
+		if err := s.connectCM(); err != nil {
+			return err
+		}
+	} else if err := s.createQPs(); err != nil {
 		return err
 	}
 	// set_up_connection.
@@ -187,8 +197,8 @@ func (s *session) setup() error {
 	return nil
 }
 
-// createResources is ctx_init: memory, PD, MR, CQs, and the QPs moved to INIT.
-func (s *session) createResources() error {
+// createBase is ctx_init but the QPs: memory, PD, MR, CQs.
+func (s *session) createBase() error {
 	p := s.p
 	s.buffSize = max(p.Size, uint64(s.cycleBuffer))
 	var err error
@@ -214,11 +224,22 @@ func (s *session) createResources() error {
 	if s.scq, err = s.dev.CreateCQ(max(scqe, 1), verbs.CQOptions{}); err != nil {
 		return err
 	}
-	if s.rcq, err = s.dev.CreateCQ(max(rcqe, 1), verbs.CQOptions{}); err != nil {
-		return err
-	}
+	s.rcq, err = s.dev.CreateCQ(max(rcqe, 1), verbs.CQOptions{})
+	return err
+}
+
+// qpInitAttr is the test's QP: RC, its depths, one SGE, the inline size.
+func (s *session) qpInitAttr() verbs.QPInitAttr {
+	p := s.p
+	return verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.scq, RecvCQ: s.rcq,
+		Cap: verbs.QPCap{MaxSendWR: uint32(p.TxDepth), MaxRecvWR: uint32(p.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1,
+			MaxInlineData: uint32(s.inline)}}
+}
+
+// createQPs is ctx_init's QPs, moved to INIT with the access the test needs.
+func (s *session) createQPs() error {
 	var access uint32
-	switch p.Test.Verb {
+	switch s.p.Test.Verb {
 	case VerbAtomic:
 		access = verbs.QPAccessRemoteAtomic
 	case VerbRead:
@@ -228,10 +249,8 @@ func (s *session) createResources() error {
 	case VerbSend:
 		access = verbs.QPAccessRemoteWrite | verbs.QPAccessLocalWrite
 	}
-	for range p.QPs {
-		qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.scq, RecvCQ: s.rcq,
-			Cap: verbs.QPCap{MaxSendWR: uint32(p.TxDepth), MaxRecvWR: uint32(p.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1,
-				MaxInlineData: uint32(s.inline)}})
+	for range s.p.QPs {
+		qp, err := s.pd.CreateQP(s.qpInitAttr())
 		if err != nil {
 			return err
 		}
@@ -248,6 +267,9 @@ func (s *session) createResources() error {
 // send (latency tests, the client, both when bidirectional).
 func (s *session) connect() error {
 	p := s.p
+	if p.RDMACM {
+		return nil // rdma_cm connected them
+	}
 	for i, qp := range s.qps {
 		my, rem := &s.my[i], &s.rem[i]
 		if verbs.GID(rem.GID).IsIPv4Mapped() != s.gid.IsIPv4Mapped() {
@@ -276,6 +298,7 @@ func (s *session) connect() error {
 
 // close releases the resources in reverse order; the device is the caller's.
 func (s *session) close() {
+	s.closeCM()
 	for _, qp := range s.qps {
 		_ = qp.Destroy().Wait()
 	}
@@ -324,8 +347,17 @@ func (s *session) sync(long bool) error {
 // address lines.
 func (s *session) printLocal() {
 	for i := range s.my {
-		PrintDest(s.out, "local", s.p.Test.Verb, &s.my[i])
+		PrintDest(s.out, "local", s.destVerb(), &s.my[i])
 	}
+}
+
+// destVerb is the verb whose format the address lines take: over rdma_cm
+// always SEND's (no keys), as perftest's comm parameters say SEND then.
+func (s *session) destVerb() Verb {
+	if s.p.CommRDMACM {
+		return VerbSend
+	}
+	return s.p.Test.Verb
 }
 
 func (s *session) shakeAndPrintRemote() error {
@@ -335,7 +367,7 @@ func (s *session) shakeAndPrintRemote() error {
 			return err
 		}
 		s.rem[i] = d
-		PrintDest(s.out, "remote", s.p.Test.Verb, &s.rem[i])
+		PrintDest(s.out, "remote", s.destVerb(), &s.rem[i])
 	}
 	return nil
 }
@@ -354,7 +386,7 @@ func (s *session) aborted() error {
 		return err
 	}
 	if s.peerGone.Load() {
-		return fmt.Errorf("%w (%v) closed the connection during the test", ErrPeer, s.conn.RemoteAddr())
+		return fmt.Errorf("%w (%v) closed the connection during the test", ErrPeer, s.conn.peer())
 	}
 	return errors.New("test stopped")
 }
