@@ -32,6 +32,8 @@ func TestInterop(t *testing.T) {
 			t.Run("rping/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 0) })
 			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 0) })
 			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 0) })
+			t.Run("udaddy/xrnic_server", func(t *testing.T) { udaddyPair(t, g, true) })
+			t.Run("udaddy/xrnic_client", func(t *testing.T) { udaddyPair(t, g, false) })
 			for _, c := range rdmaCMCases {
 				t.Run(c.test+"_rdma_cm/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
 				t.Run(c.test+"_rdma_cm/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })

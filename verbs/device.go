@@ -3,11 +3,14 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 
+	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // Options configures Open.
@@ -289,4 +292,34 @@ func (d *Device) dispatch(ev AsyncEvent) {
 	for _, h := range hs {
 		h(ev)
 	}
+}
+
+// AVFromWC returns the address vector back to the sender of a UD receive
+// (ibv_init_ah_from_wc): wc must carry the GRH flag and grh be the receive's
+// first 40 bytes, where RoCEv2 delivers the IPv6 header, or the IPv4 header in
+// the last 20. The source GID index is the one holding the packet's
+// destination address. Anything else fails with an error wrapping ErrInvalid.
+func (d *Device) AVFromWC(wc *WC, grh []byte) (AV, error) {
+	if wc.Flags&cq.GRH == 0 || len(grh) < 40 {
+		return AV{}, fmt.Errorf("%w: the completion has no GRH", ErrInvalid)
+	}
+	var av AV
+	var dst netip.Addr
+	if v6 := wire.IPv6(grh); v6.Version() == 6 {
+		av.DGID, dst = GIDFromAddr(v6.Src()), v6.Dst()
+		av.FlowLabel, av.TrafficClass = v6.FlowLabel(), v6.TrafficClass()
+	} else if v4 := wire.IPv4(grh[20:]); v4.Version() == 4 {
+		av.DGID, dst = GIDFromAddr(v4.Src()), v4.Dst()
+		av.TrafficClass = v4.TOS()
+	} else {
+		return AV{}, fmt.Errorf("%w: the GRH holds no IP header", ErrInvalid)
+	}
+	want := GIDFromAddr(dst)
+	for i, g := range d.GIDs() {
+		if g == want {
+			av.SGIDIndex, av.HopLimit, av.Port = uint8(i), 0xFF, 1
+			return av, nil
+		}
+	}
+	return AV{}, fmt.Errorf("%w: no GID holds %v", ErrInvalid, dst)
 }

@@ -200,3 +200,49 @@ func TestUCSendAndWriteWithImm(t *testing.T) {
 	checkBytes(t, "SEND", b.buf[:5000], a.buf[:5000])
 	checkBytes(t, "WRITE", b.buf[100000:103000], a.buf[100:3100])
 }
+
+// TestAVFromWCRepliesToTheSender: the AV AVFromWC builds from a UD receive's
+// GRH reaches the sender (its GID, our GID index), as ibv_init_ah_from_wc's;
+// a completion without a GRH, or a GRH with no IP header, is refused.
+func TestAVFromWCRepliesToTheSender(t *testing.T) {
+	da, db := memDevices(t)
+	a := newEndpoint(t, da, epOpts{typ: UD})
+	b := newEndpoint(t, db, epOpts{typ: UD})
+	const qkey = 0x01234567
+	udUp(t, a, qkey)
+	udUp(t, b, qkey)
+	ah, err := a.pd.CreateAH(AV{DGID: gidB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	mustPostRecv(t, b.qp, RecvWR{WRID: 1, SGL: []SGE{b.mr.SGE(0, 40+64)}})
+	mustPostRecv(t, a.qp, RecvWR{WRID: 2, SGL: []SGE{a.mr.SGE(0, 40+64)}})
+	mustPostSend(t, a.qp, SendWR{WRID: 3, Opcode: WRSend, SGL: []SGE{a.mr.SGE(4096, 8)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
+	wc := pollN(t, b.rcq, 1)[0]
+	av, err := db.AVFromWC(&wc, b.buf[:40])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if av.DGID != da.GIDs()[0] || db.GIDs()[av.SGIDIndex] != gidB {
+		t.Fatalf("AV %+v: want DGID %v from GID index of %v", av, da.GIDs()[0], gidB)
+	}
+	reply, err := b.pd.CreateAH(av)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reply.Destroy()
+	mustPostSend(t, b.qp, SendWR{WRID: 4, Opcode: WRSend, SGL: []SGE{b.mr.SGE(4096, 8)}, AH: reply, RemoteQPN: wc.SrcQP, RemoteQKey: qkey})
+	if got := pollN(t, a.rcq, 1)[0]; got.Status != WCSuccess || got.SrcQP != b.qp.QPN() {
+		t.Fatalf("the reply: %+v", got)
+	}
+
+	noGRH := wc
+	noGRH.Flags = 0
+	if _, err := db.AVFromWC(&noGRH, b.buf[:40]); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("no GRH flag: %v", err)
+	}
+	if _, err := db.AVFromWC(&wc, make([]byte, 40)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("zero GRH: %v", err)
+	}
+}

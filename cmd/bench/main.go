@@ -41,6 +41,7 @@ import (
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/cmd/internal/pingpong"
 	"github.com/xrnic/xrnic/cmd/internal/rping"
+	"github.com/xrnic/xrnic/cmd/internal/udaddy"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/testenv"
 )
@@ -63,7 +64,7 @@ func main() {
 }
 
 var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw, read_bw, send_bw, atomic_bw, " +
-	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong [options] [server], bench rping -s|-c [options], " +
+	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong [options] [server], bench rping -s|-c [options], bench udaddy [-s server] [options], " +
 	"or bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
 
 // run runs one command: a perftest test, rc_pingpong or the link baseline.
@@ -78,6 +79,8 @@ func run(ctx context.Context, args []string, out, errw io.Writer) error {
 		return runPingpong(ctx, args[1:], out, errw)
 	case "rping":
 		return runRping(ctx, args[1:], out, errw)
+	case "udaddy":
+		return runUdaddy(ctx, args[1:], out, errw)
 	}
 	if _, ok := perftest.LookupTest(args[0]); !ok {
 		return fmt.Errorf("unknown test %q (%w)", args[0], errUsage)
@@ -122,6 +125,20 @@ func runRping(ctx context.Context, args []string, out, errw io.Writer) error {
 		return nil
 	}
 	return rping.Run(ctx, p, out, errw)
+}
+
+// runUdaddy is udaddy.
+func runUdaddy(ctx context.Context, args []string, out, errw io.Writer) error {
+	p, err := udaddy.Parse(args)
+	if err != nil {
+		udaddy.Usage(out)
+		return err
+	}
+	if p.Help {
+		udaddy.Usage(out)
+		return nil
+	}
+	return udaddy.Run(ctx, p, out, errw)
 }
 
 func runLink(args []string, out io.Writer) error {

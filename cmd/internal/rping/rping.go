@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	flag "github.com/spf13/pflag"
 
@@ -745,8 +746,25 @@ func (c *cb) runClient(ctx context.Context, src netip.Addr, dst netip.AddrPort) 
 	if err = c.testClient(ctx); err != nil {
 		c.printf(c.errw, "rping client failed: %v\n", err)
 	}
-	c.cmID.Disconnect()
+	if c.cmID.Disconnect() == nil {
+		c.lingerDisconnect(ctx)
+	}
 	return err
+}
+
+// disconnectLinger bounds how long the client keeps its ID after its DREQ.
+const disconnectLinger = 20 * time.Second
+
+// lingerDisconnect waits for the DISCONNECTED that the peer's DREP brings,
+// for at most disconnectLinger. rping destroys its ID at once, which ends the
+// DREQ's retransmission: were that one DREQ lost, a server waiting for its
+// next ping (rping's, among others) would wait forever. Keeping the ID while
+// the DREQ is retried costs nothing when the DREP comes.
+func (c *cb) lingerDisconnect(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, disconnectLinger)
+	defer cancel()
+	for c.getState() != stDisconnected && c.wait(ctx) == nil {
+	}
 }
 
 // Data is the ping data rping's client sends in ping number ping (from 0) of
