@@ -211,7 +211,9 @@ func TestServerDiesMidRun(t *testing.T) {
 			}()
 			cerr := make(chan error, 1)
 			var cout testutil.SyncBuffer
-			go func() { cerr <- runConn(context.Background(), cp, &cout, io.Discard, dc, closeC, "lo", NewConn(c, true)) }()
+			go func() {
+				cerr <- runConn(context.Background(), cp, &cout, io.Discard, dc, closeC, "lo", NewConn(c, true))
+			}()
 			select {
 			case err := <-cerr:
 				if err == nil {

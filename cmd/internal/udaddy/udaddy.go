@@ -129,12 +129,12 @@ type node struct {
 
 // test is struct cmatest. It belongs to Run's goroutine.
 type test struct {
-	p       *Params
-	out     io.Writer
-	ch      *rdmacm.EventChannel
-	nodes   []node
-	next    int // conn_index
-	left    int // connects_left
+	p     *Params
+	out   io.Writer
+	ch    *rdmacm.EventChannel
+	nodes []node
+	next  int // conn_index
+	left  int // connects_left
 }
 
 func lookup(ctx context.Context, s string) (netip.Addr, error) {
