@@ -142,8 +142,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// A plain ACK at the PSN of a READ or atomic (the responder acknowledges a
-// duplicate SEND with its latest PSN, C9-105) means the READ response or atomic
+// A plain ACK at the PSN of a READ or atomic (a responder that acknowledges a
+// duplicate SEND with its latest PSN, C9-105; xrnic's and rxe's do not) means the READ response or atomic
 // ACK was lost: the requester must retry, not complete the WR without its data
 // or result, nor fail it when the ACK comes between READ response packets.
 func TestRetryACKAtReadOrAtomicPSN(t *testing.T) {

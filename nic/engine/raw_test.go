@@ -206,6 +206,30 @@ func TestResponderPSN(t *testing.T) {
 	}
 }
 
+// TestResponderDuplicateSendACKBeforeRead: C9-105's ACK of a duplicate SEND
+// covers the last SEND or WRITE, never a READ or atomic executed after it
+// (their responses are their acknowledgement). rxe's requester completes a
+// READ on a plain ACK at its PSN, without its data: an rping server over a
+// lossy link printed the previous ping's data that way.
+func TestResponderDuplicateSendACKBeforeRead(t *testing.T) {
+	r, n := newRawPeer(t, nodeOpts{}, connOpts{rdAtomic: 4})
+	recv(t, n, 1, 0, 64)
+	binary.NativeEndian.PutUint64(n.buf[8192:], 10)
+	send := r.req(wire.RCSendOnly, 1000, wire.IBFields{Payload: []byte("go")})
+	read := r.req(wire.RCRDMAReadRequest, 1001, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr() + 4096, RKey: n.mr.RKey(), DMALen: 100}})
+	fa := r.req(wire.RCFetchAdd, 1002, wire.IBFields{AtomicETH: wire.AtomicETHFields{VA: n.mr.Addr() + 8192, RKey: n.mr.RKey(), SwapAdd: 5}})
+	r.send(send, read, fa)
+	if got := r.recv(3, time.Second); len(got) != 3 {
+		t.Fatalf("got %d responses, want the SEND's ACK, the READ response and the atomic ACK", len(got))
+	}
+	r.send(send)
+	got := r.recv(1, time.Second)
+	if len(got) != 1 {
+		t.Fatalf("got %d responses to the duplicate SEND, want 1", len(got))
+	}
+	expectAck(t, got[0], wire.RCAcknowledge, 1000, ack)
+}
+
 func TestResponderDuplicateReadAndAtomic(t *testing.T) {
 	r, n := newRawPeer(t, nodeOpts{}, connOpts{rdAtomic: 4})
 	fill(n.buf[:3000], 61)

@@ -70,12 +70,16 @@ type respOut struct {
 
 // respState is the responder's part of a QP. Engine-owned.
 type respState struct {
-	psn        wire.PSN // expected PSN (ePSN)
-	ackPSN     wire.PSN // PSN after the last request executed
-	msn        uint32   // message sequence number (24 bits)
-	opcode     int      // last request opcode of the message in progress, -1 none
-	sentPSNNak bool     // a PSN sequence NAK went out for the current gap
-	dropMsg    bool     // UC: drop the rest of the message
+	psn wire.PSN // expected PSN (ePSN)
+	// ackPSN is the PSN after the last SEND or WRITE executed: what the ACK of a
+	// duplicate covers. READs and atomics leave it, as rxe's ack_psn: their
+	// responses are their acknowledgement, and a plain ACK at a READ's PSN
+	// would complete it without its data at an rxe requester.
+	ackPSN     wire.PSN
+	msn        uint32 // message sequence number (24 bits)
+	opcode     int    // last request opcode of the message in progress, -1 none
+	sentPSNNak bool   // a PSN sequence NAK went out for the current gap
+	dropMsg    bool   // UC: drop the rest of the message
 
 	wqe    *recvWQE // receive WQE of the message in progress
 	srqWQE recvWQE  // wqe's storage when it came from an SRQ
@@ -427,7 +431,6 @@ func (e *engine) readRequest(qp *QP, p *wire.Packet) respErr {
 	*res = respRes{kind: resRead, first: psn, last: psn.Add(pkts - 1), va: r.va, length: length, rkey: r.rkey}
 	r.msn = (r.msn + 1) & wire.PSNMask
 	r.psn = psn.Add(pkts)
-	r.ackPSN = r.psn
 	r.opcode = -1
 	r.rdAtomic++
 	r.push(respOut{kind: outRead, psn: psn, msn: r.msn, va: r.va, rkey: r.rkey, resid: length, counted: true})
@@ -457,7 +460,6 @@ func (e *engine) atomicRequest(qp *QP, p *wire.Packet) respErr {
 	*res = respRes{kind: resAtomic, first: psn, last: psn, va: r.va, rkey: r.rkey, orig: orig}
 	r.msn = (r.msn + 1) & wire.PSNMask
 	r.psn = psn.Next()
-	r.ackPSN = r.psn
 	r.opcode = -1
 	r.rdAtomic++
 	r.push(respOut{kind: outAtomicAck, syn: wire.ACKSyndrome(wire.CreditsUnlimited), psn: psn, msn: r.msn,
