@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xrnic/xrnic/nic/mad"
 )
@@ -124,5 +125,54 @@ func checkCMMADs(t *testing.T, c *capture, lossy bool) {
 	}
 	if !lossy && !strings.HasPrefix(got, "REQ REP RTU DREQ") {
 		t.Errorf("CM MADs on the wire without loss: %s, want the handshake once each", got)
+	}
+}
+
+// rpingPeerGone: the guest's rping client sends its REQ and bench rping's
+// server accepts it, but the guest never hears from xrnic again (every frame
+// xrnic sends is dropped): the REP is sent once and retried the REQ's Max CM
+// Retries (15) times, the REQ's Local CM Response Timeout (2^20 × 4.096 µs)
+// apart, as ib_cm does, and then the server ends with rping's report of
+// UNREACHABLE (-ETIMEDOUT), not a hang. The guest's duplicate REQs meanwhile
+// draw nothing (ib_cm ignores them in REP_SENT).
+func rpingPeerGone(t *testing.T, g *guest) {
+	name := artifactName(t)
+	drop := dropOnWire(t, 1)
+	c := startCapture(t, name)
+	h := startHost(t, runTimeout, "rdma_listen", suite.bench, "rping", "-s", "-d", "-a", ipXrnic, "-C", "1")
+	start := time.Now()
+	j := g.start(t, "rping -c -C 1 -a "+ipXrnic)
+	xOut, xErr := h.wait()
+	took := time.Since(start)
+	j.kill()
+	c.stop(t)
+	save(t, name+".xrnic.txt", []byte(xOut))
+	cnt, err := drop.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bench rping ended after %.1f s: %v; %d of xrnic's frames dropped", took.Seconds(), xErr, cnt.DroppedInjected)
+	if xErr == nil || !strings.Contains(xOut, "cma event RDMA_CM_EVENT_UNREACHABLE, error -110\n") {
+		t.Errorf("bench rping's server, its peer gone after the REQ: %v\n%s", xErr, xOut)
+	}
+	if cnt.DroppedInjected != 16 {
+		t.Errorf("xrnic sent %d frames, want the REP and its 15 retries", cnt.DroppedInjected)
+	}
+	// 16 tries 4.29 s apart: not before the last one's timeout.
+	if min := 16 * (1 << 20) * 4096 * time.Nanosecond; took < min {
+		t.Errorf("UNREACHABLE after %v, before the REP's 16 tries could time out (%v)", took, min)
+	}
+	var reqs int
+	for _, f := range frames(t, c.path) {
+		b := f.data
+		if isRoCEv2(b) && len(b) >= mad.Size+4 {
+			if _, m, err := mad.Parse(b[len(b)-4-mad.Size : len(b)-4]); err == nil && m.Attr() == mad.AttrREQ {
+				reqs++
+			}
+		}
+	}
+	t.Logf("the guest sent its REQ %d times meanwhile", reqs)
+	if reqs < 2 {
+		t.Errorf("the guest sent %d REQs: want its retries while it heard nothing", reqs)
 	}
 }

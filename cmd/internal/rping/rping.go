@@ -193,19 +193,29 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		return err
 	}
 	cb.debugf("created cm_id %p\n", cb.cmID)
+	// rping's cm_thread exits the process when an event fails (a connection
+	// error, UNREACHABLE, REJECTED): here it ends the run with that error.
+	runCtx, endRun := context.WithCancelCause(ctx)
+	defer endRun(nil)
 	cmCtx, stopCM := context.WithCancel(ctx)
 	cmDone := make(chan error, 1)
-	go func() { cmDone <- cb.cmThread(cmCtx) }()
+	go func() {
+		err := cb.cmThread(cmCtx)
+		if err != nil {
+			endRun(err)
+		}
+		cmDone <- err
+	}()
 	port := uint16(p.Port)
 	if p.Server {
-		err = cb.runServer(ctx, netip.AddrPortFrom(sin, port))
+		err = cb.runServer(runCtx, netip.AddrPortFrom(sin, port))
 	} else {
-		err = cb.runClient(ctx, src, netip.AddrPortFrom(sin, port))
+		err = cb.runClient(runCtx, src, netip.AddrPortFrom(sin, port))
 	}
 	cb.debugf("destroy cm_id %p\n", cb.cmID)
 	cb.cmID.Destroy()
 	stopCM()
-	if cerr := <-cmDone; err == nil {
+	if cerr := <-cmDone; cerr != nil {
 		err = cerr
 	}
 	return err
