@@ -43,6 +43,8 @@ func TestInterop(t *testing.T) {
 				t.Run("write_bw_loss2pct/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 2) })
 				t.Run("rping_loss10pct/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 10) })
 				t.Run("rping_loss10pct/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 10) })
+				t.Run("rping_first_mad_lost/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, -1) })
+				t.Run("rping_first_mad_lost/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, -1) })
 				t.Run("rping_peer_gone_mid_handshake/xrnic_server", func(t *testing.T) { rpingPeerGone(t, g) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
 				for _, c := range perftestCases {
