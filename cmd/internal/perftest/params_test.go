@@ -71,7 +71,7 @@ func TestParseErrors(t *testing.T) {
 		want string
 	}{
 		{"write_bw", []string{"-d", "x", "--nope"}, "unknown flag: --nope"},
-		{"write_bw", []string{"-d", "x", "-z"}, "unknown shorthand flag: 'z'"},
+		{"write_bw", []string{"-d", "x", "-9"}, "unknown shorthand flag: '9'"},
 		{"write_bw", nil, "no device"},
 		{"write_bw", []string{"-d", "x", "a", "b"}, "too many arguments"},
 		{"write_bw", []string{"--local", "192.0.2.1"}, "--local runs both sides"},
