@@ -118,6 +118,42 @@ func TestLocalAllTests(t *testing.T) {
 	}
 }
 
+// TestLocalRDMACM: with -R every test runs over QPs connected through rdma_cm
+// and exchanges over an rdma_cm connection (several QPs, bidirectional too);
+// with -z only the exchange does. The header says so as perftest's does, and
+// the address lines take perftest's SEND format then (no keys).
+func TestLocalRDMACM(t *testing.T) {
+	for _, c := range []struct {
+		test string
+		args []string
+		cm   string
+	}{
+		{"write_bw", []string{"-R", "-q", "3"}, "ON"}, {"read_bw", []string{"-R"}, "ON"},
+		{"send_bw", []string{"-R", "-b"}, "ON"}, {"atomic_bw", []string{"-R"}, "ON"},
+		{"write_lat", []string{"-R"}, "ON"}, {"read_lat", []string{"-R"}, "ON"},
+		{"send_lat", []string{"-R"}, "ON"}, {"atomic_lat", []string{"-R"}, "ON"},
+		{"write_bw", []string{"-z"}, "OFF"}, {"send_lat", []string{"-z"}, "OFF"},
+	} {
+		t.Run(c.test+strings.Join(c.args, ""), func(t *testing.T) {
+			out := runLocalTest(t, c.test, append(c.args, "-n", "50")...)
+			if !strings.Contains(out, " rdma_cm QPs\t : "+c.cm+"\n Data ex. method : rdma_cm\n") {
+				t.Errorf("header:\n%s", out)
+			}
+			if strings.Contains(out, "RKey") || !strings.Contains(out, " local address: LID 0000 QPN ") {
+				t.Errorf("address lines: want perftest's SEND format:\n%s", out)
+			}
+			_, table, ok := strings.Cut(out, " #bytes ")
+			lines := strings.Split(table, "\n")
+			if !ok || len(lines) < 2 || len(strings.Fields(lines[1])) < 5 {
+				t.Fatalf("no result line:\n%s", out)
+			}
+			if iters := strings.Fields(lines[1])[1]; iters != "50" && iters != "150" && iters != "100" {
+				t.Errorf("result line %q: want 50 iterations per QP", lines[1])
+			}
+		})
+	}
+}
+
 func TestLocalOptions(t *testing.T) {
 	// Several QPs, bidirectional, Gb/s, a small size and the JSON file.
 	js := filepath.Join(t.TempDir(), "r.json")
