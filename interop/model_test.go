@@ -143,3 +143,23 @@ func TestSuiteFailsClearly(t *testing.T) {
 		t.Logf("%v", err)
 	})
 }
+
+// TestClockMisread: perftest's own "no peak" report (send_bw's receiver prints a
+// peak of 0.00) is a result, not a misread clock; a failed calibration or an
+// average above the peak is.
+func TestClockMisread(t *testing.T) {
+	for _, c := range []struct {
+		out  string
+		want bool
+	}{
+		{" 65536      200              0.00               19.96  \t\t   0.000319\n", false},
+		{" 65536      200              26.13              19.32  \t\t   0.000309\n", false},
+		{" 65536      200              12.00              19.32  \t\t   0.000309\n", true},
+		{" 65536      200              0.00               0.00  \t\t   0.000000\n", true},
+		{"Correlation coefficient r^2: 0.4 < 0.9\nCan't produce a report\n", true},
+	} {
+		if got := clockMisread(c.out); got != c.want {
+			t.Errorf("clockMisread(%q) = %v, want %v", c.out, got, c.want)
+		}
+	}
+}
