@@ -22,7 +22,7 @@ type Event struct {
 	Param  ConnParam
 	UD     UDParam // UD IDs: CONNECT_REQUEST and ESTABLISHED
 
-	rep *repInfo // CONNECT_RESPONSE to be completed by GetEvent
+	complete bool // a CONNECT_RESPONSE GetEvent completes (the ID has a QP)
 }
 
 // EventChannel is struct rdma_event_channel: the queue of its IDs' events. Safe
@@ -65,7 +65,7 @@ func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 			ch.q[0] = nil
 			ch.q = ch.q[1:]
 			ch.mu.Unlock()
-			if ev.rep != nil {
+			if ev.complete {
 				ev.ID.completeConnect(ev)
 			}
 			return ev, nil

@@ -9,11 +9,6 @@ import (
 	"github.com/xrnic/xrnic/verbs"
 )
 
-// repInfo is a REP waiting for GetEvent to complete the connection.
-type repInfo struct {
-	rep mad.REP
-}
-
 // onCM turns an IB CM event of a connecting or connected ID into rdma_cm's
 // (cma_ib_handler), on RoutineCMEvents; it only queues.
 func (id *ID) onCM(ev cm.Event) {
@@ -28,9 +23,10 @@ func (id *ID) onCM(ev cm.Event) {
 		rep := ev.Msg.(*mad.REP)
 		out.Type = EventConnectResponse
 		out.Param = repParam(rep)
-		if id.qp != nil {
-			out.rep = &repInfo{rep: *rep}
-		}
+		// Our REQ offered the port's MTU (0 below), and the REP has no MTU of its own.
+		id.link = &connAttr{remoteQPN: rep.LocalQPN, sendPSN: rep.StartingPSN, ackTimeout: id.cmgr.LocalACKTimeout(),
+			retry: id.param.RetryCount, rnrRetry: rep.RNRRetryCount, respRes: rep.InitiatorDepth, initDepth: rep.ResponderResources}
+		out.complete = id.qp != nil
 	case cm.EventRTUReceived:
 		out.Type = EventEstablished
 		id.st = stEstablished
@@ -89,25 +85,26 @@ func (id *ID) qpToErr() {
 
 // completeConnect finishes an active connection in GetEvent's caller
 // (librdmacm's ucma_process_conn_resp): RTR, RTS, RTU, and the event becomes
-// ESTABLISHED; if the QP refuses, a REJ and CONNECT_ERROR.
+// ESTABLISHED. If the QP refuses, it goes to ERR, the peer gets a REJ (ib_cm
+// sends it when such an ID is destroyed) and the event is CONNECT_ERROR with
+// librdmacm's status, -1.
 func (id *ID) completeConnect(ev *Event) {
-	rep := &ev.rep.rep
-	ev.rep = nil
+	ev.complete = false
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.st != stConnect || id.cmid == nil {
+	if id.st != stConnect || id.cmid == nil || id.qp == nil {
 		ev.Type, ev.Status = EventConnectError, -EINVAL
 		return
 	}
-	// Our REQ offered the port's MTU (0 below), and the REP has no MTU of its own.
-	err := id.toRTS(rep.LocalQPN, rep.StartingPSN, 0, id.cmgr.LocalACKTimeout(), id.param.RetryCount, rep.RNRRetryCount, rep.InitiatorDepth, rep.ResponderResources)
+	err := id.modify(id.qp, verbs.QPSRTR, verbs.QPSRTS)
 	if err == nil {
 		err = id.cmid.SendRTU(nil)
 	}
 	if err != nil {
+		id.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState).Wait()
 		id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
 		id.st = stIdle
-		ev.Type, ev.Status = EventConnectError, -EINVAL
+		ev.Type, ev.Status = EventConnectError, -1
 		return
 	}
 	id.st = stEstablished
@@ -311,7 +308,7 @@ func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 			sgid = uint8(i)
 		}
 	}
-	nid := &ID{ch: l.ch, ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, st: stConnect, dev: d, cmgr: k.c, cmid: ev.ID, sgid: sgid,
+	nid := &ID{ch: l.ch, ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, psn: randPSN(), st: stConnect, dev: d, cmgr: k.c, cmid: ev.ID, sgid: sgid,
 		src: netip.AddrPortFrom(h.Dst, k.port()), dst: netip.AddrPortFrom(h.Src, h.SrcPort)}
 	if err := l.ch.addID(); err != nil {
 		ev.ID.Destroy()

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/xrnic/xrnic/nic/cm"
+	"github.com/xrnic/xrnic/nic/errs"
 	"github.com/xrnic/xrnic/nic/mad"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -46,8 +47,9 @@ type ID struct {
 	qp        *verbs.QP
 	listening bool
 	req       *mad.REQ  // passive: the REQ being answered
-	psn       uint32    // the PSN our REQ or REP announced: where we receive from
+	psn       uint32    // the PSN our REQ or REP announces: where we receive from
 	param     ConnParam // active: what Connect sent
+	link      *connAttr // the connection's QP attributes, once the peer's are known
 	removed   bool      // the device went away
 }
 
@@ -62,7 +64,7 @@ func (ch *EventChannel) CreateID(ctx any, ps PortSpace) (*ID, error) {
 	if err := ch.addID(); err != nil {
 		return nil, err
 	}
-	return &ID{ch: ch, ps: ps, ctx: ctx, n: idSeq.Add(1) - 1}, nil
+	return &ID{ch: ch, ps: ps, ctx: ctx, n: idSeq.Add(1) - 1, psn: randPSN()}, nil
 }
 
 // Context returns the consumer's value.
@@ -209,21 +211,11 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, Port: 1, QKey: UDPQKey}}
-	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
+	states := []verbs.QPState{verbs.QPSInit}
 	if attr.Type == verbs.UD {
-		mask |= verbs.AttrQKey
-	} else {
-		mask |= verbs.AttrAccessFlags // none until RTR, as librdmacm's INIT
+		states = append(states, verbs.QPSRTR, verbs.QPSRTS)
 	}
-	err = qp.Modify(&a, mask).Wait()
-	if err == nil && attr.Type == verbs.UD {
-		err = qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR}}, verbs.AttrState).Wait()
-		if err == nil {
-			err = qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(randPSN())}},
-				verbs.AttrState|verbs.AttrSQPSN).Wait()
-		}
-	}
+	err = id.modify(qp, states...)
 	if err != nil {
 		qp.Destroy().Wait()
 		return nil, err
@@ -298,16 +290,16 @@ func (id *ID) Connect(p ConnParam) error {
 			PKey: 0xffff, Private: priv[:], Timeout: cm.IBTime(id.cmgr.ResponseTimeout()),
 			Retries: int(id.cmgr.MaxCMRetries())})
 	} else {
-		if id.qp == nil {
+		qpn, err := id.qpn(p)
+		if err != nil {
 			cmid.Destroy()
-			return fmt.Errorf("rdmacm: connect without a QP: %w", ErrState)
+			return err
 		}
 		if len(p.PrivateData) > MaxREQPrivate {
 			cmid.Destroy()
 			return ErrPrivate
 		}
-		id.psn = randPSN()
-		req := &mad.REQ{ServiceID: id.serviceID(id.dst.Port()), LocalQPN: id.qp.QPN(),
+		req := &mad.REQ{ServiceID: id.serviceID(id.dst.Port()), LocalQPN: qpn,
 			ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
 			RemoteCMResponseTimeout: id.cmgr.ResponseTimeout(), LocalCMResponseTimeout: id.cmgr.ResponseTimeout(),
 			EndToEndFlowControl: p.FlowControl,
@@ -349,10 +341,10 @@ func (id *ID) Listen(backlog int) error {
 	return nil
 }
 
-// Accept accepts a CONNECT_REQUEST (rdma_accept). RC: the QP goes to RTR and RTS
-// with the REQ's values and a REP goes back; ESTABLISHED follows the RTU. UD: a
-// SIDR_REP with the QP's number and Q_Key. On an active ID without a QP that got
-// CONNECT_RESPONSE, it sends the RTU.
+// Accept accepts a CONNECT_REQUEST (rdma_accept). RC: the ID's QP goes to RTR
+// and RTS with the REQ's values and a REP goes back; ESTABLISHED follows the RTU.
+// Without a QP on the ID, p.QPN names the consumer's QP, which it moves itself
+// (InitQPAttr). UD: a SIDR_REP with the QP's number and Q_Key.
 func (id *ID) Accept(p ConnParam) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -373,60 +365,138 @@ func (id *ID) Accept(p ConnParam) error {
 		id.st = stEstablished
 		return nil
 	}
-	if id.req == nil { // the active side's RTU, after CONNECT_RESPONSE
-		if err := id.cmid.SendRTU(p.PrivateData); err != nil {
-			return err
-		}
-		id.st = stEstablished
-		id.ch.post(&Event{Type: EventEstablished, ID: id})
-		return nil
+	if id.req == nil { // an active ID: ib_cm has no REP to send in REP_RCVD
+		return ErrState
 	}
 	if len(p.PrivateData) > mad.REPPrivateLen {
 		return ErrPrivate
 	}
-	if id.qp == nil {
-		return fmt.Errorf("rdmacm: accept without a QP: %w", ErrState)
-	}
-	req := id.req
-	id.psn = randPSN()
-	if err := id.toRTS(req.LocalQPN, req.StartingPSN, req.PathMTU, req.Primary.LocalACKTimeout,
-		req.RetryCount, req.RNRRetryCount, p.ResponderResources, p.InitiatorDepth); err != nil {
-		id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
+	qpn, err := id.qpn(p)
+	if err != nil {
 		return err
 	}
-	rep := &mad.REP{LocalQPN: id.qp.QPN(), StartingPSN: id.psn, ResponderResources: p.ResponderResources,
+	req := id.req
+	id.link = &connAttr{remoteQPN: req.LocalQPN, sendPSN: req.StartingPSN, mtu: req.PathMTU,
+		ackTimeout: req.Primary.LocalACKTimeout, retry: req.RetryCount, rnrRetry: req.RNRRetryCount,
+		respRes: p.ResponderResources, initDepth: p.InitiatorDepth}
+	if id.qp != nil {
+		if err := id.modify(id.qp, verbs.QPSRTR, verbs.QPSRTS); err != nil {
+			id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
+			return err
+		}
+	}
+	rep := &mad.REP{LocalQPN: qpn, StartingPSN: id.psn, ResponderResources: p.ResponderResources,
 		InitiatorDepth: p.InitiatorDepth, EndToEndFlowControl: p.FlowControl, RNRRetryCount: min(p.RNRRetryCount, 7),
 		SRQ: p.SRQ}
 	copy(rep.PrivateData[:], p.PrivateData)
 	return id.cmid.SendREP(rep)
 }
 
-// toRTS moves the QP to RTR and RTS for a connection (ib_cm's init_qp_attr for
-// RTR and RTS, as librdmacm applies them): remote QPN, our receive PSN id.psn,
-// the peer's receive PSN as our send PSN, the path MTU (no larger than the
-// port's), local ACK timeout and retry counts, and the RDMA read depths.
-func (id *ID) toRTS(remoteQPN, sendPSN uint32, mtu uint8, ackTimeout, retry, rnrRetry, respRes, initDepth uint8) error {
-	port := id.dev.QueryPort()
-	pathMTU := verbs.MTU(mtu)
-	if pathMTU == 0 || pathMTU > port.ActiveMTU {
-		pathMTU = port.ActiveMTU
+// Establish completes an active connection whose ID has no QP, after
+// CONNECT_RESPONSE (rdma_establish): the RTU goes to the peer, which gets
+// ESTABLISHED. The consumer has moved its QP to RTS (InitQPAttr) first.
+func (id *ID) Establish() error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.qp != nil || id.ps == PSUDP || id.st != stConnect || id.req != nil || id.link == nil {
+		return ErrState
 	}
-	access := uint32(verbs.AccessRemoteWrite)
-	if respRes > 0 {
-		access |= uint32(verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
-	}
-	rtr := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: pathMTU, DestQPN: remoteQPN,
-		RQPSN: verbs.PSN(id.psn), MaxDestRdAtomic: respRes, AccessFlags: access},
-		AV: id.av()}
-	err := id.qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|
-		verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer|verbs.AttrAccessFlags).Wait()
-	if err != nil {
+	if err := id.cmid.SendRTU(nil); err != nil {
 		return err
 	}
-	rts := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, SQPSN: verbs.PSN(sendPSN), Timeout: ackTimeout,
-		RetryCnt: min(retry, 7), RNRRetry: min(rnrRetry, 7), MaxRdAtomic: initDepth}}
-	return id.qp.Modify(&rts, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|
-		verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic).Wait()
+	id.st = stEstablished
+	return nil
+}
+
+// qpn is the QP number a REQ or REP announces: the ID's QP, or for an ID
+// without one the consumer's p.QPN (rdma_conn_param's qp_num).
+func (id *ID) qpn(p ConnParam) (uint32, error) {
+	if id.qp != nil {
+		return id.qp.QPN(), nil
+	}
+	if p.QPN == 0 {
+		return 0, fmt.Errorf("rdmacm: no QP on the ID and no QPN in the parameters: %w", errs.ErrInvalid)
+	}
+	return p.QPN, nil
+}
+
+// connAttr is what a connected QP's RTR and RTS take from both sides' messages
+// (ib_cm's cm_init_qp_rtr_attr and cm_init_qp_rts_attr).
+type connAttr struct {
+	remoteQPN, sendPSN                                   uint32
+	mtu, ackTimeout, retry, rnrRetry, respRes, initDepth uint8
+}
+
+// InitQPAttr returns the attributes and mask that move a QP to state for this
+// ID's connection (rdma_init_qp_attr), for consumers that keep their QP off the
+// ID: INIT at once, RTR and RTS once the peer's REQ or REP is known.
+func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.qpAttr(state)
+}
+
+func (id *ID) qpAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
+	if id.dev == nil {
+		return verbs.QPAttr{}, 0, ErrState
+	}
+	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: state}}
+	mask := verbs.AttrState
+	switch {
+	case state == verbs.QPSInit:
+		a.Attr.Port = 1
+		mask |= verbs.AttrPKeyIndex | verbs.AttrPort
+		if id.ps == PSUDP {
+			a.Attr.QKey = UDPQKey
+			mask |= verbs.AttrQKey
+		} else {
+			mask |= verbs.AttrAccessFlags // none until RTR, as rdma_cm's INIT
+		}
+	case id.ps == PSUDP && state == verbs.QPSRTR:
+	case id.ps == PSUDP && state == verbs.QPSRTS:
+		a.Attr.SQPSN = verbs.PSN(id.psn)
+		mask |= verbs.AttrSQPSN
+	case id.link == nil:
+		return verbs.QPAttr{}, 0, ErrState
+	case state == verbs.QPSRTR:
+		l := id.link
+		port := id.dev.QueryPort()
+		pathMTU := verbs.MTU(l.mtu)
+		if pathMTU == 0 || pathMTU > port.ActiveMTU {
+			pathMTU = port.ActiveMTU
+		}
+		access := uint32(verbs.AccessRemoteWrite)
+		if l.respRes > 0 {
+			access |= uint32(verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
+		}
+		a.Attr.PathMTU, a.Attr.DestQPN, a.Attr.RQPSN = pathMTU, l.remoteQPN, verbs.PSN(id.psn)
+		a.Attr.MaxDestRdAtomic, a.Attr.AccessFlags, a.AV = l.respRes, access, id.av()
+		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+			verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer | verbs.AttrAccessFlags
+	case state == verbs.QPSRTS:
+		l := id.link
+		a.Attr.SQPSN, a.Attr.Timeout, a.Attr.MaxRdAtomic = verbs.PSN(l.sendPSN), l.ackTimeout, l.initDepth
+		a.Attr.RetryCnt, a.Attr.RNRRetry = min(l.retry, 7), min(l.rnrRetry, 7)
+		mask |= verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+	default:
+		return verbs.QPAttr{}, 0, fmt.Errorf("rdmacm: no attributes for state %v: %w", state, errs.ErrInvalid)
+	}
+	return a, mask, nil
+}
+
+// modify moves qp through states with the ID's attributes (librdmacm's
+// ucma_modify_qp_rtr and _rts, done for the consumer).
+func (id *ID) modify(qp *verbs.QP, states ...verbs.QPState) error {
+	for _, st := range states {
+		a, mask, err := id.qpAttr(st)
+		if err == nil {
+			err = qp.Modify(&a, mask).Wait()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // av is the address vector to the peer: its GID from our GID index, with the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
 	"github.com/xrnic/xrnic/nic/cm"
+	"github.com/xrnic/xrnic/nic/errs"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -438,5 +439,149 @@ func TestDeviceRemoval(t *testing.T) {
 	}
 	if err := ch.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// plainQP makes a QP of s's that no ID owns, moved to INIT with id's attributes.
+func (s *side) plainQP(t *testing.T, id *ID) *verbs.QP {
+	t.Helper()
+	qp, err := s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qp.Destroy().Wait() })
+	s.moveQP(t, id, qp, verbs.QPSInit)
+	return qp
+}
+
+// moveQP applies id's InitQPAttr for each state to qp, as a librdmacm consumer
+// with its own QP does with rdma_init_qp_attr and ibv_modify_qp.
+func (s *side) moveQP(t *testing.T, id *ID, qp *verbs.QP, states ...verbs.QPState) {
+	t.Helper()
+	for _, st := range states {
+		a, mask, err := id.InitQPAttr(st)
+		if err != nil {
+			t.Fatalf("InitQPAttr(%v): %v", st, err)
+		}
+		if err := qp.Modify(&a, mask).Wait(); err != nil {
+			t.Fatalf("to %v: %v", st, err)
+		}
+	}
+}
+
+// TestConnectResponseEstablishWithoutQP: IDs without QPs on both sides
+// (rdma_conn_param's qp_num). The passive side moves its QP with InitQPAttr and
+// accepts; the active side gets CONNECT_RESPONSE (not ESTABLISHED: librdmacm
+// completes only an ID's own QP), moves its QP and calls Establish, whose RTU
+// gives the passive side ESTABLISHED. A SEND each way then proves the QPs'
+// attributes: QPNs, PSNs (each side receives from the PSN it announced), path.
+func TestConnectResponseEstablishWithoutQP(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSTCP, 7200)
+	cli := resolved(t, a, PSTCP, 7200)
+	if _, _, err := cli.id.InitQPAttr(verbs.QPSRTR); !errors.Is(err, ErrState) {
+		t.Fatalf("RTR attributes before the REP: %v", err)
+	}
+	cqp := cli.plainQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{RetryCount: 7, RNRRetryCount: 7}); !errors.Is(err, errs.ErrInvalid) {
+		t.Fatalf("Connect without QP or QPN: %v", err)
+	}
+	if err := cli.id.Connect(ConnParam{QPN: cqp.QPN(), PrivateData: []byte("hi"), RetryCount: 7, RNRRetryCount: 7,
+		ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	if ev.Param.QPN != cqp.QPN() {
+		t.Fatalf("REQ's QPN %d, want %d", ev.Param.QPN, cqp.QPN())
+	}
+	conn := ev.ID
+	t.Cleanup(func() { conn.Destroy() })
+	sqp := srv.plainQP(t, conn)
+	if err := conn.Accept(ConnParam{QPN: sqp.QPN(), PrivateData: []byte("ho"), RNRRetryCount: 7,
+		ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+		t.Fatal(err)
+	}
+	srv.moveQP(t, conn, sqp, verbs.QPSRTR, verbs.QPSRTS)
+	recv := [1]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{srv.mr.SGE(0, 4096)}}}
+	if _, err := sqp.PostRecv(recv[:]); err != nil {
+		t.Fatal(err)
+	}
+
+	resp := getEvent(t, cli.ch, EventConnectResponse)
+	if resp.Param.QPN != sqp.QPN() || !bytes.HasPrefix(resp.Param.PrivateData, []byte("ho")) {
+		t.Fatalf("CONNECT_RESPONSE %+v", resp.Param)
+	}
+	if err := conn.Establish(); !errors.Is(err, ErrState) {
+		t.Fatalf("Establish on the passive side: %v", err)
+	}
+	if err := cli.id.Accept(ConnParam{}); !errors.Is(err, ErrState) {
+		t.Fatalf("Accept on the active side: %v", err)
+	}
+	cli.moveQP(t, cli.id, cqp, verbs.QPSRTR, verbs.QPSRTS)
+	crecv := [1]verbs.RecvWR{{WRID: 3, SGL: []verbs.SGE{cli.mr.SGE(0, 4096)}}}
+	if _, err := cqp.PostRecv(crecv[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.id.Establish(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, srv.ch, EventEstablished)
+	ca, _, _ := cqp.Query()
+	sa, _, _ := sqp.Query()
+	if ca.RQPSN != sa.SQPSN || sa.RQPSN != ca.SQPSN || ca.DestQPN != sqp.QPN() || sa.DestQPN != cqp.QPN() {
+		t.Fatalf("QPs: client %+v server %+v", ca.Attr, sa.Attr)
+	}
+
+	for _, dir := range []struct {
+		from, to *side
+		qp       *verbs.QP
+		msg      string
+	}{{cli, srv, cqp, "from the active side"}, {srv, cli, sqp, "from the passive side"}} {
+		copy(dir.from.buf[8192:], dir.msg)
+		send := [1]verbs.SendWR{{WRID: 9, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{dir.from.mr.SGE(8192, uint32(len(dir.msg)))}}}
+		if _, err := dir.qp.PostSend(send[:]); err != nil {
+			t.Fatal(err)
+		}
+		if wc := dir.from.poll(t); wc.Status != verbs.WCSuccess {
+			t.Fatalf("send %s: %v", dir.msg, wc.Status)
+		}
+		if wc := dir.to.poll(t); wc.Status != verbs.WCSuccess || string(dir.to.buf[:wc.ByteLen]) != dir.msg {
+			t.Fatalf("recv %s: %+v %q", dir.msg, wc, dir.to.buf[:wc.ByteLen])
+		}
+	}
+}
+
+// TestConnectErrorWhenQPRefuses: the REP arrives but the ID's QP cannot go to
+// RTR (the consumer put it in ERR): GetEvent gives CONNECT_ERROR with
+// librdmacm's status -1 (ucma_process_conn_resp), and the passive side, whose
+// REP went out, gets REJECTED, consumer defined, as ib_cm's REJ tells it.
+func TestConnectErrorWhenQPRefuses(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSTCP, 7201)
+	cli := resolved(t, a, PSTCP, 7201)
+	cqp := cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	conn := ev.ID
+	t.Cleanup(func() { conn.Destroy() })
+	srv.createQP(t, conn)
+	if err := cqp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Accept(ConnParam{RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := getEvent(t, cli.ch, EventConnectError); ev.Status != -1 {
+		t.Fatalf("CONNECT_ERROR status %d, want -1", ev.Status)
+	}
+	if ev := getEvent(t, srv.ch, EventRejected); ev.Status != cm.RejConsumerDefined {
+		t.Fatalf("REJECTED status %d, want %d", ev.Status, cm.RejConsumerDefined)
+	}
+	if a, _, _ := cqp.Query(); a.State != verbs.QPSErr {
+		t.Fatalf("QP state %v after CONNECT_ERROR", a.State)
 	}
 }
