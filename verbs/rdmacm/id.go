@@ -290,10 +290,10 @@ func (id *ID) Connect(p ConnParam) error {
 			PKey: 0xffff, Private: priv[:], Timeout: cm.IBTime(id.cmgr.ResponseTimeout()),
 			Retries: int(id.cmgr.MaxCMRetries())})
 	} else {
-		qpn, err := id.qpn(p)
-		if err != nil {
+		qpn, qerr := id.qpn(p)
+		if qerr != nil {
 			cmid.Destroy()
-			return err
+			return qerr
 		}
 		if len(p.PrivateData) > MaxREQPrivate {
 			cmid.Destroy()
