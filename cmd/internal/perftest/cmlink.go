@@ -407,6 +407,14 @@ type cmQPs struct {
 	ids    []*rdmacm.ID
 }
 
+// portSpace is the data QPs' rdma_cm port space: UDP (SIDR) for UD.
+func (s *session) portSpace() rdmacm.PortSpace {
+	if s.p.Conn == ConnUD {
+		return rdmacm.PSUDP
+	}
+	return rdmacm.PSTCP
+}
+
 // connParam is what perftest's route and connect-request handlers pass to
 // rdma_connect and rdma_accept.
 func (s *session) connParam() rdmacm.ConnParam {
@@ -433,6 +441,7 @@ func (s *session) connectCM() error {
 			if err = s.dialQPs(); err == nil || try == cmRetries || !errors.Is(err, errRejected) {
 				break
 			}
+			s.destroyAHs()
 			s.closeCM()
 			time.Sleep(cmRetryGap)
 		}
@@ -452,8 +461,11 @@ func (s *session) dialQPs() error {
 	s.cm = c
 	src, dst := s.conn.cm.id.LocalAddr().Addr(), s.conn.cm.peer
 	s.qps = make([]*verbs.QP, s.p.QPs)
+	if s.p.Conn == ConnUD {
+		s.ud = make([]udPeer, s.p.QPs)
+	}
 	for i := range s.p.QPs {
-		id, err := c.ch.CreateID(i, rdmacm.PSTCP)
+		id, err := c.ch.CreateID(i, s.portSpace())
 		if err != nil {
 			return err
 		}
@@ -477,6 +489,13 @@ func (s *session) dialQPs() error {
 			}
 		case rdmacm.EventEstablished:
 			left--
+			if s.p.Conn == ConnUD { // rdma_cm_establish_ud_connection
+				var ah *verbs.AH
+				if ah, err = s.pd.CreateAH(ev.UD.AV); err != nil {
+					return fmt.Errorf("failed to create AH for RDMA CM connection: %w", err)
+				}
+				s.ud[i] = udPeer{ah: ah, qpn: ev.UD.QPN, qkey: ev.UD.QKey}
+			}
 		case rdmacm.EventRejected:
 			return fmt.Errorf("%w (%v) %w the connection of QP %d (reason %d)", ErrPeer, dst, errRejected, i, ev.Status)
 		default:
@@ -497,7 +516,7 @@ func (s *session) acceptQPs() error {
 	c := &cmQPs{ch: rdmacm.NewEventChannel()}
 	s.cm = c
 	var err error
-	if c.listen, err = c.ch.CreateID(nil, rdmacm.PSTCP); err != nil {
+	if c.listen, err = c.ch.CreateID(nil, s.portSpace()); err != nil {
 		return err
 	}
 	if err := c.listen.BindAddr(s.conn.cm.id.LocalAddr()); err != nil {
@@ -527,6 +546,9 @@ func (s *session) acceptQPs() error {
 		s.qps = append(s.qps, qp)
 		if err := ev.ID.Accept(s.connParam()); err != nil {
 			return err
+		}
+		if s.p.Conn == ConnUD {
+			continue
 		}
 		// Perftest ignores whether this RTS-to-RTS change is allowed.
 		_ = qp.ModifySync(&verbs.QPAttr{Attr: verbs.QPBaseAttr{MinRNRTimer: minRNRTimer}}, verbs.AttrMinRNRTimer)

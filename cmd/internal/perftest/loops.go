@@ -159,6 +159,9 @@ func (s *session) setSendWRs(size uint64) {
 		if p.Test.Verb != VerbSend {
 			wr.RemoteAddr, wr.RKey = s.rem[i].VAddr, s.rem[i].RKey
 		}
+		if i < len(s.ud) {
+			wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ud[i].ah, s.ud[i].qpn, s.ud[i].qkey
+		}
 		if (p.Test.Verb == VerbSend || p.Test.Verb == VerbWrite) && size <= uint64(s.inline) {
 			wr.Flags |= verbs.SendInline
 		}
@@ -178,7 +181,12 @@ func (s *session) postRecvs(size uint64) error {
 	w.unused = make([]uint64, n)
 	for i := range n {
 		w.rxAddr[i] = s.mr.Addr() + uint64(n+i)*s.buffSize
-		w.rsge[i] = verbs.SGE{Addr: w.rxAddr[i], Length: uint32(size), LKey: s.mr.LKey()}
+		length := uint32(size)
+		if p.Conn == ConnUD { // the GRH lands in the cache line before the message
+			w.rxAddr[i] += uint64(s.cacheLine - udAddition)
+			length += udAddition
+		}
+		w.rsge[i] = verbs.SGE{Addr: w.rxAddr[i], Length: length, LKey: s.mr.LKey()}
 		w.recv[i] = verbs.RecvWR{WRID: uint64(i), SGL: w.rsge[i : i+1]}
 		for j := range p.RxDepth {
 			if _, err := s.qps[i].PostRecv(w.recv[i : i+1]); err != nil {

@@ -15,6 +15,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/verbs"
 )
 
 // ErrUsage marks a bad command line; the message says what is wrong.
@@ -55,6 +56,25 @@ func (v Verb) String() string { return verbNames[v] }
 // hasRecvComp reports whether the responder consumes receive WQEs (perftest's
 // has_recv_comp).
 func (v Verb) hasRecvComp() bool { return v == VerbSend || v == VerbSendImm || v == VerbWriteImm }
+
+// ConnType is perftest's connection type (-c), named as connStr names it.
+type ConnType int
+
+// The connection types bench runs (perftest's RC, UC, UD).
+const (
+	ConnRC ConnType = iota
+	ConnUC
+	ConnUD
+)
+
+var connNames = [...]string{"RC", "UC", "UD"}
+
+func (c ConnType) String() string { return connNames[c] }
+
+// qpType is the verbs QP type of the connection type.
+func (c ConnType) qpType() verbs.QPType {
+	return [...]verbs.QPType{verbs.RC, verbs.UC, verbs.UD}[c]
+}
 
 // Kind is perftest's TestType: latency or bandwidth.
 type Kind int
@@ -113,6 +133,11 @@ const (
 	defDuration    = 5
 	defInlineWrite = 220 // DEF_INLINE_WRITE: latency tests
 	defInlineSend  = 236 // DEF_INLINE_SEND_RC_UC
+	defInlineUD    = 188 // DEF_INLINE_SEND_UD
+	maxInlineUD    = 884 // MAX_INLINE_UD
+	udAddition     = 40  // UD_ADDITION: the GRH before a UD message
+	defQKey        = 0x11111111
+	ucMaxRx        = 16000 // UC_MAX_RX
 	maxSize        = 8388608
 	minIter        = 5
 	maxIter        = 4294967296
@@ -141,6 +166,7 @@ type Params struct {
 	Port       int       // -p: port of the exchange (TCP, or rdma_cm's with -z)
 	CommRDMACM bool      // -z: the exchange over an rdma_cm connection (implied by -R)
 	RDMACM     bool      // -R: the test's QPs connected through rdma_cm
+	Conn       ConnType  // -c
 	portSet    bool
 	IBPort     int // -i: always 1
 
@@ -217,6 +243,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.IntVarP(&p.IBPort, "ib-port", "i", 1, "port of the device (xrnic has port 1)")
 	fs.BoolVarP(&p.CommRDMACM, "comm_rdma_cm", "z", false, "exchange the test's data over an rdma_cm connection")
 	fs.BoolVarP(&p.RDMACM, "rdma_cm", "R", false, "connect the QPs with rdma_cm and run the test on them (implies -z)")
+	fs.StringP("connection", "c", "RC", connHelp(t.Verb))
 	fs.StringP("size", "s", "", "message size (K and M suffixes)")
 	fs.Uint64P("iters", "n", 0, "number of exchanges (at least 5)")
 	if t.Verb != VerbAtomic {
@@ -252,7 +279,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.BoolVarP(&p.CPUFreqF, "CPU-freq", "F", false, "do not fail on CPU frequency (accepted, ignored)")
 	fs.BoolVar(&p.OutJSON, "out_json", false, "also write the results to a JSON file")
 	fs.StringVar(&p.OutJSONFile, "out_json_file", defJSONFile, "name of the JSON report")
-	fs.StringVar(&p.DumpBuffer, "dump_buffer", "", "write the local buffer to this file when the test ends (xrnic's own, to check data against a capture)")
+	fs.StringVar(&p.DumpBuffer, "dump_buffer", "", "write the local buffer to this file when the test ends (xrnic's own, to check data against a capture; --local: the server's to FILE.server)")
 	fs.StringVar(&p.Progress, "progress", "auto", "progress line on stderr during long runs: auto, on or off")
 	fs.BoolVarP(&p.Help, "help", "h", false, "show this help")
 	fs.BoolVarP(&p.Version, "version", "V", false, "print the perftest version bench speaks")
@@ -287,6 +314,18 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	}
 	if p.RDMACM {
 		p.CommRDMACM = true // as perftest's parser: -R exchanges over rdma_cm too
+	}
+	c, _ := fs.GetString("connection")
+	if p.Conn, err = parseConn(c, t.Verb); err != nil {
+		return err
+	}
+	if p.RDMACM && p.Conn == ConnUC {
+		return errors.New("rdma_cm does not support UC: use RC or UD with -R")
+	}
+	if p.RDMACM && p.Conn == ConnUD && (t.Kind == Lat || p.Duplex) {
+		// perftest then sends each server its client's QPN in a SEND with
+		// immediate; bench does not yet.
+		return errors.New("UD over rdma_cm: bench runs send_bw one way only (not latency, not -b)")
 	}
 	if p.Progress != "auto" && p.Progress != "on" && p.Progress != "off" {
 		return fmt.Errorf("--progress %q: want auto, on or off", p.Progress)
@@ -394,6 +433,39 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	return p.forceDependencies()
 }
 
+// connHelp is perftest's usage line for -c, per verb.
+func connHelp(v Verb) string {
+	switch v {
+	case VerbSend:
+		return "connection type RC/UC/UD"
+	case VerbWrite:
+		return "connection type RC/UC"
+	}
+	return "connection type RC"
+}
+
+// parseConn is change_conn_type: perftest's checks of a connection type against
+// the verb, and its messages. XRC, DC and SRD need hardware xrnic is not.
+func parseConn(c string, v Verb) (ConnType, error) {
+	switch c {
+	case "RC":
+		return ConnRC, nil
+	case "UC":
+		if v == VerbRead || v == VerbAtomic {
+			return 0, errors.New("UC connection not possible in READ/ATOMIC verbs")
+		}
+		return ConnUC, nil
+	case "UD":
+		if v != VerbSend {
+			return 0, errors.New("UD connection only possible in SEND verb")
+		}
+		return ConnUD, nil
+	case "XRC", "DC", "SRD", "RawEth":
+		return 0, fmt.Errorf("connection type %s: not supported by xrnic (RC, UC and UD are)", c)
+	}
+	return 0, fmt.Errorf("invalid connection type %q: please choose from {RC,UC,UD,XRC,DC,SRD}", c)
+}
+
 // parseSize reads -s as perftest does: a number with an optional K or M suffix,
 // 1..UINT_MAX/2 bytes.
 func parseSize(s string) (uint64, error) {
@@ -422,8 +494,12 @@ func (p *Params) forceDependencies() error {
 		if t.Verb.hasRecvComp() && uint64(p.RxDepth) > p.Iters {
 			p.RxDepth = int(p.Iters)
 		}
+		if (p.Conn == ConnUD || p.Conn == ConnUC) && p.RxDepth == defRxSend {
+			p.RxDepth = int(min(p.Iters, ucMaxRx))
+		}
 	}
-	if p.Size > msgSizeCQMod && !p.All {
+	// UD keeps its CQ moderation: its messages are never large.
+	if p.Size > msgSizeCQMod && !p.All && p.Conn != ConnUD {
 		if !p.reqCQMod {
 			p.CQMod = 1
 		} else if p.CQMod > 1 {
@@ -433,6 +509,10 @@ func (p *Params) forceDependencies() error {
 	p.CQMod = min(p.CQMod, p.TxDepth)
 	if t.Verb == VerbRead || t.Verb == VerbAtomic {
 		p.Inline = 0
+	}
+	if p.Conn == ConnUD && p.Inline > maxInlineUD {
+		p.Warnings = append(p.Warnings, resultLine+fmt.Sprintf("Setting inline size to %d (Max inline size in UD)\n", maxInlineUD))
+		p.Inline = maxInlineUD
 	}
 	if p.All {
 		if p.DurationMode() {
@@ -482,6 +562,9 @@ func (p *Params) forRole(server bool, serverName string) *Params {
 		return &q
 	}
 	q.ServerName = ""
+	if q.DumpBuffer != "" {
+		q.DumpBuffer += ".server" // each side its own file
+	}
 	if q.Test.Verb.hasRecvComp() && q.Test.Kind == BW && !q.Duplex {
 		q.NoPeak = true
 	}

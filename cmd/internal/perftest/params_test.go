@@ -54,11 +54,21 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%s %q):\n got %+v\nwant %+v", c.test, c.args, got, c.w)
 		}
 	}
-	p, _ := Parse("write_bw", []string{"-d", "x", "--out_json", "--out_json_file", "r.json", "-A", "CMP_AND_SWAP"})
+	// UD: perftest's receive depth (UC_MAX_RX), CQ moderation kept for any
+	// size, inline capped at MAX_INLINE_UD with its message.
+	p, err := Parse("send_bw", []string{"-d", "x", "-c", "UD", "-n", "20000", "-I", "900"})
+	if err != nil || p.Conn != ConnUD || p.RxDepth != 16000 || p.CQMod != 100 || p.Inline != 884 ||
+		len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "Setting inline size to 884 (Max inline size in UD)") {
+		t.Errorf("send_bw -c UD: %+v, %v", p, err)
+	}
+	if p, err := Parse("write_bw", []string{"-d", "x", "-c", "UC"}); err != nil || p.Conn != ConnUC || p.CQMod != 1 {
+		t.Errorf("write_bw -c UC: %+v, %v", p, err)
+	}
+	p, _ = Parse("write_bw", []string{"-d", "x", "--out_json", "--out_json_file", "r.json", "-A", "CMP_AND_SWAP"})
 	if p != nil {
 		t.Errorf("-A accepted on write_bw")
 	}
-	p, err := Parse("atomic_bw", []string{"-d", "x", "-A", "CMP_AND_SWAP", "--out_json"})
+	p, err = Parse("atomic_bw", []string{"-d", "x", "-A", "CMP_AND_SWAP", "--out_json"})
 	if err != nil || p.AtomicType != CmpAndSwap || !p.OutJSON || p.OutJSONFile != "perftest_out.json" {
 		t.Errorf("atomic_bw -A: %+v, %v", p, err)
 	}
@@ -71,6 +81,12 @@ func TestParseErrors(t *testing.T) {
 		want string
 	}{
 		{"write_bw", []string{"-d", "x", "--nope"}, "unknown flag: --nope"},
+		{"write_bw", []string{"-d", "x", "-c", "UD"}, "UD connection only possible in SEND verb"},
+		{"read_bw", []string{"-d", "x", "-c", "UC"}, "UC connection not possible in READ/ATOMIC verbs"},
+		{"send_bw", []string{"-d", "x", "-c", "XRC"}, "connection type XRC: not supported by xrnic"},
+		{"send_bw", []string{"-d", "x", "-c", "TCP"}, "invalid connection type \"TCP\""},
+		{"send_bw", []string{"-d", "x", "-c", "UC", "-R"}, "rdma_cm does not support UC"},
+		{"send_lat", []string{"-d", "x", "-c", "UD", "-R"}, "UD over rdma_cm"},
 		{"write_bw", []string{"-d", "x", "-9"}, "unknown shorthand flag: '9'"},
 		{"write_bw", nil, "no device"},
 		{"write_bw", []string{"-d", "x", "a", "b"}, "too many arguments"},

@@ -62,7 +62,7 @@ func PrintTestInfo(w io.Writer, p *Params, in Info) {
 	b.WriteString("Test\n")
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", in.Device)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.QPs, "IB")
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", "RC", "OFF")
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", p.Conn, "OFF")
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", "Unsupported")
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", "OFF")
 	if !p.Server() || p.Duplex {
@@ -355,7 +355,7 @@ func jsonTestInfo(p *Params, in Info) string {
 	fmt.Fprintf(&b, "\"test\": \"%s\",\n", testName(p))
 	fmt.Fprintf(&b, "\"Dual_port\": \"%s\",\n\"Device\": \"%s\",\n", "OFF", in.Device)
 	fmt.Fprintf(&b, "\"Number_of_qps\": %d,\n\"Transport_type\": \"%s\",\n", p.QPs, "IB")
-	fmt.Fprintf(&b, "\"Connection_type\": \"%s\",\n\"Using_SRQ\": \"%s\",\n", "RC", "OFF")
+	fmt.Fprintf(&b, "\"Connection_type\": \"%s\",\n\"Using_SRQ\": \"%s\",\n", p.Conn, "OFF")
 	fmt.Fprintf(&b, " \"PCIe_relax_order\": \"%s\",\n", "Unsupported")
 	fmt.Fprintf(&b, "\"ibv_wr_API\": \"%s\",\n", "OFF")
 	if !p.Server() || p.Duplex {

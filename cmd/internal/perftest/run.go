@@ -162,13 +162,14 @@ func (s *session) flow() error {
 	return s.flowReadLat()
 }
 
-// sizes are the message sizes of the run: -s, or 2..2^23 with -a.
+// sizes are the message sizes of the run: -s, or with -a 2..2^23 (UD: up to
+// the MTU, perftest's size_max_pow; setup lowered Size to it).
 func (s *session) sizes() []uint64 {
 	if !s.p.All {
 		return []uint64{s.p.Size}
 	}
 	var v []uint64
-	for i := 1; i < 24; i++ {
+	for i := 1; i < 24 && uint64(1)<<i <= s.p.Size; i++ {
 		v = append(v, 1<<i)
 	}
 	return v

@@ -154,6 +154,57 @@ func TestLocalRDMACM(t *testing.T) {
 	}
 }
 
+// TestLocalUDAndUC: -c UD and -c UC, each with its header, perftest's UD size
+// (at most the MTU, -a stopping there) and inline default, over the Ethernet
+// exchange and (UD) over rdma_cm through SIDR. The server's buffer shows that
+// the receives were UD's: each message lands after a 40-byte GRH whose last 20
+// bytes are the packet's IPv4 header, in the cache line before the message.
+func TestLocalUDAndUC(t *testing.T) {
+	for _, c := range []struct {
+		test, conn string
+		args       []string
+		size       string
+	}{
+		{"send_bw", "UD", nil, "4096"}, {"send_bw", "UD", []string{"-R"}, "4096"},
+		{"send_bw", "UD", []string{"-b", "-s", "512"}, "512"}, {"send_lat", "UD", nil, "2"},
+		{"send_bw", "UC", nil, "65536"}, {"write_bw", "UC", []string{"-q", "2"}, "65536"}, {"write_lat", "UC", nil, "2"},
+	} {
+		t.Run(c.test+c.conn+strings.Join(c.args, ""), func(t *testing.T) {
+			dump := filepath.Join(t.TempDir(), "buf")
+			out := runLocalTest(t, c.test, append(c.args, "-c", c.conn, "-n", "50", "--dump_buffer", dump)...)
+			if !strings.Contains(out, " Connection type : "+c.conn+"\t\t") {
+				t.Errorf("header:\n%s", out)
+			}
+			if c.test == "send_lat" && !strings.Contains(out, " Max inline data : 188[B]\n") {
+				t.Errorf("UD's default inline size (DEF_INLINE_SEND_UD):\n%s", out)
+			}
+			_, table, _ := strings.Cut(out, " #bytes ")
+			lines := strings.Split(table, "\n")
+			if len(lines) < 2 || len(strings.Fields(lines[1])) < 5 || strings.Fields(lines[1])[0] != c.size {
+				t.Fatalf("want one result line of %s bytes:\n%s", c.size, out)
+			}
+			if c.conn != "UD" || c.test != "send_bw" {
+				return
+			}
+			b, err := os.ReadFile(dump + ".server")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The server's first receive: the second half of one QP's buffer
+			// (2 halves and a cache line in all), past cache line - GRH bytes.
+			half := (len(b) - defCacheLine) / 2
+			ip := b[half+defCacheLine-udAddition+20:][:20]
+			if ip[0] != 0x45 || ip[9] != 17 || ip[12] != 127 || ip[16] != 127 {
+				t.Errorf("no IPv4 header in the GRH before the first message: % x", ip)
+			}
+		})
+	}
+	out := runLocalTest(t, "send_bw", "-c", "UD", "-a", "-n", "5")
+	if !strings.Contains(out, "\n 4096       5  ") || strings.Contains(out, "\n 8192 ") {
+		t.Errorf("send_bw -c UD -a: want sizes up to the MTU (4096):\n%s", out)
+	}
+}
+
 func TestLocalOptions(t *testing.T) {
 	// Several QPs, bidirectional, Gb/s, a small size and the JSON file.
 	js := filepath.Join(t.TempDir(), "r.json")

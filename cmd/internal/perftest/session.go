@@ -55,7 +55,8 @@ type session struct {
 	buffSize uint64 // BUFF_SIZE(size, cycle_buffer): one QP's half of buf
 	scq, rcq *verbs.CQ
 	qps      []*verbs.QP
-	cm       *cmQPs // -R: the rdma_cm IDs that own qps
+	cm       *cmQPs   // -R: the rdma_cm IDs that own qps
+	ud       []udPeer // UD: where each QP's SENDs go
 	my, rem  []Dest
 
 	w wrs // the work requests and counters of the loops
@@ -64,6 +65,13 @@ type session struct {
 	peerGone atomic.Bool
 	ctxErr   func() error
 	progress *progress
+}
+
+// udPeer is a UD QP's destination: perftest's ctx->ah, rem_qpn and remote_qkey.
+type udPeer struct {
+	ah   *verbs.AH
+	qpn  uint32
+	qkey uint32
 }
 
 // info is what PrintTestInfo shows of this session.
@@ -144,6 +152,13 @@ func (s *session) setup() error {
 			cur = m
 		}
 	}
+	// check_link_and_mtu: a UD message fits in one packet.
+	if p.Conn == ConnUD && p.Size > uint64(cur.Bytes()) {
+		if p.All {
+			fmt.Fprintf(s.errw, " Max msg size in UD is MTU %d\n Changing to this MTU\n", cur.Bytes())
+		}
+		p.Size = uint64(cur.Bytes())
+	}
 	rm, err := s.conn.XchgMTU(int(cur))
 	if err != nil {
 		return err
@@ -169,10 +184,12 @@ func (s *session) setup() error {
 	if s.inline < 0 {
 		s.inline = 0
 		if p.Test.Kind == Lat {
-			switch p.Test.Verb {
-			case VerbWrite:
+			switch {
+			case p.Test.Verb == VerbWrite:
 				s.inline = defInlineWrite
-			case VerbSend:
+			case p.Test.Verb == VerbSend && p.Conn == ConnUD:
+				s.inline = defInlineUD
+			case p.Test.Verb == VerbSend:
 				s.inline = defInlineSend
 			}
 		}
@@ -202,7 +219,11 @@ func (s *session) createBase() error {
 	p := s.p
 	s.buffSize = max(p.Size, uint64(s.cycleBuffer))
 	var err error
-	if s.buf, err = verbs.MapBuffer(int(2 * uint64(p.QPs) * s.buffSize)); err != nil {
+	size := 2 * uint64(p.QPs) * s.buffSize
+	if p.Conn == ConnUD {
+		size += uint64(s.cacheLine) // room for the GRH before the last receive
+	}
+	if s.buf, err = verbs.MapBuffer(int(size)); err != nil {
 		return err
 	}
 	// perftest's create_single_mr: random bytes, zeros for write_lat (whose
@@ -228,10 +249,10 @@ func (s *session) createBase() error {
 	return err
 }
 
-// qpInitAttr is the test's QP: RC, its depths, one SGE, the inline size.
+// qpInitAttr is the test's QP: its type, its depths, one SGE, the inline size.
 func (s *session) qpInitAttr() verbs.QPInitAttr {
 	p := s.p
-	return verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.scq, RecvCQ: s.rcq,
+	return verbs.QPInitAttr{Type: p.Conn.qpType(), SendCQ: s.scq, RecvCQ: s.rcq,
 		Cap: verbs.QPCap{MaxSendWR: uint32(p.TxDepth), MaxRecvWR: uint32(p.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1,
 			MaxInlineData: uint32(s.inline)}}
 }
@@ -255,8 +276,12 @@ func (s *session) createQPs() error {
 			return err
 		}
 		s.qps = append(s.qps, qp)
-		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, PKeyIndex: 0, Port: 1, AccessFlags: access}}
-		if err := qp.ModifySync(&a, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, PKeyIndex: 0, Port: 1, AccessFlags: access, QKey: defQKey}}
+		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+		if s.p.Conn == ConnUD {
+			mask ^= verbs.AttrAccessFlags | verbs.AttrQKey
+		}
+		if err := qp.ModifySync(&a, mask); err != nil {
 			return fmt.Errorf("failed to modify QP to INIT: %w", err)
 		}
 	}
@@ -264,33 +289,50 @@ func (s *session) createQPs() error {
 }
 
 // connect is ctx_connect: RTR towards the peer's QP, and RTS on the sides that
-// send (latency tests, the client, both when bidirectional).
+// send (latency tests, the client, both when bidirectional). UD QPs have no
+// peer in their state: the sending sides get an address handle instead.
 func (s *session) connect() error {
 	p := s.p
 	if p.RDMACM {
 		return nil // rdma_cm connected them
 	}
+	sends := p.Test.Kind == Lat || !p.Server() || p.Duplex
 	for i, qp := range s.qps {
 		my, rem := &s.my[i], &s.rem[i]
 		if verbs.GID(rem.GID).IsIPv4Mapped() != s.gid.IsIPv4Mapped() {
 			return errors.New("found incompatibility issue with GID types: try a different IP version (-x)")
 		}
+		av := verbs.AV{DGID: rem.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: 0xFF, Port: 1}
 		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
-			MaxDestRdAtomic: uint8(my.OutReads), MinRNRTimer: minRNRTimer},
-			AV: verbs.AV{DGID: rem.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: 0xFF, Port: 1}}
-		mask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
-			verbs.AttrMinRNRTimer | verbs.AttrMaxDestRdAtomic
+			MaxDestRdAtomic: uint8(my.OutReads), MinRNRTimer: minRNRTimer}, AV: av}
+		mask := verbs.AttrState
+		switch p.Conn {
+		case ConnRC:
+			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMinRNRTimer | verbs.AttrMaxDestRdAtomic
+		case ConnUC:
+			mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		}
 		if err := qp.ModifySync(&a, mask); err != nil {
 			return fmt.Errorf("failed to modify QP %#x to RTR: %w", qp.QPN(), err)
 		}
-		if p.Test.Kind == Lat || !p.Server() || p.Duplex {
-			a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, SQPSN: wire.PSN(my.PSN), Timeout: uint8(p.QPTimeout),
-				RetryCnt: retryCount, RNRRetry: rnrRetry, MaxRdAtomic: uint8(rem.OutReads)}}
-			mask := verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt |
-				verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
-			if err := qp.ModifySync(&a, mask); err != nil {
-				return fmt.Errorf("failed to modify QP %#x to RTS: %w", qp.QPN(), err)
+		if !sends {
+			continue
+		}
+		a = verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, SQPSN: wire.PSN(my.PSN), Timeout: uint8(p.QPTimeout),
+			RetryCnt: retryCount, RNRRetry: rnrRetry, MaxRdAtomic: uint8(rem.OutReads)}}
+		mask = verbs.AttrState | verbs.AttrSQPSN
+		if p.Conn == ConnRC {
+			mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+		}
+		if err := qp.ModifySync(&a, mask); err != nil {
+			return fmt.Errorf("failed to modify QP %#x to RTS: %w", qp.QPN(), err)
+		}
+		if p.Conn == ConnUD {
+			ah, err := s.pd.CreateAH(av)
+			if err != nil {
+				return fmt.Errorf("failed to create AH for UD: %w", err)
 			}
+			s.ud = append(s.ud, udPeer{ah: ah, qpn: rem.QPN, qkey: defQKey})
 		}
 	}
 	return nil
@@ -298,6 +340,7 @@ func (s *session) connect() error {
 
 // close releases the resources in reverse order; the device is the caller's.
 func (s *session) close() {
+	s.destroyAHs()
 	s.closeCM()
 	for _, qp := range s.qps {
 		_ = qp.Destroy().Wait()
@@ -314,6 +357,15 @@ func (s *session) close() {
 	if s.pd != nil {
 		_ = s.pd.Dealloc().Wait()
 	}
+}
+
+func (s *session) destroyAHs() {
+	for _, u := range s.ud {
+		if u.ah != nil {
+			_ = u.ah.Destroy().Wait()
+		}
+	}
+	s.ud = nil
 }
 
 // unmap frees the memory once the device is closed (no engine holds a slice).
