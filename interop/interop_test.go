@@ -35,8 +35,9 @@ func TestInterop(t *testing.T) {
 			t.Run("udaddy/xrnic_server", func(t *testing.T) { udaddyPair(t, g, true) })
 			t.Run("udaddy/xrnic_client", func(t *testing.T) { udaddyPair(t, g, false) })
 			for _, c := range rdmaCMCases {
-				t.Run(c.test+"_rdma_cm/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
-				t.Run(c.test+"_rdma_cm/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })
+				n := caseName(c.test, c.args)
+				t.Run(n+"_rdma_cm/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
+				t.Run(n+"_rdma_cm/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })
 			}
 			if mtu == 1024 {
 				t.Run("write_bw_loss2pct/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 2) })
@@ -48,12 +49,22 @@ func TestInterop(t *testing.T) {
 				t.Run("rping_peer_gone_mid_handshake/xrnic_server", func(t *testing.T) { rpingPeerGone(t, g) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
 				for _, c := range perftestCases {
-					t.Run(c.test+"/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
-					t.Run(c.test+"/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })
+					n := caseName(c.test, c.args)
+					t.Run(n+"/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
+					t.Run(n+"/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })
 				}
 			}
 		})
 	}
+}
+
+// caseName names a perftest case: the test, and its connection type unless RC
+// ("send_bw_UD").
+func caseName(test, args string) string {
+	if c := fieldAfter(args, "-c"); c != "" {
+		return test + "_" + c
+	}
+	return test
 }
 
 // artifactName is the test's name as a file name.

@@ -22,6 +22,11 @@ var perftestCases = []struct {
 	{"read_lat", "-s 64 -n 200"},
 	{"send_lat", "-s 64 -n 200"},
 	{"atomic_lat", "-n 200"},
+	// UD (messages of one MTU, the receiver's GRH) and UC.
+	{"send_bw", "-c UD -n 200"},
+	{"send_lat", "-c UD -n 200"},
+	{"write_bw", "-c UC -s 65536 -n 200"},
+	{"write_lat", "-c UC -s 64 -n 200"},
 }
 
 // perftest's -R against bench's: the exchange and the test's QPs connected
@@ -32,6 +37,7 @@ var rdmaCMCases = []struct {
 	{"write_bw", "-R -s 65536 -n 200"},
 	{"read_bw", "-R -s 65536 -n 200"},
 	{"send_bw", "-R -s 65536 -n 200"},
+	{"send_bw", "-R -c UD -n 200"}, // UD through SIDR
 }
 
 var (
@@ -56,7 +62,7 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 	}
 	c, xOut, gOut := playWith(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
 		func(gOut string) bool { return (lat || xrnicServer || test == "send_bw") && clockMisread(gOut) }, guestReady)
-	compareShapes(t, strings.TrimSpace(test+" "+fieldsWith(args, "-R")), xrnicServer, xOut, gOut)
+	compareShapes(t, strings.Join(strings.Fields(test+" "+fieldsWith(args, "-R")+" "+fieldAfter(args, "-c")), " "), xrnicServer, xOut, gOut)
 	n := fieldAfter(args, "-n")
 	if lat {
 		// The client measures; in write_lat and send_lat the server too.

@@ -206,7 +206,9 @@ func TestTransitionREPSentRetransmitREPError(t *testing.T) {
 	p.f.drop = func(f frame) bool { return f.attr == mad.AttrREP }
 	p.passive.SendREP(&mad.REP{LocalQPN: 0x22})
 	p.f.sent()
-	T := 2*IBTime(18) + IBTime(20)
+	// The REQ's Local CM Response Timeout alone (cm_req_handler), not the
+	// REQ sender's 2 x packet life time + that timeout.
+	T := IBTime(20)
 	for i := 0; i < 15; i++ {
 		p.f.advance(T)
 		// The active side's REQ retries too; in REP_SENT they draw nothing.

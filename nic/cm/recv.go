@@ -117,9 +117,10 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	id.serviceID = req.ServiceID
 	id.src, id.dst = dst, src
 	id.remoteQPN = req.LocalQPN
-	// Our REP waits for the RTU as the REQ's sender waits for us (cm_req_handler:
-	// timeout from the REQ's Local CM Response Timeout).
-	id.cmTimeout = 2*IBTime(c.cfg.PacketLifeTime) + IBTime(req.LocalCMResponseTimeout)
+	// Our REP waits for the RTU as long as the REQ's sender says it takes to
+	// answer, no packet life time added (cm_req_handler: timeout_ms from the
+	// REQ's Local CM Response Timeout alone).
+	id.cmTimeout = IBTime(req.LocalCMResponseTimeout)
 	id.maxRetries = int(req.MaxCMRetries)
 	id.armHalfOpen((2*IBTime(c.cfg.PacketLifeTime) + IBTime(req.RemoteCMResponseTimeout)) *
 		time.Duration(1+int(req.MaxCMRetries)))
