@@ -495,6 +495,9 @@ func (s *session) dialQPs() error {
 					return fmt.Errorf("failed to create AH for RDMA CM connection: %w", err)
 				}
 				s.ud[i] = udPeer{ah: ah, qpn: ev.UD.QPN, qkey: ev.UD.QKey}
+				if s.udExchange() {
+					err = s.sendUDParam(i)
+				}
 			}
 		case rdmacm.EventRejected:
 			return fmt.Errorf("%w (%v) %w the connection of QP %d (reason %d)", ErrPeer, dst, errRejected, i, ev.Status)
@@ -526,6 +529,9 @@ func (s *session) acceptQPs() error {
 		return err
 	}
 	s.qps = make([]*verbs.QP, 0, s.p.QPs)
+	if s.p.Conn == ConnUD {
+		s.ud = make([]udPeer, s.p.QPs)
+	}
 	for len(s.qps) < s.p.QPs {
 		ev, err := nextEvent(s.ctx, c.ch, s.conn.Timeout)
 		if err != nil {
@@ -544,10 +550,22 @@ func (s *session) acceptQPs() error {
 			return err
 		}
 		s.qps = append(s.qps, qp)
+		i := len(s.qps) - 1
+		if s.udExchange() { // rdma_cm_request_ud_connection_parameters
+			rwr := [1]verbs.RecvWR{{SGL: []verbs.SGE{s.mr.SGE(uint64(i)*s.buffSize, udAddition+4)}}}
+			if _, err := qp.PostRecv(rwr[:]); err != nil {
+				return fmt.Errorf("failed to post receive for RDMA CM UD request connection parameters: %w", err)
+			}
+		}
 		if err := ev.ID.Accept(s.connParam()); err != nil {
 			return err
 		}
 		if s.p.Conn == ConnUD {
+			if s.udExchange() {
+				if err := s.recvUDParam(i); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		// Perftest ignores whether this RTS-to-RTS change is allowed.
@@ -556,6 +574,68 @@ func (s *session) acceptQPs() error {
 	err = c.listen.Destroy()
 	c.listen = nil
 	return err
+}
+
+// udExchange reports whether a UD test over rdma_cm needs each server to learn
+// its client (latency and -b: the server sends too). SIDR tells only the client.
+func (s *session) udExchange() bool {
+	return s.p.Conn == ConnUD && (s.p.Test.Kind == Lat || s.p.Duplex)
+}
+
+// sendUDParam is rdma_cm_send_ud_connection_parameters: QP i's number, as the
+// immediate of a 4-byte SEND, to the server's QP that SIDR named.
+func (s *session) sendUDParam(i int) error {
+	u := s.ud[i]
+	wr := [1]verbs.SendWR{{Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, ImmData: s.qps[i].QPN(),
+		SGL: []verbs.SGE{s.mr.SGE(uint64(i)*s.buffSize, 4)}, AH: u.ah, RemoteQPN: u.qpn, RemoteQKey: u.qkey}}
+	if _, err := s.qps[i].PostSend(wr[:]); err != nil {
+		return fmt.Errorf("failed to post send for RDMA CM UD send connection parameters: %w", err)
+	}
+	wc, err := s.pollCM(s.scq, "UD connection parameters' SEND")
+	if err == nil && (wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCSend) {
+		err = fmt.Errorf("bad WQE status when trying to send UD connection parameters in RDMA CM: %v", wc.Status)
+	}
+	return err
+}
+
+// recvUDParam is rdma_cm_initialize_ud_connection_parameters: the client's SEND
+// with immediate gives QP i its peer: the address from the GRH, the QPN from
+// the immediate, the Q_Key rdma_cm gave both.
+func (s *session) recvUDParam(i int) error {
+	wc, err := s.pollCM(s.rcq, "UD connection parameters")
+	if err != nil {
+		return err
+	}
+	if wc.Status != verbs.WCSuccess || !wc.Opcode.IsRecv() || wc.Flags&verbs.WCWithImm == 0 {
+		return fmt.Errorf("bad WQE status when trying to create AH for UD connection in RDMA CM: %v", wc.Status)
+	}
+	av, err := s.dev.AVFromWC(&wc, s.buf[uint64(i)*s.buffSize:][:udAddition])
+	if err != nil {
+		return err
+	}
+	ah, err := s.pd.CreateAH(av)
+	if err != nil {
+		return err
+	}
+	s.ud[i] = udPeer{ah: ah, qpn: wc.ImmData, qkey: rdmacm.UDPQKey}
+	return nil
+}
+
+// pollCM waits for one completion on cq during the connection phase, within
+// the exchange's timeout.
+func (s *session) pollCM(cq *verbs.CQ, what string) (verbs.WC, error) {
+	var wc [1]verbs.WC
+	deadline := time.Now().Add(s.conn.Timeout)
+	for nap := time.Microsecond; cq.Poll(wc[:]) == 0; nap = min(2*nap, time.Millisecond) {
+		if err := s.ctx.Err(); err != nil {
+			return wc[0], err
+		}
+		if s.conn.Timeout > 0 && time.Now().After(deadline) {
+			return wc[0], fmt.Errorf("%w (%v): no %s within %v", ErrPeer, s.conn.peer(), what, s.conn.Timeout)
+		}
+		time.Sleep(nap)
+	}
+	return wc[0], nil
 }
 
 // closeCM ends -R's connections: the client disconnects each and waits for

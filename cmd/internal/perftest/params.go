@@ -322,11 +322,6 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	if p.RDMACM && p.Conn == ConnUC {
 		return errors.New("rdma_cm does not support UC: use RC or UD with -R")
 	}
-	if p.RDMACM && p.Conn == ConnUD && (t.Kind == Lat || p.Duplex) {
-		// perftest then sends each server its client's QPN in a SEND with
-		// immediate; bench does not yet.
-		return errors.New("UD over rdma_cm: bench runs send_bw one way only (not latency, not -b)")
-	}
 	if p.Progress != "auto" && p.Progress != "on" && p.Progress != "off" {
 		return fmt.Errorf("--progress %q: want auto, on or off", p.Progress)
 	}

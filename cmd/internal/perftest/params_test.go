@@ -86,7 +86,6 @@ func TestParseErrors(t *testing.T) {
 		{"send_bw", []string{"-d", "x", "-c", "XRC"}, "connection type XRC: not supported by xrnic"},
 		{"send_bw", []string{"-d", "x", "-c", "TCP"}, "invalid connection type \"TCP\""},
 		{"send_bw", []string{"-d", "x", "-c", "UC", "-R"}, "rdma_cm does not support UC"},
-		{"send_lat", []string{"-d", "x", "-c", "UD", "-R"}, "UD over rdma_cm"},
 		{"write_bw", []string{"-d", "x", "-9"}, "unknown shorthand flag: '9'"},
 		{"write_bw", nil, "no device"},
 		{"write_bw", []string{"-d", "x", "a", "b"}, "too many arguments"},

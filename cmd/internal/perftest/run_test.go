@@ -167,6 +167,7 @@ func TestLocalUDAndUC(t *testing.T) {
 	}{
 		{"send_bw", "UD", nil, "4096"}, {"send_bw", "UD", []string{"-R"}, "4096"},
 		{"send_bw", "UD", []string{"-b", "-s", "512"}, "512"}, {"send_lat", "UD", nil, "2"},
+		{"send_bw", "UD", []string{"-R", "-b", "-q", "2"}, "4096"}, {"send_lat", "UD", []string{"-R"}, "2"},
 		{"send_bw", "UC", nil, "65536"}, {"write_bw", "UC", []string{"-q", "2"}, "65536"}, {"write_lat", "UC", nil, "2"},
 	} {
 		t.Run(c.test+c.conn+strings.Join(c.args, ""), func(t *testing.T) {
