@@ -38,6 +38,7 @@ var rdmaCMCases = []struct {
 	{"read_bw", "-R -s 65536 -n 200"},
 	{"send_bw", "-R -s 65536 -n 200"},
 	{"send_bw", "-R -c UD -n 200"}, // UD through SIDR
+	{"send_lat", "-R -c UD -n 200"}, // and the server learns its client from a SEND with immediate
 }
 
 var (
