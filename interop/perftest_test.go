@@ -37,7 +37,7 @@ var rdmaCMCases = []struct {
 	{"write_bw", "-R -s 65536 -n 200"},
 	{"read_bw", "-R -s 65536 -n 200"},
 	{"send_bw", "-R -s 65536 -n 200"},
-	{"send_bw", "-R -c UD -n 200"}, // UD through SIDR
+	{"send_bw", "-R -c UD -n 200"},  // UD through SIDR
 	{"send_lat", "-R -c UD -n 200"}, // and the server learns its client from a SEND with immediate
 }
 
@@ -98,7 +98,39 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 		}
 		t.Logf("ib_%s, client %s: %.2f MB/s", test, map[bool]string{true: "rxe", false: "xrnic"}[xrnicServer], xr.avg)
 	}
-	checkICRC(t, c, name, frames(t, c.path))
+	all := frames(t, c.path)
+	conn := fieldAfter(args, "-c")
+	if fieldsWith(args, "-R") != "" {
+		// The exchange's RC connection, and the test's: REQ/REP/RTU, or for UD
+		// a SIDR_REQ answered by a SIDR_REP.
+		mads := " " + strings.Join(cmMADs(all), " ") + " "
+		want := []string{" REQ ", " REP ", " RTU "}
+		if conn == "UD" {
+			want = append(want, " SIDR_REQ ", " SIDR_REP ")
+		}
+		for _, w := range want {
+			if !strings.Contains(mads, w) {
+				t.Errorf("CM MADs on the wire:%s: no%s", mads, w)
+			}
+		}
+		t.Logf("CM MADs on the wire:%s", mads)
+	}
+	if xrnicServer && !lat && (conn == "UD" || conn == "UC") {
+		// An unreliable receiver answers nothing: no frame of the test's
+		// transport from xrnic but the CM's MADs on QP1 (with -R the exchange's
+		// RC connection still talks).
+		class := map[string]uint8{"UC": 0x20, "UD": 0x60}[conn]
+		sent := roce(t, all, ipXrnic)
+		for _, p := range sent {
+			if uint8(p.Opcode)&0xE0 == class && p.BTH.DestQPN() != 1 {
+				t.Fatalf("xrnic, the %s receiver, sent %v to QP %#x", conn, p.Opcode, p.BTH.DestQPN())
+			}
+		}
+		if len(sent) == 0 {
+			return
+		}
+	}
+	checkICRC(t, c, name, all)
 }
 
 // fieldsWith returns flag if args has it, else "".

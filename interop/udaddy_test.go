@@ -50,14 +50,7 @@ func udaddyPair(t *testing.T, g *guest, xrnicServer bool) {
 		t.Errorf("the guest's udaddy printed:\n%s\nwant:\n%s", gOut, gWant)
 	}
 	all := frames(t, c.path)
-	var sidr []string
-	for _, f := range all {
-		if isRoCEv2(f.data) && len(f.data) >= mad.Size+4 {
-			if _, msg, err := mad.Parse(f.data[len(f.data)-4-mad.Size : len(f.data)-4]); err == nil {
-				sidr = append(sidr, msg.Attr().String())
-			}
-		}
-	}
+	sidr := cmMADs(all)
 	if got := strings.Join(sidr, " "); got != "SIDR_REQ SIDR_REQ SIDR_REP SIDR_REP" && got != "SIDR_REQ SIDR_REP SIDR_REQ SIDR_REP" {
 		t.Errorf("CM MADs on the wire: %s, want a SIDR_REQ and its SIDR_REP per connection", got)
 	}
@@ -85,4 +78,17 @@ func withoutLog(out string) string {
 		}
 	}
 	return b.String()
+}
+
+// cmMADs names the CM MADs of a capture, in order.
+func cmMADs(all []frame) []string {
+	var names []string
+	for _, f := range all {
+		if isRoCEv2(f.data) && len(f.data) >= mad.Size+4 {
+			if _, msg, err := mad.Parse(f.data[len(f.data)-4-mad.Size : len(f.data)-4]); err == nil {
+				names = append(names, msg.Attr().String())
+			}
+		}
+	}
+	return names
 }

@@ -501,6 +501,11 @@ func (s *session) dialQPs() error {
 			}
 		case rdmacm.EventRejected:
 			return fmt.Errorf("%w (%v) %w the connection of QP %d (reason %d)", ErrPeer, dst, errRejected, i, ev.Status)
+		case rdmacm.EventUnreachable:
+			if ev.Status > 0 { // a SIDR_REP's status: UD's REJ (no listener yet)
+				return fmt.Errorf("%w (%v) %w the connection of QP %d (SIDR status %d)", ErrPeer, dst, errRejected, i, ev.Status)
+			}
+			return eventErr("rdma_cm connection", ev)
 		default:
 			return eventErr("rdma_cm connection", ev)
 		}

@@ -546,6 +546,22 @@ func (p *Params) forceDependencies() error {
 	return nil
 }
 
+// fitUD is perftest's rule that a UD message fits in one packet of mtu bytes
+// (check_link_and_mtu with the port's MTU, check_mtu with the one both sides
+// settled on): a size the user did not ask for, or -a's largest, comes down to
+// the MTU with perftest's message; a size asked for is refused.
+func (p *Params) fitUD(mtu int, errw io.Writer) error {
+	if p.Conn != ConnUD || p.Size <= uint64(mtu) {
+		return nil
+	}
+	if p.All || !p.reqSize {
+		fmt.Fprintf(errw, " Max msg size in UD is MTU %d\n Changing to this MTU\n", mtu)
+		p.Size = uint64(mtu)
+		return nil
+	}
+	return fmt.Errorf("max message size in UD cannot be greater than MTU (%d)", mtu)
+}
+
 // forRole returns a copy of p for one side of a --local run, with the
 // server-only dependencies applied to the server.
 func (p *Params) forRole(server bool, serverName string) *Params {

@@ -39,6 +39,10 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("device %s: %w", p.Device, err)
 	}
+	if err := p.fitUD(localMTU(p, dev).Bytes(), errw); err != nil {
+		dev.Close()
+		return err
+	}
 	if p.CommRDMACM {
 		conn, err := openCM(ctx, p, dev, out)
 		if err != nil {
@@ -66,6 +70,15 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		return err
 	}
 	return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, NewConn(c, !p.Server()))
+}
+
+// localMTU is this side's MTU before the exchange: the port's, or -m's if smaller.
+func localMTU(p *Params, dev *verbs.Device) verbs.MTU {
+	cur := dev.QueryPort().ActiveMTU
+	if m, ok := verbs.MTUFromBytes(p.MTU); ok && p.MTU != 0 && m < cur {
+		cur = m
+	}
+	return cur
 }
 
 // openCM opens the exchange's rdma_cm connection on dev: the server listens on

@@ -200,6 +200,12 @@ func TestLocalUDAndUC(t *testing.T) {
 			}
 		})
 	}
+	// A size asked for that does not fit one packet is refused, as perftest's
+	// check_mtu refuses it.
+	p := mustParse(t, "send_bw", "--local", "-c", "UD", "-s", "8192", "-n", "5", "--progress", "off")
+	if err := Run(context.Background(), p, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "UD cannot be greater than MTU") {
+		t.Errorf("send_bw -c UD -s 8192: %v", err)
+	}
 	out := runLocalTest(t, "send_bw", "-c", "UD", "-a", "-n", "5")
 	if !strings.Contains(out, "\n 4096       5  ") || strings.Contains(out, "\n 8192 ") {
 		t.Errorf("send_bw -c UD -a: want sizes up to the MTU (4096):\n%s", out)

@@ -152,13 +152,6 @@ func (s *session) setup() error {
 			cur = m
 		}
 	}
-	// check_link_and_mtu: a UD message fits in one packet.
-	if p.Conn == ConnUD && p.Size > uint64(cur.Bytes()) {
-		if p.All {
-			fmt.Fprintf(s.errw, " Max msg size in UD is MTU %d\n Changing to this MTU\n", cur.Bytes())
-		}
-		p.Size = uint64(cur.Bytes())
-	}
 	rm, err := s.conn.XchgMTU(int(cur))
 	if err != nil {
 		return err
@@ -167,6 +160,9 @@ func (s *session) setup() error {
 		cur = r
 	}
 	s.mtu = cur
+	if err := p.fitUD(cur.Bytes(), s.errw); err != nil {
+		return err
+	}
 
 	// check_link: outstanding reads and inline size.
 	s.outReads = 1
