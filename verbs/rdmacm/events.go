@@ -265,24 +265,25 @@ func unlisten(id *ID) {
 // consumer defined; a SIDR_REQ gets SIDR_REP REJECT.
 func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 	var private []byte
-	var ps PortSpace
+	sps, _, ok := mad.SplitServiceID(ev.ID.ServiceID())
+	ps := PortSpace(sps)
 	switch m := ev.Msg.(type) {
 	case *mad.REQ:
 		private = m.PrivateData[:]
-		ps = PSTCP
-		if m.TransportServiceType != 0 { // RC only
+		// RC listeners (the TCP and IB port spaces) take RC REQs only
+		// (cma_check_req_qp_type).
+		if m.TransportServiceType != 0 || (ps != PSTCP && ps != PSIB) {
 			ev.ID.Destroy()
 			return
 		}
 	case *mad.SIDRREQ:
 		private = m.PrivateData[:]
-		ps = PSUDP
+		ok = ok && ps == PSUDP
 	default:
 		return
 	}
-	sps, _, ok := mad.SplitServiceID(ev.ID.ServiceID())
 	h, err := mad.ParseCMAHeader(private)
-	if !ok || PortSpace(sps) != ps || err != nil || h.Version != mad.CMAVersion ||
+	if !ok || err != nil || h.Version != mad.CMAVersion ||
 		verbs.GIDFromAddr(h.Dst) != ev.Dst || verbs.GIDFromAddr(h.Src) != ev.Src {
 		ev.ID.Destroy()
 		return

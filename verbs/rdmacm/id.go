@@ -57,7 +57,7 @@ type ID struct {
 // consumer's value, returned by Context.
 func (ch *EventChannel) CreateID(ctx any, ps PortSpace) (*ID, error) {
 	switch ps {
-	case PSTCP, PSUDP:
+	case PSTCP, PSUDP, PSIB: // PSIB: RC, as librdmacm's rdma_create_id makes it
 	default:
 		return nil, fmt.Errorf("rdmacm: port space %#x: %w", uint16(ps), verbs.ErrUnsupported)
 	}

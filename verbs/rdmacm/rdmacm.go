@@ -28,7 +28,7 @@ type PortSpace uint16
 const (
 	PSTCP PortSpace = mad.PortSpaceTCP // RC, connected with REQ/REP/RTU
 	PSUDP PortSpace = mad.PortSpaceUDP // UD, resolved with SIDR
-	PSIB  PortSpace = mad.PortSpaceIB
+	PSIB  PortSpace = mad.PortSpaceIB  // RC, as librdmacm's rdma_create_id makes it; service IDs of its own
 )
 
 // UDPQKey is the Q_Key rdma_cm gives UD QPs of the UDP port space (RDMA_UDP_QKEY).

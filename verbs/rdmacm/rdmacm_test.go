@@ -585,3 +585,48 @@ func TestConnectErrorWhenQPRefuses(t *testing.T) {
 		t.Fatalf("QP state %v after CONNECT_ERROR", a.State)
 	}
 }
+
+// TestIBPortSpaceConnect: an ID of the IB port space is RC (librdmacm's
+// rdma_create_id) with service IDs of its own: a client of that space connects
+// to a listener of it and moves data; a TCP-space client of the same port
+// finds no listener (REJ, invalid service ID), and a UD (SIDR) client neither.
+func TestIBPortSpaceConnect(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSIB, 7300)
+	cli := resolved(t, a, PSIB, 7300)
+	cqp := cli.createQP(t, cli.id)
+	if cqp.Type() != verbs.RC {
+		t.Fatalf("IB port space QP %v, want RC", cqp.Type())
+	}
+	if err := cli.id.Connect(ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	conn := ev.ID
+	t.Cleanup(func() { conn.Destroy() })
+	if conn.PortSpace() != PSIB {
+		t.Fatalf("CONNECT_REQUEST on port space %#x", conn.PortSpace())
+	}
+	srv.createQP(t, conn)
+	if err := conn.Accept(ConnParam{RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventEstablished)
+	getEvent(t, srv.ch, EventEstablished)
+
+	tcp := resolved(t, a, PSTCP, 7300)
+	tcp.createQP(t, tcp.id)
+	if err := tcp.id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	if rej := getEvent(t, tcp.ch, EventRejected); rej.Status != cm.RejInvalidServiceID {
+		t.Fatalf("TCP-space client of an IB-space listener: status %d", rej.Status)
+	}
+	udp := resolved(t, a, PSUDP, 7300)
+	if err := udp.id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := getEvent(t, udp.ch, EventUnreachable); ev.Status != int(cm.SIDRUnsupported) {
+		t.Fatalf("UDP-space client of an IB-space listener: status %d", ev.Status)
+	}
+}
