@@ -133,20 +133,10 @@ func dataLines(out, prefix string) string {
 // send a DREQ, as rping's server disconnects too.)
 func checkCMMADs(t *testing.T, c *capture, lossy, xrnicServer bool) {
 	t.Helper()
-	var seq, first []string
+	seq := cmMADs(frames(t, c.path))
+	var first []string
 	seen := map[string]bool{}
-	for _, f := range frames(t, c.path) {
-		b := f.data
-		if !isRoCEv2(b) || len(b) < mad.Size+4 {
-			continue
-		}
-		m := b[len(b)-4-mad.Size : len(b)-4]
-		_, msg, err := mad.Parse(m)
-		if err != nil {
-			continue
-		}
-		a := msg.Attr().String()
-		seq = append(seq, a)
+	for _, a := range seq {
 		if !seen[a] {
 			seen[a] = true
 			first = append(first, a)
