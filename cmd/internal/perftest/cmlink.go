@@ -289,30 +289,38 @@ func (l *cmLink) state() (closed, gone bool) {
 	return l.closed, l.gone
 }
 
-// wait polls cq for the exchange's one completion, backing off to a
-// millisecond between polls, until the deadline (if any).
+// wait polls cq for the exchange's one completion until the deadline (if any),
+// or until the link closes or the peer leaves.
 func (l *cmLink) wait(cq *verbs.CQ, what string, deadline time.Time, timeout time.Duration) (verbs.WC, error) {
-	var wc [1]verbs.WC
-	nap := time.Microsecond
-	for {
-		if cq.Poll(wc[:]) == 1 {
-			if wc[0].Status != verbs.WCSuccess || wc[0].WRID != syncSpecID {
-				return wc[0], fmt.Errorf("%w (%v): %s completed with status %v", ErrPeer, l.peer, what, wc[0].Status)
-			}
-			return wc[0], nil
-		}
+	wc, err := pollOne(cq, func() error {
 		switch closed, gone := l.state(); {
 		case closed:
-			return wc[0], fmt.Errorf("connection to %v closed: %w", l.peer, rdmacm.ErrClosed)
+			return fmt.Errorf("connection to %v closed: %w", l.peer, rdmacm.ErrClosed)
 		case gone:
-			return wc[0], fmt.Errorf("%w (%v) closed the connection", ErrPeer, l.peer)
+			return fmt.Errorf("%w (%v) closed the connection", ErrPeer, l.peer)
 		}
 		if !deadline.IsZero() && time.Now().After(deadline) {
-			return wc[0], fmt.Errorf("%w (%v) did not answer within %v", ErrPeer, l.peer, timeout)
+			return fmt.Errorf("%w (%v) did not answer within %v", ErrPeer, l.peer, timeout)
+		}
+		return nil
+	})
+	if err == nil && (wc.Status != verbs.WCSuccess || wc.WRID != syncSpecID) {
+		err = fmt.Errorf("%w (%v): %s completed with status %v", ErrPeer, l.peer, what, wc.Status)
+	}
+	return wc, err
+}
+
+// pollOne polls cq for one completion, backing off to a millisecond between
+// polls, until stop, asked between polls, returns an error.
+func pollOne(cq *verbs.CQ, stop func() error) (verbs.WC, error) {
+	var wc [1]verbs.WC
+	for nap := time.Microsecond; cq.Poll(wc[:]) == 0; nap = min(2*nap, time.Millisecond) {
+		if err := stop(); err != nil {
+			return wc[0], err
 		}
 		time.Sleep(nap)
-		nap = min(2*nap, time.Millisecond)
 	}
+	return wc[0], nil
 }
 
 // write is rdma_write_data: b as one signalled SEND, waited for.
@@ -629,18 +637,16 @@ func (s *session) recvUDParam(i int) error {
 // pollCM waits for one completion on cq during the connection phase, within
 // the exchange's timeout.
 func (s *session) pollCM(cq *verbs.CQ, what string) (verbs.WC, error) {
-	var wc [1]verbs.WC
 	deadline := time.Now().Add(s.conn.Timeout)
-	for nap := time.Microsecond; cq.Poll(wc[:]) == 0; nap = min(2*nap, time.Millisecond) {
+	return pollOne(cq, func() error {
 		if err := s.ctx.Err(); err != nil {
-			return wc[0], err
+			return err
 		}
 		if s.conn.Timeout > 0 && time.Now().After(deadline) {
-			return wc[0], fmt.Errorf("%w (%v): no %s within %v", ErrPeer, s.conn.peer(), what, s.conn.Timeout)
+			return fmt.Errorf("%w (%v): no %s within %v", ErrPeer, s.conn.peer(), what, s.conn.Timeout)
 		}
-		time.Sleep(nap)
-	}
-	return wc[0], nil
+		return nil
+	})
 }
 
 // closeCM ends -R's connections: the client disconnects each and waits for
