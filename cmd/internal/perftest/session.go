@@ -143,14 +143,9 @@ func (s *session) setup() error {
 	}
 
 	// check_mtu: ours (the -m request or the port's), then the smaller of the two.
-	cur := port.ActiveMTU
-	if p.MTU != 0 {
-		m, _ := verbs.MTUFromBytes(p.MTU)
-		if m > cur {
-			fmt.Fprintf(s.out, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", cur)
-		} else {
-			cur = m
-		}
+	cur := localMTU(p, s.dev)
+	if m, _ := verbs.MTUFromBytes(p.MTU); p.MTU != 0 && m > port.ActiveMTU {
+		fmt.Fprintf(s.out, "Requested mtu is higher than active mtu \nChanging to active mtu - %d\n", port.ActiveMTU)
 	}
 	rm, err := s.conn.XchgMTU(int(cur))
 	if err != nil {
