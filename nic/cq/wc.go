@@ -95,6 +95,9 @@ const (
 	TSO         Opcode = 7 // IBV_WC_TSO
 	Flush       Opcode = 8 // IBV_WC_FLUSH
 	AtomicWrite Opcode = 9 // IBV_WC_ATOMIC_WRITE
+	// RegMR completes a REG_MR work request: the kernel's IB_WC_REG_MR (libibverbs
+	// has no REG_MR work request, so no IBV_WC_ value).
+	RegMR Opcode = 10
 
 	Recv            Opcode = 1 << 7 // IBV_WC_RECV
 	RecvRDMAWithImm Opcode = 129    // IBV_WC_RECV_RDMA_WITH_IMM
@@ -121,6 +124,7 @@ var opcodeStr = map[Opcode]string{
 	TSO:             "tso",
 	Flush:           "flush",
 	AtomicWrite:     "atomic-write",
+	RegMR:           "reg-mr",
 	Recv:            "recv",
 	RecvRDMAWithImm: "recv-rdma-with-imm",
 	TMAdd:           "tm-add",

@@ -79,7 +79,8 @@ func TestOpcodeMatchesRDMACore(t *testing.T) {
 		{Driver1, 135, "driver1", true},
 		{Driver2, 136, "driver2", true},
 		{Driver3, 137, "driver3", true},
-		{10, 10, "unknown", false},
+		{RegMR, 10, "reg-mr", false},
+		{11, 11, "unknown", false},
 		{138, 138, "unknown", true},
 	}
 	for _, tt := range tests {

@@ -209,7 +209,7 @@ func (e *engine) compCheckPSN(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 			e.reqSkipAcked(qp, w)
 		}
 		if w.state == wqePending {
-			if w.mask&(wire.MaskRead|wire.MaskAtomic) != 0 {
+			if w.mask&respOps != 0 {
 				return compErrorRetry
 			}
 			e.resetRetryCounters(qp)
@@ -220,12 +220,12 @@ func (e *engine) compCheckPSN(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 	diff := psn.Sub(c.psn)
 	switch {
 	case diff < 0:
-		if psn == w.lastPSN && w.state == wqePending && w.mask&(wire.MaskRead|wire.MaskAtomic) == 0 {
+		if psn == w.lastPSN && w.state == wqePending && w.mask&respOps == 0 {
 			return compCompAck
 		}
 		e.d.cnt.inc(CntRcvdBadAck)
 		return compDone
-	case diff > 0 && w.mask&(wire.MaskRead|wire.MaskAtomic) != 0:
+	case diff > 0 && w.mask&respOps != 0:
 		return compDone // a READ response after a lost one: wait for the retry
 	}
 	return compCheckAck
@@ -266,6 +266,12 @@ func (e *engine) compCheckAck(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 			w.status = cq.BadRespErr
 			return compError
 		}
+		if (w.opcode == WRFlush || w.opcode == WRAtomicWrite) && op == wire.RCRDMAReadResponseOnly && len(p.Payload) == 0 {
+			// IBTA A19: an empty READ response answers a FLUSH or an ATOMIC
+			// WRITE (rxe check_ack).
+			e.resetRetryCounters(qp)
+			return compCompAck
+		}
 		if w.opcode != WRRDMARead {
 			w.status = cq.BadRespErr
 			return compError
@@ -283,7 +289,7 @@ func (e *engine) compCheckAck(qp *QP, p *wire.Packet, w *sendWQE) compStep {
 		syn := p.AETH.Syndrome()
 		switch syn.Kind() {
 		case wire.KindACK:
-			if w.mask&(wire.MaskRead|wire.MaskAtomic) != 0 {
+			if w.mask&respOps != 0 {
 				// A plain ACK at the PSN we wait on, held by a READ or atomic: the
 				// responder executed the request (it acknowledges every PSN up to
 				// this one) but its READ response or atomic ACK was lost. Retry, as
@@ -413,6 +419,16 @@ func wcOpcode(op WROpcode) cq.Opcode {
 		return cq.CompSwap
 	case WRAtomicFetchAdd:
 		return cq.FetchAdd
+	case WRLocalInv:
+		return cq.LocalInv
+	case WRBindMW:
+		return cq.BindMW
+	case WRRegMR:
+		return cq.RegMR
+	case WRFlush:
+		return cq.Flush
+	case WRAtomicWrite:
+		return cq.AtomicWrite
 	}
 	return cq.Send
 }

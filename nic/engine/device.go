@@ -559,7 +559,8 @@ type engine struct {
 	syncs   []*Op
 	pending []ctlReq
 	budget  int
-	mtu     int // port MTU in bytes (UD)
+	mtu     int    // port MTU in bytes (UD)
+	scratch []byte // one READ response's payload gathered from a page list
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -576,6 +577,7 @@ func (e *engine) init(d *Device) {
 	e.rxSizes = make([]int, d.cfg.Batch)
 	e.budget = d.cfg.TxBudget
 	e.mtu = d.mtu.Bytes()
+	e.scratch = make([]byte, qpattr.MTU4096.Bytes())
 }
 
 // runControl executes the queued control operations; false means shut down.

@@ -34,14 +34,15 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access mr.Access) (*MR, error) {
 	return &MR{pd: pd, r: r}, nil
 }
 
-// AllocFastRegMR reserves a fast-registration region (ib_alloc_mr): it has keys
-// but no memory until Region().FastReg binds some. Only such regions can be
-// invalidated by a SEND with Invalidate.
-func (pd *PD) AllocFastRegMR() (*MR, error) {
+// AllocFastRegMR reserves a fast-registration region of up to maxPages pages
+// (ib_alloc_mr with IB_MR_TYPE_MEM_REG and max_num_sg): it has keys but no memory
+// until MapSG gives it a page list and a REG_MR work request registers it. Only
+// such regions (and type 2 memory windows) can be invalidated.
+func (pd *PD) AllocFastRegMR(maxPages int) (*MR, error) {
 	if err := pd.use(); err != nil {
 		return nil, err
 	}
-	r, err := pd.d.mrs.AllocFastReg(pd.handle)
+	r, err := pd.d.mrs.AllocFastReg(pd.handle, maxPages)
 	if err != nil {
 		pd.unuse()
 		return nil, wrap(err)
@@ -49,14 +50,18 @@ func (pd *PD) AllocFastRegMR() (*MR, error) {
 	return &MR{pd: pd, r: r}, nil
 }
 
-// FastReg binds buf at iova with access to a fast-registration region under key,
-// whose low byte the consumer picks (the REG_MR work request's effect, IBTA
-// 10.6.3.3).
-func (m *MR) FastReg(key uint32, buf []byte, iova uint64, access mr.Access) error {
-	if err := m.pd.d.mrs.FastReg(m.r, key, m.pd.handle, buf, iova, access); err != nil {
-		return wrap(err)
+// MapSG sets the page list the next REG_MR work request on a fast-reg region
+// registers, as ib_map_mr_sg does (see mr.Table.MapSG for the rules): sgl's
+// buffers as one range from IOVA iova (the address of sgl[0][0] when 0), in pages
+// of pageSize bytes. It returns how many buffers it mapped; fewer than len(sgl),
+// with an error wrapping ErrLimit, when they need more pages than the region's
+// maximum.
+func (m *MR) MapSG(sgl [][]byte, pageSize int, iova uint64) (int, error) {
+	n, err := m.pd.d.mrs.MapSG(m.r, sgl, pageSize, iova)
+	if err != nil {
+		return n, wrap(err)
 	}
-	return nil
+	return n, nil
 }
 
 // LKey is the local key.
@@ -140,6 +145,8 @@ func (m *MR) Dereg() *Op { return m.pd.d.doneOp(m.dereg()) }
 // Close is Dereg: a region has no children to wait for.
 func (m *MR) Close() *Op { return m.Dereg() }
 
+// Dereg fails with ErrBusy while memory windows are bound to the region (IBTA
+// 10.6.7.2.6; rxe answers EINVAL).
 func (m *MR) dereg() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -78,16 +78,18 @@ func TestRCImmediate(t *testing.T) {
 
 func TestRCSendWithInvalidate(t *testing.T) {
 	_, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{})
-	fr, err := b.pd.AllocFastRegMR()
+	fr, err := b.pd.AllocFastRegMR(4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fr.Dereg()
 	mem := make([]byte, 4096)
 	key := fr.LKey()&^0xff | 0x5a
-	if err := fr.FastReg(key, mem, 0x900000, mr.LocalWrite|mr.RemoteWrite); err != nil {
+	if _, err := fr.MapSG([][]byte{mem}, 4096, 0x900000); err != nil {
 		t.Fatal(err)
 	}
+	send(t, b, SendWR{WRID: 9, Opcode: WRRegMR, Flags: SendSignaled, MR: fr, Key: key, Access: mr.LocalWrite | mr.RemoteWrite})
+	checkWC(t, pollOne(t, b.cq), cq.WC{WRID: 9, Opcode: cq.RegMR, QPN: b.qp.QPN()})
 	// The region works before the invalidation...
 	send(t, a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, InlineData: []byte("hello"),
 		RemoteAddr: 0x900000, RKey: key})

@@ -59,7 +59,7 @@ func (d *Device) checkSGL(pd *PD, sgl []SGE, need mr.Access) (uint32, error) {
 	var total uint64
 	for i := range sgl {
 		s := &sgl[i]
-		if _, f := d.mrs.Lookup(s.LKey, pd.handle, s.Addr, int(s.Length), need, false); f != mr.FaultNone {
+		if _, f := d.mrs.Lookup(s.LKey, pd.handle, s.Addr, int(s.Length), need, mr.Local); f != mr.FaultNone {
 			return 0, lookupFault(f)
 		}
 		total += uint64(s.Length)
@@ -75,7 +75,10 @@ func (d *Device) checkSGL(pd *PD, sgl []SGE, need mr.Access) (uint32, error) {
 // never blocks on the engine: the doorbell wakes it. Only the QP's state decides,
 // not the port's: a port that is DOWN takes posts, as rxe_post_send does, and the
 // local ACK timeout settles them (see SetPortState).
-func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
+func (qp *QP) PostSend(wrs []SendWR) (n int, err error) { return qp.postSend(wrs, false) }
+
+// postSend is PostSend; bind1 lets BIND_MW name a type 1 window (BindMW).
+func (qp *QP) postSend(wrs []SendWR, bind1 bool) (n int, err error) {
 	qp.sendQ.mu.Lock()
 	st := qp.pubState.Load()
 	prod := qp.sendQ.prod.Load()
@@ -83,7 +86,7 @@ func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
 		if err = qp.checkPostSend(st, prod, &wrs[n]); err != nil {
 			break
 		}
-		if err = qp.fillSendWQE(&qp.sendSlots[prod&qp.sendQ.mask], &wrs[n]); err != nil {
+		if err = qp.fillSendWQE(&qp.sendSlots[prod&qp.sendQ.mask], &wrs[n], bind1); err != nil {
 			break
 		}
 		prod++
@@ -123,9 +126,12 @@ func (qp *QP) checkPostSend(st uint32, prod uint32, wr *SendWR) error {
 
 // fillSendWQE validates wr against memory and copies it into slot w (rxe
 // init_send_wqe and validate_send_wr).
-func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
+func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
 	d := qp.d
 	m := wrOpcodes.mask(wr.Opcode)
+	if wrOpcodes[wr.Opcode].local || m&(wire.MaskFlush|wire.MaskAtomicWrite) != 0 {
+		return qp.fillOtherWQE(w, wr, bind1)
+	}
 	inline := wr.InlineData != nil || wr.Flags&SendInline != 0
 	if inline && m&(wire.MaskRead|wire.MaskAtomic) != 0 {
 		return errPostInlineOp
@@ -204,15 +210,73 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR) error {
 		} else {
 			for i := range wr.SGL {
 				s := &wr.SGL[i]
-				b, f := d.mrs.Lookup(s.LKey, qp.pd.handle, s.Addr, int(s.Length), 0, false)
-				if f != mr.FaultNone { // deregistered since checkSGL
-					return lookupFault(f)
+				for va, n := s.Addr, int(s.Length); n > 0; {
+					b, f := d.mrs.Lookup(s.LKey, qp.pd.handle, va, n, 0, mr.Local)
+					if f != mr.FaultNone { // deregistered since checkSGL
+						return lookupFault(f)
+					}
+					w.inline = append(w.inline, b...)
+					va += uint64(len(b))
+					n -= len(b)
 				}
-				w.inline = append(w.inline, b...)
 			}
 		}
 	} else {
 		w.sgl = append(w.sgl, wr.SGL...)
+	}
+	return nil
+}
+
+// fillOtherWQE fills a slot for the WRs that carry no SGL: the local operations
+// (their objects are checked here, their rules when the requester executes them,
+// as rxe_do_local_ops does), FLUSH and ATOMIC WRITE.
+func (qp *QP) fillOtherWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
+	if len(wr.SGL) > 0 || wr.InlineData != nil || wr.Flags&SendInline != 0 {
+		return errPostLocalData
+	}
+	switch wr.Opcode {
+	case WRBindMW:
+		switch {
+		case wr.MW == nil || wr.MW.pd.d != qp.d:
+			return errPostNoMW
+		case wr.MW.w.Type() == mr.Type1 && !bind1:
+			return errPostBindType1
+		case wr.Bind.MR != nil && wr.Bind.MR.pd.d != qp.d:
+			return errPostBindMR
+		}
+	case WRRegMR:
+		if wr.MR == nil || wr.MR.pd.d != qp.d || !wr.MR.r.FastReg() {
+			return errPostNoMR
+		}
+	case WRFlush:
+		if wr.FlushType == 0 || wr.FlushType&^(FlushGlobal|FlushPersistent) != 0 || wr.FlushLevel > FlushMR {
+			return errPostFlush
+		}
+	case WRAtomicWrite:
+		if wr.RemoteAddr&7 != 0 {
+			return errPostAtomicAlign
+		}
+	}
+	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
+	w.wrid = wr.WRID
+	w.opcode = wr.Opcode
+	w.flags = wr.Flags
+	w.mask = wrOpcodes.mask(wr.Opcode)
+	w.local = wrOpcodes[wr.Opcode].local
+	w.invRKey = wr.InvalidateRKey
+	w.remoteAddr = wr.RemoteAddr
+	w.iova = wr.RemoteAddr
+	w.rkey = wr.RKey
+	w.flushLen = wr.FlushLen
+	w.flushType = wr.FlushType
+	w.flushLevel = wr.FlushLevel
+	w.mw, w.mr, w.key, w.access, w.bind = wr.MW, wr.MR, wr.Key, wr.Access, wr.Bind
+	if wr.Opcode == WRAtomicWrite {
+		// The payload, like inline data: copied now, sent from the WQE.
+		w.isInline = true
+		w.inline = append(w.inline, wr.AtomicData[:]...)
+		w.length = mr.AtomicLen
+		w.dma = dmaCursor{resid: mr.AtomicLen}
 	}
 	return nil
 }

@@ -290,6 +290,9 @@ func (e *engine) destroyQP(qp *QP) {
 	qp.n.dead.Store(true)
 	qp.live = false
 	delete(e.qps, qp.qpn)
+	// Its type 2 windows go with it: a new QP may get its number, and must not
+	// inherit what a peer was given for this one.
+	e.d.mrs.InvalidateWindows(qp.qpn)
 	qp.pd.releaseQP(qp)
 }
 

@@ -45,6 +45,12 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 		if w == nil {
 			return false
 		}
+		if w.local {
+			if !e.localOp(qp, w) {
+				return false
+			}
+			continue
+		}
 		if w.ah != nil && w.rt == nil {
 			rt, failed := e.ahRoute(w.ah, qp)
 			if failed {
@@ -66,7 +72,7 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 		if !e.txReserve() {
 			return true
 		}
-		if w.mask&(wire.MaskRead|wire.MaskAtomic) != 0 && !w.hasRdAtomic {
+		if w.mask&rdAtomicOps != 0 && !w.hasRdAtomic {
 			if qp.attr.MaxRdAtomic == 0 {
 				// No initiator depth was negotiated: the WR can never go.
 				e.reqFail(qp, w, cq.LocQPOpErr)
@@ -102,7 +108,51 @@ func (e *engine) reqNextWQE(qp *QP) *sendWQE {
 		req.waitFence = true
 		return nil
 	}
+	// Local invalidate fence (IBTA 10.6.5.1, mandatory in rxe): a LOCAL_INV waits
+	// until every earlier WQE has completed, so no request still in flight uses
+	// the key it ends.
+	if w.opcode == WRLocalInv && w.state == wqePosted && req.wqeIndex != qp.sendQ.cons.Load() {
+		req.waitFence = true
+		return nil
+	}
 	return w
+}
+
+// localOp executes a LOCAL_INV, BIND_MW or REG_MR work request when the
+// requester reaches it (rxe_do_local_ops): nothing goes on the wire, and the WQE
+// completes in order once every earlier one has. A failure completes it with the
+// status rxe gives (LOC_QP_OP_ERR, MW_BIND_ERR for a bind) and the QP goes to
+// ERR; false then.
+func (e *engine) localOp(qp *QP, w *sendWQE) bool {
+	status := cq.Success
+	switch w.opcode {
+	case WRLocalInv:
+		if e.d.mrs.Invalidate(w.invRKey, qp.pd.handle, mr.Local) != mr.FaultNone {
+			status = cq.LocQPOpErr
+		}
+	case WRRegMR:
+		if e.d.mrs.FastReg(w.mr.r, w.key, qp.pd.handle, w.access) != nil {
+			status = cq.LocQPOpErr
+		}
+	case WRBindMW:
+		b := mr.BindInfo{Addr: w.bind.Addr, Length: w.bind.Length, Access: w.bind.Access}
+		if w.bind.MR != nil {
+			b.Region = w.bind.MR.r
+		}
+		if e.d.mrs.Bind(w.mw.w, w.key, qp.pd.handle, qp.qpn, b) != nil {
+			status = cq.MWBindErr
+		}
+	}
+	w.mw, w.mr, w.bind.MR = nil, nil, nil // the slot keeps no object alive
+	if status != cq.Success {
+		e.reqFail(qp, w, status)
+		return false
+	}
+	w.state = wqeDone
+	w.status = cq.Success
+	qp.req.wqeIndex++
+	e.completer(qp, nil)
+	return true
 }
 
 // nextOpcode picks the opcode of w's next packet from the last one sent (rxe
@@ -156,6 +206,10 @@ func nextOpcode(qp *QP, w *sendWQE) wire.Opcode {
 		return wire.RCRDMAReadRequest
 	case WRAtomicCmpSwp:
 		return wire.RCCompareSwap
+	case WRFlush:
+		return wire.RCFlush
+	case WRAtomicWrite:
+		return wire.RCAtomicWrite
 	}
 	return wire.RCFetchAdd
 }
@@ -205,7 +259,14 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 	bth.Encode(ib)
 	if m&wire.MaskRETH != 0 {
 		f := wire.RETHFields{VA: w.iova, RKey: w.rkey, DMALen: w.dma.resid}
+		if m&wire.MaskFlush != 0 {
+			f.DMALen = w.flushLen
+		}
 		f.Encode(ib[in.Offset[wire.HdrRETH]:])
+	}
+	if m&wire.MaskFETH != 0 {
+		f := wire.FETHFields{Selectivity: uint8(w.flushLevel), PlacementType: uint8(w.flushType)}
+		f.Encode(ib[in.Offset[wire.HdrFETH]:])
 	}
 	if m&wire.MaskImmDt != 0 {
 		wire.ImmDt(ib[in.Offset[wire.HdrImmDt]:]).SetImm(w.imm)

@@ -63,7 +63,7 @@ func TestResources(t *testing.T) {
 	if r, _ := p.b.Resources(); len(r.CQs) != 0 {
 		t.Errorf("after destroying the CQ: %+v", r.CQs)
 	}
-	f, err := b.pd.AllocFastRegMR()
+	f, err := b.pd.AllocFastRegMR(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@
 package engine
 
 import (
+	"encoding/binary"
+
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/qpattr"
@@ -42,6 +44,8 @@ type respRes struct {
 const (
 	resRead uint8 = iota + 1
 	resAtomic
+	resFlush       // answered again, never executed twice (oA19-14, oA19-15)
+	resAtomicWrite // likewise
 )
 
 // outKind is the kind of a queued response.
@@ -223,10 +227,18 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 	switch qp.typ {
 	case qpattr.RC:
 		if (mask&wire.MaskRead != 0 && acc&qpattr.AccessRemoteRead == 0) ||
-			(mask&wire.MaskWrite != 0 && acc&qpattr.AccessRemoteWrite == 0) ||
-			(mask&wire.MaskAtomic != 0 && acc&qpattr.AccessRemoteAtomic == 0) ||
-			mask&(wire.MaskFlush|wire.MaskAtomicWrite) != 0 {
+			(mask&(wire.MaskWrite|wire.MaskAtomicWrite) != 0 && acc&qpattr.AccessRemoteWrite == 0) ||
+			(mask&wire.MaskAtomic != 0 && acc&qpattr.AccessRemoteAtomic == 0) {
 			return errUnsupportedOpcode
+		}
+		if mask&wire.MaskFlush != 0 {
+			// rxe check_qp_attr_access: each placement type needs its QP right;
+			// persistence is never granted (no such memory). A reserved type or
+			// selectivity is no request this responder knows either.
+			plt, sel := FlushType(p.FETH.PlacementType()), FlushLevel(p.FETH.Selectivity())
+			if plt == 0 || plt&^FlushGlobal != 0 || acc&qpattr.AccessFlushGlobal == 0 || sel > FlushMR {
+				return errUnsupportedOpcode
+			}
 		}
 	case qpattr.UC:
 		if mask&wire.MaskWrite != 0 && acc&qpattr.AccessRemoteWrite == 0 {
@@ -235,7 +247,7 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 	}
 
 	// CHK_RESOURCE.
-	if mask&(wire.MaskRead|wire.MaskAtomic) != 0 {
+	if mask&rdAtomicOps != 0 {
 		// The requester must not exceed the negotiated depth (rxe
 		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
 		// Only new requests count: a duplicate is answered from the resource its
@@ -272,6 +284,9 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 	if mask&(wire.MaskRead|wire.MaskWrite) != 0 && p.RETH != nil && p.RETH.DMALen() > 1<<31 {
 		return errLength
 	}
+	if mask&wire.MaskAtomicWrite != 0 && (p.RETH.DMALen() != mr.AtomicLen || n != mr.AtomicLen) {
+		return errLength // IBTA A19: eight bytes, no more, no less (rxe does not check)
+	}
 
 	// CHK_RKEY.
 	switch {
@@ -291,7 +306,7 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 		if mask&wire.MaskRead != 0 {
 			need = mr.RemoteRead
 		}
-		if _, f := e.d.mrs.Lookup(r.rkey, qp.pd.handle, r.va, int(r.resid), need, true); f != mr.FaultNone {
+		if _, f := e.d.mrs.Lookup(r.rkey, qp.pd.handle, r.va, int(r.resid), need, qp.qpn); f != mr.FaultNone {
 			return errRKeyViolation
 		}
 		if mask&wire.MaskWrite != 0 {
@@ -306,14 +321,36 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 	case mask&wire.MaskAtomic != 0:
 		a := p.AtomicETH
 		r.va, r.rkey, r.resid = a.VA(), a.RKey(), 8
-		if _, f := e.d.mrs.LookupAtomic(r.rkey, qp.pd.handle, r.va); f != mr.FaultNone {
-			if f == mr.FaultAlign {
-				return errMisalignedAtomic
-			}
+		if _, f := e.d.mrs.LookupAtomic(r.rkey, qp.pd.handle, qp.qpn, r.va); f != mr.FaultNone {
+			return atomicFault(f)
+		}
+	case mask&wire.MaskAtomicWrite != 0:
+		r.va, r.rkey, r.resid = p.RETH.VA(), p.RETH.RKey(), mr.AtomicLen
+		if _, f := e.d.mrs.LookupAtomicWrite(r.rkey, qp.pd.handle, qp.qpn, r.va); f != mr.FaultNone {
+			return atomicFault(f)
+		}
+	case mask&wire.MaskFlush != 0:
+		// rxe check_rkey: the key, PD and FLUSH right always; the range only for
+		// FlushRange (FlushMR flushes the whole region whatever the RETH says).
+		r.va, r.rkey, r.resid = p.RETH.VA(), p.RETH.RKey(), p.RETH.DMALen()
+		n := int(r.resid)
+		if FlushLevel(p.FETH.Selectivity()) == FlushMR {
+			n = 0
+		}
+		if f := e.d.mrs.Check(r.rkey, qp.pd.handle, r.va, n, mr.FlushGlobal, qp.qpn); f != mr.FaultNone {
 			return errRKeyViolation
 		}
 	}
 	return respOK
+}
+
+// atomicFault is the responder error for a failed atomic lookup: a misaligned
+// word is an invalid request, the rest an R_Key violation (rxe).
+func atomicFault(f mr.Fault) respErr {
+	if f == mr.FaultAlign {
+		return errMisalignedAtomic
+	}
+	return errRKeyViolation
 }
 
 // takeRecvWQE makes the head of the receive queue (or a WQE from the SRQ) the
@@ -371,11 +408,9 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 		}
 	case mask&wire.MaskWrite != 0:
 		if n := len(p.Payload); n > 0 {
-			b, f := e.d.mrs.Lookup(r.rkey, pd, r.va, n, mr.RemoteWrite, true)
-			if f != mr.FaultNone {
+			if e.regionCopy(qp, r.rkey, r.va, p.Payload, mr.RemoteWrite, true) != mr.FaultNone {
 				return errRKeyViolation
 			}
-			copy(b, p.Payload)
 			r.va += uint64(n)
 			r.resid -= uint32(n)
 		}
@@ -383,9 +418,12 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 		return e.readRequest(qp, p)
 	case mask&wire.MaskAtomic != 0:
 		return e.atomicRequest(qp, p)
+	case mask&(wire.MaskFlush|wire.MaskAtomicWrite) != 0:
+		return e.flushOrAtomicWrite(qp, p, mask)
 	}
 	if p.IETH != nil {
-		if e.d.mrs.Invalidate(p.IETH.RKey(), pd) != mr.FaultNone {
+		// rxe invalidate_rkey; a type 2 window only from the QP it is bound to.
+		if e.d.mrs.Invalidate(p.IETH.RKey(), pd, qp.qpn) != mr.FaultNone {
 			return errInvalidateRKey
 		}
 	}
@@ -442,12 +480,9 @@ func (e *engine) readRequest(qp *QP, p *wire.Packet) respErr {
 func (e *engine) atomicRequest(qp *QP, p *wire.Packet) respErr {
 	r := &qp.resp
 	a := p.AtomicETH
-	b, f := e.d.mrs.LookupAtomic(r.rkey, qp.pd.handle, r.va)
+	b, f := e.d.mrs.LookupAtomic(r.rkey, qp.pd.handle, qp.qpn, r.va)
 	if f != mr.FaultNone {
-		if f == mr.FaultAlign {
-			return errMisalignedAtomic
-		}
-		return errRKeyViolation
+		return atomicFault(f)
 	}
 	var orig uint64
 	if p.Opcode == wire.RCCompareSwap {
@@ -464,6 +499,41 @@ func (e *engine) atomicRequest(qp *QP, p *wire.Packet) respErr {
 	r.rdAtomic++
 	r.push(respOut{kind: outAtomicAck, syn: wire.ACKSyndrome(wire.CreditsUnlimited), psn: psn, msn: r.msn,
 		orig: orig, counted: true})
+	e.schedule(qp)
+	return respOK
+}
+
+// flushOrAtomicWrite executes a FLUSH or an ATOMIC WRITE (IBTA A19; rxe
+// process_flush, atomic_write_reply) and queues its answer, an RDMA READ response
+// of length zero. A FLUSH to global visibility has nothing to wait for here: the
+// engine's stores are done when it handles the next packet, and the requester's
+// completion orders them before what the application reads after it. An ATOMIC
+// WRITE stores its eight bytes with one atomic store, after every earlier write.
+func (e *engine) flushOrAtomicWrite(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
+	r := &qp.resp
+	psn := p.BTH.PSN()
+	kind, counted := resFlush, false
+	if mask&wire.MaskAtomicWrite != 0 {
+		b, f := e.d.mrs.LookupAtomicWrite(r.rkey, qp.pd.handle, qp.qpn, r.va)
+		if f != mr.FaultNone {
+			return atomicFault(f)
+		}
+		mr.Store(b, binary.NativeEndian.Uint64(p.Payload))
+		kind, counted = resAtomicWrite, true
+		r.rdAtomic++
+	}
+	res := r.nextRes()
+	*res = respRes{kind: kind, first: psn, last: psn, va: r.va, rkey: r.rkey}
+	r.msn = (r.msn + 1) & wire.PSNMask
+	r.psn = psn.Next()
+	r.opcode = -1
+	if !r.push(respOut{kind: outRead, psn: psn, msn: r.msn, counted: counted}) {
+		if counted {
+			r.rdAtomic--
+		}
+		e.d.cnt.inc(CntTxDropped) // the requester's retry is answered from res
+		return respOK
+	}
 	e.schedule(qp)
 	return respOK
 }
@@ -531,6 +601,21 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, mask wire.OpMask) {
 		}
 		if !r.push(respOut{kind: outAtomicAck, syn: wire.ACKSyndrome(wire.CreditsUnlimited), psn: psn,
 			msn: r.msn, orig: res.orig}) {
+			e.d.cnt.inc(CntTxDropped)
+			return
+		}
+		e.schedule(qp)
+	case mask&(wire.MaskFlush|wire.MaskAtomicWrite) != 0:
+		// Answered again from the resource, never executed twice (oA19-14, oA19-15).
+		want := resFlush
+		if mask&wire.MaskAtomicWrite != 0 {
+			want = resAtomicWrite
+		}
+		res := r.findRes(psn)
+		if res == nil || res.kind != want || res.first != psn {
+			return
+		}
+		if !r.push(respOut{kind: outRead, psn: psn, msn: r.msn}) {
 			e.d.cnt.inc(CntTxDropped)
 			return
 		}
@@ -731,7 +816,12 @@ func (e *engine) sendReadResponse(qp *QP, o *respOut) bool {
 		op = wire.RCRDMAReadResponseLast
 	}
 	n := min(o.resid, mtu)
-	data, f := e.d.mrs.Lookup(o.rkey, qp.pd.handle, o.va, int(n), mr.RemoteRead, true)
+	data, f := e.d.mrs.Lookup(o.rkey, qp.pd.handle, o.va, int(n), mr.RemoteRead, qp.qpn)
+	if f == mr.FaultNone && len(data) < int(n) {
+		// A page list: gather the packet's pages.
+		data = e.scratch[:n]
+		f = e.regionCopy(qp, o.rkey, o.va, data, mr.RemoteRead, false)
+	}
 	if f != mr.FaultNone {
 		// The region changed under the READ: class C remote access error.
 		e.sendAck(qp, wire.RCAcknowledge, wire.NAKSyndrome(wire.NAKRemoteAccessError), o.psn, o.msn, 0, nil)

@@ -179,7 +179,7 @@ func TestRegionLockedAtomics(t *testing.T) {
 		}
 		// The aligned IOVA's word works either way.
 		va := (r.Addr() + 7) &^ 7
-		w, f := tb.LookupAtomic(r.RKey(), 1, va)
+		w, f := tb.LookupAtomic(r.RKey(), 1, testQP, va)
 		if f != FaultNone {
 			t.Fatalf("%s: LookupAtomic(%#x): %v", c.name, va, f)
 		}
@@ -192,7 +192,7 @@ func TestRegionLockedAtomics(t *testing.T) {
 		}
 		mustDeregister(t, tb, r)
 	}
-	fr, _ := tb.AllocFastReg(1)
+	fr, _ := tb.AllocFastReg(1, MaxFastRegPages)
 	if fr.LockedAtomics() {
 		t.Errorf("unbound fast-reg region reports locked atomics")
 	}

@@ -22,7 +22,7 @@ func BenchmarkLookup(b *testing.B) {
 	key := r.RKey()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if _, f := tb.Lookup(key, 1, 0x10000+uint64(i&1023)*1024, 1024, RemoteWrite, true); f != FaultNone {
+		if _, f := tb.Lookup(key, 1, 0x10000+uint64(i&1023)*1024, 1024, RemoteWrite, testQP); f != FaultNone {
 			b.Fatal(f)
 		}
 	}
@@ -33,7 +33,7 @@ func BenchmarkLookupFault(b *testing.B) {
 	key := r.RKey() ^ 0x55
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, f := tb.Lookup(key, 1, 0x10000, 1024, RemoteWrite, true); f != FaultInvalidKey {
+		if _, f := tb.Lookup(key, 1, 0x10000, 1024, RemoteWrite, testQP); f != FaultInvalidKey {
 			b.Fatal(f)
 		}
 	}
@@ -61,7 +61,7 @@ func BenchmarkLookupParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			if _, f := tb.Lookup(key, 1, 0x10000+uint64(i&1023)*1024, 1024, RemoteWrite, true); f != FaultNone {
+			if _, f := tb.Lookup(key, 1, 0x10000+uint64(i&1023)*1024, 1024, RemoteWrite, testQP); f != FaultNone {
 				b.Error(f)
 				return
 			}
@@ -77,7 +77,7 @@ func BenchmarkLookupAtomicFetchAdd(b *testing.B) {
 	key := r.RKey()
 	b.ReportAllocs()
 	for b.Loop() {
-		w, f := tb.LookupAtomic(key, 1, 0x10000+64)
+		w, f := tb.LookupAtomic(key, 1, testQP, 0x10000+64)
 		if f != FaultNone {
 			b.Fatal(f)
 		}

@@ -55,7 +55,7 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 				}
 				off := uint64(i*7) % (concBufLen - 16)
 				n := 1 + i%16
-				b, f := tb.Lookup(p.key, pd, concIOVA(p.gen)+off, n, RemoteRead, true)
+				b, f := tb.Lookup(p.key, pd, concIOVA(p.gen)+off, n, RemoteRead, testQP)
 				switch f {
 				case FaultNone:
 					if len(b) != n || cap(b) != n {
@@ -76,7 +76,7 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 					t.Errorf("gen %d key %#x: %v, want success or invalid key", p.gen, p.key, f)
 					return
 				}
-				if w, f := tb.LookupAtomic(p.key, pd, concIOVA(p.gen)+off&^7); f == FaultNone {
+				if w, f := tb.LookupAtomic(p.key, pd, testQP, concIOVA(p.gen)+off&^7); f == FaultNone {
 					Load(w) // read-only: the registrar never writes the buffer after publishing
 				} else if f != FaultInvalidKey {
 					t.Errorf("LookupAtomic: %v", f)
@@ -101,7 +101,7 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 					t.Errorf("Deregister: %v", err)
 					return false
 				}
-				if _, f := tb.Lookup(key, pd, concIOVA(liveGen[i]), 1, RemoteRead, true); f != FaultInvalidKey {
+				if _, f := tb.Lookup(key, pd, concIOVA(liveGen[i]), 1, RemoteRead, testQP); f != FaultInvalidKey {
 					t.Errorf("key %#x after Deregister: %v, want invalid key", key, f)
 				}
 				live[i] = nil
@@ -124,8 +124,8 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 				var r *Region
 				var err error
 				if round%3 == 0 {
-					if r, err = tb.AllocFastReg(pd); err == nil {
-						err = tb.FastReg(r, r.LKey(), pd, buf, concIOVA(gen), acc)
+					if r, err = tb.AllocFastReg(pd, MaxFastRegPages); err == nil {
+						err = fastReg(t, tb, r, r.LKey(), pd, buf, concIOVA(gen), acc)
 					}
 				} else {
 					r, err = tb.Register(pd, buf, concIOVA(gen), acc)
@@ -144,15 +144,15 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 						t.Errorf("Reregister: %v", err)
 						return
 					}
-					if _, f := tb.Lookup(old, pd, concIOVA(gen), 1, RemoteRead, true); f != FaultInvalidKey {
+					if _, f := tb.Lookup(old, pd, concIOVA(gen), 1, RemoteRead, testQP); f != FaultInvalidKey {
 						t.Errorf("old key after Reregister: %v", f)
 					}
 					my.Store(&published{r.RKey(), gen})
 				case 3: // fast-reg: invalidate, then the key fails at once
-					if f := tb.Invalidate(r.RKey(), pd); f != FaultNone {
+					if f := tb.Invalidate(r.RKey(), pd, Local); f != FaultNone {
 						t.Errorf("Invalidate: %v", f)
 					}
-					if _, f := tb.Lookup(r.RKey(), pd, concIOVA(gen), 1, RemoteRead, true); f != FaultInvalidKey {
+					if _, f := tb.Lookup(r.RKey(), pd, concIOVA(gen), 1, RemoteRead, testQP); f != FaultInvalidKey {
 						t.Errorf("key after Invalidate: %v", f)
 					}
 				}

@@ -25,6 +25,8 @@ const (
 	FaultBounds
 	// FaultAlign: an atomic's VA is not 8-byte aligned.
 	FaultAlign
+	// FaultBusy: an Invalidate of a region that memory windows are bound to.
+	FaultBusy
 
 	numFaults
 )
@@ -36,6 +38,7 @@ var faultNames = [numFaults]string{
 	FaultAccess:     "access violation",
 	FaultBounds:     "out of bounds",
 	FaultAlign:      "misaligned atomic",
+	FaultBusy:       "windows bound",
 }
 
 func (f Fault) String() string {

@@ -70,12 +70,12 @@ func fuzzFixture(t testing.TB) (*Table, *lookupModel) {
 		m := &lookupModel{byIndex: map[uint32]*modelRegion{}}
 		add := func(r *Region) {
 			v := r.cur.Load()
-			mr := &modelRegion{key: v.key, pd: v.pd, access: v.access, iova: v.iova, buf: v.buf,
-				valid: v.state.Load() == stateValid, fast: v.fast}
+			mr := &modelRegion{key: v.key, pd: v.pd, access: v.access, iova: v.iova, buf: v.m.buf,
+				valid: v.state.Load() == stateValid, fast: v.inval}
 			m.byIndex[v.key>>8] = mr
 			m.keys = append(m.keys, v.key)
-			if len(v.buf) > 0 {
-				m.bufs = append(m.bufs, v.buf)
+			if len(v.m.buf) > 0 {
+				m.bufs = append(m.bufs, v.m.buf)
 			}
 		}
 		reg := func(pd uint32, n int, iova uint64, acc Access) *Region {
@@ -93,18 +93,18 @@ func fuzzFixture(t testing.TB) (*Table, *lookupModel) {
 		heap := make([]byte, 64)
 		r := mustRegister(t, tb, 1, heap[5:], 0x2000, allRights|FlushGlobal) // locked atomics
 		add(r)
-		fr, _ := tb.AllocFastReg(1)
+		fr, _ := tb.AllocFastReg(1, MaxFastRegPages)
 		add(fr) // never bound: Free
-		fr2, _ := tb.AllocFastReg(2)
-		if err := tb.FastReg(fr2, fr2.LKey()+3, 2, make([]byte, 256), 0x3000, LocalWrite|RemoteRead); err != nil {
+		fr2, _ := tb.AllocFastReg(2, MaxFastRegPages)
+		if err := fastReg(t, tb, fr2, fr2.LKey()+3, 2, make([]byte, 256), 0x3000, LocalWrite|RemoteRead); err != nil {
 			t.Fatal(err)
 		}
 		add(fr2)
-		fr3, _ := tb.AllocFastReg(2)
-		if err := tb.FastReg(fr3, fr3.LKey(), 2, make([]byte, 256), 0x4000, LocalWrite|RemoteWrite); err != nil {
+		fr3, _ := tb.AllocFastReg(2, MaxFastRegPages)
+		if err := fastReg(t, tb, fr3, fr3.LKey(), 2, make([]byte, 256), 0x4000, LocalWrite|RemoteWrite); err != nil {
 			t.Fatal(err)
 		}
-		tb.Invalidate(fr3.LKey(), 2)
+		tb.Invalidate(fr3.LKey(), 2, Local)
 		add(fr3)
 		// A stale key: deregister, fill, reuse the index.
 		old := reg(1, 128, 0x9000, allRights)
@@ -143,20 +143,20 @@ func FuzzLookup(f *testing.F) {
 			}
 		}
 		n := int(length)
-		b, f := tb.Lookup(key, pd, va, n, Access(need), remote)
+		b, f := tb.Lookup(key, pd, va, n, Access(need), qpOf(remote))
 		mr, off, want := m.lookup(key, pd, va, n, Access(need), remote)
 		if f != want {
 			t.Fatalf("Lookup(%#x, %d, %#x, %d, %v, %v) = %v, model says %v", key, pd, va, n, Access(need), remote, f, want)
 		}
 		checkSlice(t, m, b, f, mr, off, n)
 
-		b, f = tb.LookupAtomic(key, pd, va)
+		b, f = tb.LookupAtomic(key, pd, testQP, va)
 		mr, off, want = m.lookup(key, pd, va, AtomicLen, RemoteAtomic, true)
 		if want == FaultNone && va%8 != 0 {
 			want, mr = FaultAlign, nil
 		}
 		if f != want {
-			t.Fatalf("LookupAtomic(%#x, %d, %#x) = %v, model says %v", key, pd, va, f, want)
+			t.Fatalf("LookupAtomic(%#x, %d, testQP, %#x) = %v, model says %v", key, pd, va, f, want)
 		}
 		checkSlice(t, m, b, f, mr, off, AtomicLen)
 	})

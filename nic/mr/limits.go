@@ -35,6 +35,14 @@ const (
 	// A19 ATOMIC WRITE): one naturally aligned 64-bit word.
 	AtomicLen = 8
 
+	// MaxFastRegPages is the longest page list a fast-reg region may hold: rxe's
+	// RXE_MAX_FMR_PAGE_LIST_LEN, its max_fast_reg_page_list_len.
+	MaxFastRegPages = 512
+
+	// MinPageSize and MaxPageSize bound MapSG's page size (powers of two).
+	MinPageSize = 512
+	MaxPageSize = 1 << 30
+
 	// atomicStripes is the number of locks that serialise atomics on host
 	// addresses that are not 8-byte aligned (see atomic.go).
 	atomicStripes = 64

@@ -124,7 +124,7 @@ func TestLookup(t *testing.T) {
 		{"local out of bounds", lo, pd1, iovaLo + 4000, 97, LocalWrite, false, FaultBounds, 0, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, f := x.tb.Lookup(c.key, c.pd, c.va, c.length, c.need, c.remote)
+			b, f := x.tb.Lookup(c.key, c.pd, c.va, c.length, c.need, qpOf(c.remote))
 			if f != c.want {
 				t.Fatalf("Lookup = %v, want %v", f, c.want)
 			}
@@ -178,7 +178,7 @@ func TestLookupAtomic(t *testing.T) {
 			if c.write {
 				lookup = x.tb.LookupAtomicWrite
 			}
-			b, f := lookup(c.key, c.pd, c.va)
+			b, f := lookup(c.key, c.pd, testQP, c.va)
 			if f != c.want {
 				t.Fatalf("got %v, want %v", f, c.want)
 			}
@@ -190,7 +190,7 @@ func TestLookupAtomic(t *testing.T) {
 			}
 		})
 	}
-	b, _ := x.tb.LookupAtomic(rw, pd1, iovaRW+16)
+	b, _ := x.tb.LookupAtomic(rw, pd1, testQP, iovaRW+16)
 	if !sameMemory(b, x.bufRW[16:24]) {
 		t.Errorf("atomic slice is not bufRW[16:24]")
 	}
@@ -199,11 +199,11 @@ func TestLookupAtomic(t *testing.T) {
 // TestLookupAllocs: nothing on the hot path allocates, success or failure.
 func TestLookupAllocs(t *testing.T) {
 	x := newLookupFixture(t)
-	fr, err := x.tb.AllocFastReg(pd1)
+	fr, err := x.tb.AllocFastReg(pd1, MaxFastRegPages)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := x.tb.FastReg(fr, fr.LKey(), pd1, make([]byte, 64), 0, RemoteWrite|LocalWrite); err != nil {
+	if err := fastReg(t, x.tb, fr, fr.LKey(), pd1, make([]byte, 64), 0, RemoteWrite|LocalWrite); err != nil {
 		t.Fatal(err)
 	}
 	aligned := make([]byte, 16)
@@ -211,19 +211,19 @@ func TestLookupAllocs(t *testing.T) {
 	var sink []byte
 	var fsink Fault
 	for name, fn := range map[string]func(){
-		"hit":         func() { sink, fsink = x.tb.Lookup(x.rw.RKey(), pd1, iovaRW+64, 1024, RemoteWrite, true) },
-		"local hit":   func() { sink, fsink = x.tb.Lookup(x.local.LKey(), pd1, iovaLo, 64, LocalWrite, false) },
-		"zero length": func() { sink, fsink = x.tb.Lookup(1, 2, 3, 0, RemoteWrite, true) },
-		"bad key":     func() { sink, fsink = x.tb.Lookup(0xdeadbeef, pd1, 0, 8, RemoteWrite, true) },
-		"stale key":   func() { sink, fsink = x.tb.Lookup(x.stale, pd1, 0x5000, 8, RemoteWrite, true) },
-		"PD":          func() { sink, fsink = x.tb.Lookup(x.rw.RKey(), pd2, iovaRW, 8, RemoteWrite, true) },
-		"access":      func() { sink, fsink = x.tb.Lookup(x.ro.RKey(), pd1, iovaRO, 8, RemoteWrite, true) },
-		"bounds":      func() { sink, fsink = x.tb.Lookup(x.rw.RKey(), pd1, math.MaxUint64, 8, RemoteWrite, true) },
-		"atomic":      func() { sink, fsink = x.tb.LookupAtomic(x.rw.RKey(), pd1, iovaRW) },
-		"misaligned":  func() { sink, fsink = x.tb.LookupAtomic(x.rw.RKey(), pd1, iovaRW+1) },
+		"hit":         func() { sink, fsink = x.tb.Lookup(x.rw.RKey(), pd1, iovaRW+64, 1024, RemoteWrite, testQP) },
+		"local hit":   func() { sink, fsink = x.tb.Lookup(x.local.LKey(), pd1, iovaLo, 64, LocalWrite, Local) },
+		"zero length": func() { sink, fsink = x.tb.Lookup(1, 2, 3, 0, RemoteWrite, testQP) },
+		"bad key":     func() { sink, fsink = x.tb.Lookup(0xdeadbeef, pd1, 0, 8, RemoteWrite, testQP) },
+		"stale key":   func() { sink, fsink = x.tb.Lookup(x.stale, pd1, 0x5000, 8, RemoteWrite, testQP) },
+		"PD":          func() { sink, fsink = x.tb.Lookup(x.rw.RKey(), pd2, iovaRW, 8, RemoteWrite, testQP) },
+		"access":      func() { sink, fsink = x.tb.Lookup(x.ro.RKey(), pd1, iovaRO, 8, RemoteWrite, testQP) },
+		"bounds":      func() { sink, fsink = x.tb.Lookup(x.rw.RKey(), pd1, math.MaxUint64, 8, RemoteWrite, testQP) },
+		"atomic":      func() { sink, fsink = x.tb.LookupAtomic(x.rw.RKey(), pd1, testQP, iovaRW) },
+		"misaligned":  func() { sink, fsink = x.tb.LookupAtomic(x.rw.RKey(), pd1, testQP, iovaRW+1) },
 		"invalidate": func() {
-			fsink = x.tb.Invalidate(fr.LKey(), pd1)
-			fsink = x.tb.Invalidate(x.rw.RKey(), pd1)
+			fsink = x.tb.Invalidate(fr.LKey(), pd1, Local)
+			fsink = x.tb.Invalidate(x.rw.RKey(), pd1, Local)
 		},
 		"atomics": func() {
 			FetchAdd(aligned, 1)
@@ -247,13 +247,13 @@ func TestLocalLookupIgnoresRemoteRule(t *testing.T) {
 	tb := NewTable(1)
 	buf := make([]byte, 32)
 	r := mustRegister(t, tb, 3, buf, 0, 0) // no rights at all: local reads only
-	if b, f := tb.Lookup(r.LKey(), 3, r.Addr(), 32, 0, false); f != FaultNone || !sameMemory(b, buf) {
+	if b, f := tb.Lookup(r.LKey(), 3, r.Addr(), 32, 0, Local); f != FaultNone || !sameMemory(b, buf) {
 		t.Errorf("local read of a no-rights region: %v", f)
 	}
-	if _, f := tb.Lookup(r.LKey(), 3, r.Addr(), 32, LocalWrite, false); f != FaultAccess {
+	if _, f := tb.Lookup(r.LKey(), 3, r.Addr(), 32, LocalWrite, Local); f != FaultAccess {
 		t.Errorf("local write of a no-rights region: %v, want access violation", f)
 	}
-	if _, f := tb.Lookup(r.RKey(), 3, r.Addr(), 32, RemoteRead, true); f != FaultInvalidKey {
+	if _, f := tb.Lookup(r.RKey(), 3, r.Addr(), 32, RemoteRead, testQP); f != FaultInvalidKey {
 		t.Errorf("remote read of a no-rights region: %v, want invalid key", f)
 	}
 }
@@ -264,11 +264,11 @@ func TestLookupUnusedChunk(t *testing.T) {
 	r := mustRegister(t, tb, 1, make([]byte, 8), 0, allRights)
 	for _, idx := range []uint32{2, chunkSize, 3*chunkSize + 7, 5 * chunkSize} {
 		key := idx<<KeyIndexShift | r.RKey()&0xFF
-		if _, f := tb.Lookup(key, 1, r.Addr(), 8, RemoteRead, true); f != FaultInvalidKey {
+		if _, f := tb.Lookup(key, 1, r.Addr(), 8, RemoteRead, testQP); f != FaultInvalidKey {
 			t.Errorf("index %d: %v, want invalid key", idx, f)
 		}
 	}
-	if f := tb.Invalidate(3*chunkSize<<KeyIndexShift, 1); f != FaultInvalidKey {
+	if f := tb.Invalidate(3*chunkSize<<KeyIndexShift, 1, Local); f != FaultInvalidKey {
 		t.Errorf("Invalidate of an unused chunk: %v", f)
 	}
 }

@@ -43,3 +43,24 @@ func pattern(n int, seed byte) []byte {
 func sameMemory(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
+
+// testQP is the QP number remote lookups in these tests come from.
+const testQP = 17
+
+// qpOf is Lookup's qpn for a remote (R_Key) or local (L_Key) lookup.
+func qpOf(remote bool) uint32 {
+	if remote {
+		return testQP
+	}
+	return Local
+}
+
+// fastReg maps buf as a one-buffer page list and registers it, as a ULP's
+// ib_map_mr_sg and REG_MR work request do.
+func fastReg(t testing.TB, tb *Table, r *Region, key, pd uint32, buf []byte, iova uint64, access Access) error {
+	t.Helper()
+	if _, err := tb.MapSG(r, [][]byte{buf}, 4096, iova); err != nil {
+		return err
+	}
+	return tb.FastReg(r, key, pd, access)
+}

@@ -121,3 +121,30 @@ func (m *mapping) unpin() {
 	m.pins--
 	mappings.mu.Unlock()
 }
+
+// pinMem pins every mapping m's memory starts in: its buffer, or each page.
+func pinMem(m *mem) []*mapping {
+	var pins []*mapping
+	add := func(b []byte) {
+		if p := pin(b); p != nil {
+			pins = append(pins, p)
+		}
+	}
+	if m.pages == nil {
+		if len(m.buf) > 0 {
+			add(m.buf)
+		}
+		return pins
+	}
+	for _, pg := range m.pages {
+		add(pg)
+	}
+	return pins
+}
+
+// unpinAll undoes pinMem.
+func unpinAll(pins []*mapping) {
+	for _, p := range pins {
+		p.unpin()
+	}
+}

@@ -57,8 +57,8 @@ func TestMapAnonymousFastRegPins(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := NewTable(2)
-	fr, _ := tb.AllocFastReg(1)
-	if err := tb.FastReg(fr, fr.LKey(), 1, b, 0, LocalWrite); err != nil {
+	fr, _ := tb.AllocFastReg(1, MaxFastRegPages)
+	if err := fastReg(t, tb, fr, fr.LKey(), 1, b, 0, LocalWrite); err != nil {
 		t.Fatal(err)
 	}
 	if err := Unmap(b); !errors.Is(err, ErrInUse) {

@@ -24,26 +24,30 @@ const (
 	stateValid
 )
 
-// view is one registration of a region: key, PD, rights and memory. Everything but
-// state is immutable once the view is published (stored into a slot), so lookups
-// read it without locks; Reregister and FastReg publish a new view instead of
-// changing an old one. state moves Valid -> Free on Invalidate and Deregister.
+// view is one registration of a region or one binding of a memory window: key,
+// PD, rights and memory. Everything but state is immutable once the view is
+// published (stored into a slot), so lookups read it without locks; Reregister,
+// FastReg and Bind publish a new view instead of changing an old one. state
+// moves Valid -> Free on Invalidate, Deregister and DeallocWindow.
 type view struct {
-	r      *Region
+	r      *Region // the region; nil for a window
+	w      *Window // the window; nil for a region
+	bound  *Region // a bound window's region (its count of windows holds it)
 	key    uint32
 	pd     uint32
+	qpn    uint32 // a type 2 window's QP: the only one that may use it (IBTA 10.6.7.2.2)
 	access Access
-	fast   bool // r.kind == kindFastReg, here to spare Invalidate a pointer chase
+	inval  bool // Invalidate may end it: a fast-reg region or a type 2 window
 	iova   uint64
-	buf    []byte // len == cap: a lookup can never reslice past the region
+	m      mem
 	state  atomic.Uint32
 }
 
-// offset returns where [va, va+length) starts in v.buf, or ok=false when the
-// range is not inside the region. It never overflows: va-iova is taken only when
+// offset returns where [va, va+length) starts in the view's memory, or ok=false
+// when the range is not inside it. It never overflows: va-iova is taken only when
 // va >= iova, and length is compared with what is left after the offset.
 func (v *view) offset(va uint64, length int) (off uint64, ok bool) {
-	n := uint64(len(v.buf))
+	n := v.m.n
 	if length < 0 || va < v.iova {
 		return 0, false
 	}
@@ -70,9 +74,14 @@ type Region struct {
 	kind  kind
 	cur   atomic.Pointer[view] // never nil once the region is returned
 
+	nmw      atomic.Int32 // memory windows bound to it: it may not change or go while > 0
+	maxPages int          // fast reg: the most pages MapSG may map (ib_alloc_mr's max_num_sg)
+
 	// Guarded by t.mu.
-	live bool     // in the table: not yet deregistered
-	pin  *mapping // the MapAnonymous mapping buf lies in, if any
+	live   bool       // in the table: not yet deregistered
+	pins   []*mapping // the MapAnonymous mappings its memory lies in
+	staged mem        // fast reg: the page list MapSG set for the next REG_MR
+	sIOVA  uint64     // the IOVA of staged's first byte
 }
 
 // LKey is the local key: index<<8 | key byte.
@@ -92,13 +101,17 @@ func (r *Region) PD() uint32 { return r.cur.Load().pd }
 func (r *Region) Addr() uint64 { return r.cur.Load().iova }
 
 // Len is the region's length in bytes (0 for a fast-reg region not yet bound).
-func (r *Region) Len() int { return len(r.cur.Load().buf) }
+func (r *Region) Len() int { return int(r.cur.Load().m.n) }
 
 // Access is the region's access flags as registered.
 func (r *Region) Access() Access { return r.cur.Load().access }
 
-// Bytes is the registered memory (nil for a fast-reg region not yet bound).
-func (r *Region) Bytes() []byte { return r.cur.Load().buf }
+// Bytes is the registered memory: nil for a fast-reg region not yet bound, and
+// for one bound to a page list (its pages need not be adjacent; see MapSG).
+func (r *Region) Bytes() []byte { return r.cur.Load().m.buf }
+
+// Windows is the number of memory windows bound to the region.
+func (r *Region) Windows() int { return int(r.nmw.Load()) }
 
 // Valid reports whether lookups can currently succeed on the region: it is
 // registered and, for a fast-reg region, bound by FastReg and not invalidated.
@@ -116,10 +129,13 @@ func (r *Region) FastReg() bool { return r.kind == kindFastReg }
 // accepts any IOVA and stays correct, only slower.
 func (r *Region) LockedAtomics() bool {
 	v := r.cur.Load()
-	if len(v.buf) == 0 {
+	if v.m.pages != nil {
+		return (v.m.off0-v.iova)&(AtomicLen-1) != 0 // pages start aligned: byte 0 sits at off0
+	}
+	if len(v.m.buf) == 0 {
 		return false
 	}
-	return (hostAddr(v.buf)-v.iova)&(AtomicLen-1) != 0
+	return (hostAddr(v.m.buf)-v.iova)&(AtomicLen-1) != 0
 }
 
 // hostAddr is the address of b[0] as an integer.

@@ -35,7 +35,8 @@ type Table struct {
 	next     uint32   // lowest index never handed out
 	free     []uint32 // freed indices, oldest first, from freeHead on
 	freeHead int
-	n        int // regions in the table
+	n        int                  // regions in the table
+	windows  map[*Window]struct{} // memory windows in the table
 }
 
 type chunk [chunkSize]slot
@@ -96,7 +97,7 @@ func (t *Table) Regions(yield func(*Region) bool) {
 			continue
 		}
 		for ; idx < end; idx++ {
-			if v := c[idx&(chunkSize-1)].v.Load(); v != nil && !yield(v.r) {
+			if v := c[idx&(chunkSize-1)].v.Load(); v != nil && v.r != nil && !yield(v.r) {
 				return
 			}
 		}
@@ -138,10 +139,11 @@ func (t *Table) Register(pd uint32, buf []byte, iova uint64, access Access) (*Re
 	if err != nil {
 		return nil, err
 	}
+	t.n++
 	r := &Region{t: t, index: idx, kind: kindUser, live: true}
-	v := &view{r: r, key: t.nextKeyLocked(idx, s), pd: pd, access: access, iova: iova, buf: buf[:len(buf):len(buf)]}
+	v := &view{r: r, key: t.nextKeyLocked(idx, s), pd: pd, access: access, iova: iova, m: contiguous(buf)}
 	v.state.Store(stateValid)
-	r.pin = pin(buf)
+	r.pins = pinMem(&v.m)
 	r.cur.Store(v)
 	s.v.Store(v)
 	return r, nil
@@ -161,8 +163,11 @@ func (t *Table) Register(pd uint32, buf []byte, iova uint64, access Access) (*Re
 // it. Fast-reg regions cannot be reregistered (ibv_rereg_mr takes IBV_MR_TYPE_MR
 // only).
 //
-// Errors wrap ErrInvalidKey (r not registered here), ErrInvalid, ErrBadAccess,
-// ErrNotSupported or ErrBadLength.
+// A region with memory windows bound to it cannot be reregistered (IBTA
+// 10.6.7.2.6: the windows would outlive what they were bound to).
+//
+// Errors wrap ErrInvalidKey (r not registered here), ErrInUse (windows bound),
+// ErrInvalid, ErrBadAccess, ErrNotSupported or ErrBadLength.
 func (t *Table) Reregister(r *Region, flags ReregFlags, pd uint32, buf []byte, iova uint64, access Access) (*Region, error) {
 	if flags == 0 || flags&^reregAll != 0 || (access != 0 && flags&ReregAccess == 0) {
 		return nil, errReregFlags
@@ -175,8 +180,11 @@ func (t *Table) Reregister(r *Region, flags ReregFlags, pd uint32, buf []byte, i
 	if r.kind != kindUser {
 		return nil, errReregFastReg
 	}
+	if r.nmw.Load() > 0 {
+		return nil, errWindowsBound
+	}
 	old := r.cur.Load()
-	nv := &view{r: r, pd: old.pd, access: old.access, iova: old.iova, buf: old.buf}
+	nv := &view{r: r, pd: old.pd, access: old.access, iova: old.iova, m: old.m}
 	if flags&ReregAccess != 0 {
 		if err := access.Check(); err != nil {
 			return nil, err
@@ -194,14 +202,14 @@ func (t *Table) Reregister(r *Region, flags ReregFlags, pd uint32, buf []byte, i
 		if nv.iova, err = resolveIOVA(buf, iova, nv.access); err != nil {
 			return nil, err
 		}
-		nv.buf = buf[:len(buf):len(buf)]
+		nv.m = contiguous(buf)
 	}
 	s := t.slot(r.index)
 	nv.key = t.nextKeyLocked(r.index, s)
 	nv.state.Store(stateValid)
 	if flags&ReregTranslation != 0 {
-		r.pin.unpin()
-		r.pin = pin(nv.buf)
+		unpinAll(r.pins)
+		r.pins = pinMem(&nv.m)
 	}
 	r.cur.Store(nv)
 	s.v.Store(nv)
@@ -212,83 +220,27 @@ func (t *Table) Reregister(r *Region, flags ReregFlags, pd uint32, buf []byte, i
 // once. A lookup that loaded r before may still complete on it; the memory stays
 // valid for Go (the slice keeps it alive), but a MapAnonymous buffer may be
 // unmapped only once no engine goroutine can still hold a slice from such a lookup.
-// Deregistering twice, or a region of another table, fails with ErrInvalidKey.
+// Deregistering twice, or a region of another table, fails with ErrInvalidKey; a
+// region with memory windows bound to it fails with ErrInUse and stays (IBTA
+// 10.6.7.2.6; rxe_dereg_mr says EINVAL).
 func (t *Table) Deregister(r *Region) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.ownsLocked(r) {
 		return errNoRegion
 	}
+	if r.nmw.Load() > 0 {
+		return errWindowsBound
+	}
 	s := t.slot(r.index)
 	s.v.Store(nil)
 	r.cur.Load().state.Store(stateFree)
 	r.live = false
-	r.pin.unpin()
-	r.pin = nil
+	unpinAll(r.pins)
+	r.pins = nil
+	r.staged = mem{}
 	t.free = append(t.free, r.index)
 	t.n--
-	return nil
-}
-
-// AllocFastReg reserves a region for fast registration (ib_alloc_mr with
-// IB_MR_TYPE_MEM_REG; the NDK's fast-register MR): it has an index, keys and a PD
-// but no memory, and stays Free, so every lookup of its key fails, until FastReg
-// binds memory to it. Deregister releases it. Errors wrap ErrTooMany.
-func (t *Table) AllocFastReg(pd uint32) (*Region, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	idx, s, err := t.allocLocked()
-	if err != nil {
-		return nil, err
-	}
-	r := &Region{t: t, index: idx, kind: kindFastReg, live: true}
-	v := &view{r: r, key: t.nextKeyLocked(idx, s), pd: pd, fast: true} // state Free
-	r.cur.Store(v)
-	s.v.Store(v)
-	return r, nil
-}
-
-// FastReg executes a REG_MR work request (rxe_reg_fast_mr): it binds buf, iova
-// and access (Register's rules) to the fast-reg region r and makes it Valid under
-// key, whose index must be r's (only the key byte may change, as in rxe). r
-// must be Free (new, or invalidated) and pd, the posting QP's PD, must be r's.
-//
-// It runs on the engine's send path: its errors are preallocated (they wrap
-// ErrInvalidKey, ErrInvalid, ErrBadAccess, ErrNotSupported or ErrBadLength and map
-// to a local-operation-error completion); it takes the table mutex and allocates
-// one small object, once per REG_MR work request, never per packet.
-func (t *Table) FastReg(r *Region, key, pd uint32, buf []byte, iova uint64, access Access) error {
-	if err := access.Check(); err != nil {
-		return err
-	}
-	iova, err := resolveIOVA(buf, iova, access)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.ownsLocked(r) {
-		return errNoRegion
-	}
-	old := r.cur.Load()
-	switch {
-	case r.kind != kindFastReg:
-		return errNotFastReg
-	case key>>KeyIndexShift != r.index:
-		return errFastRegIndex
-	case pd != old.pd:
-		return errFastRegPD
-	case old.state.Load() != stateFree:
-		return errNotFree
-	}
-	nv := &view{r: r, key: key, pd: pd, access: access, fast: true, iova: iova, buf: buf[:len(buf):len(buf)]}
-	nv.state.Store(stateValid)
-	s := t.slot(r.index)
-	s.keyByte = uint8(key) // the next automatic key byte follows the consumer's
-	r.pin.unpin()
-	r.pin = pin(nv.buf)
-	r.cur.Store(nv)
-	s.v.Store(nv)
 	return nil
 }
 
@@ -320,7 +272,6 @@ func (t *Table) allocLocked() (uint32, *slot, error) {
 		c = new(chunk)
 		t.chunks[idx>>chunkShift].Store(c)
 	}
-	t.n++
 	return idx, &c[idx&(chunkSize-1)], nil
 }
 

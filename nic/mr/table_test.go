@@ -101,7 +101,7 @@ func TestRegisterTooMany(t *testing.T) {
 	if _, err := tb.Register(1, buf, 0, LocalWrite); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("4th Register: %v, want ErrTooMany", err)
 	}
-	if _, err := tb.AllocFastReg(1); !errors.Is(err, ErrTooMany) {
+	if _, err := tb.AllocFastReg(1, MaxFastRegPages); !errors.Is(err, ErrTooMany) {
 		t.Fatalf("AllocFastReg on a full table: %v, want ErrTooMany", err)
 	}
 	mustDeregister(t, tb, rs[1])
@@ -144,7 +144,7 @@ func TestKeyByteChangesOnReuse(t *testing.T) {
 	for i := range 255 {
 		old := r.RKey()
 		mustDeregister(t, tb, r)
-		if _, f := tb.Lookup(old, 1, 0x1000, 8, RemoteWrite, true); f != FaultInvalidKey {
+		if _, f := tb.Lookup(old, 1, 0x1000, 8, RemoteWrite, testQP); f != FaultInvalidKey {
 			t.Fatalf("lookup after Deregister: %v, want invalid key", f)
 		}
 		r = mustRegister(t, tb, 1, buf, 0x1000, LocalWrite|RemoteWrite)
@@ -156,11 +156,11 @@ func TestKeyByteChangesOnReuse(t *testing.T) {
 		}
 		stale = append(stale, old)
 		for _, k := range stale {
-			if _, f := tb.Lookup(k, 1, 0x1000, 8, RemoteWrite, true); f != FaultInvalidKey {
+			if _, f := tb.Lookup(k, 1, 0x1000, 8, RemoteWrite, testQP); f != FaultInvalidKey {
 				t.Fatalf("stale key %#x: %v, want invalid key", k, f)
 			}
 		}
-		if _, f := tb.Lookup(r.RKey(), 1, 0x1000, 8, RemoteWrite, true); f != FaultNone {
+		if _, f := tb.Lookup(r.RKey(), 1, 0x1000, 8, RemoteWrite, testQP); f != FaultNone {
 			t.Fatalf("current key %#x: %v", r.RKey(), f)
 		}
 	}
@@ -233,20 +233,20 @@ func TestReregister(t *testing.T) {
 					r.PD(), r.Addr(), r.Access(), r.Len(), c.wantPD, c.wantVA, c.wantAcc, len(c.wantBuf))
 			}
 			need := c.wantAcc & RemoteAccess
-			if _, f := tb.Lookup(old, c.wantPD, c.wantVA, 8, need, true); f != FaultInvalidKey {
+			if _, f := tb.Lookup(old, c.wantPD, c.wantVA, 8, need, testQP); f != FaultInvalidKey {
 				t.Errorf("old rkey after Reregister: %v, want invalid key", f)
 			}
-			b, f := tb.Lookup(r.RKey(), c.wantPD, c.wantVA, 8, need, true)
+			b, f := tb.Lookup(r.RKey(), c.wantPD, c.wantVA, 8, need, testQP)
 			if f != FaultNone || !sameMemory(b, c.wantBuf[:8]) {
 				t.Errorf("new rkey: %v (slice ok: %v)", f, sameMemory(b, c.wantBuf[:8]))
 			}
 			if c.flags&ReregPD != 0 {
-				if _, f := tb.Lookup(r.RKey(), 1, c.wantVA, 8, need, true); f != FaultPD {
+				if _, f := tb.Lookup(r.RKey(), 1, c.wantVA, 8, need, testQP); f != FaultPD {
 					t.Errorf("new key with the old PD: %v, want PD mismatch", f)
 				}
 			}
 			if c.flags&ReregTranslation != 0 {
-				if _, f := tb.Lookup(r.RKey(), c.wantPD, c.wantVA+uint64(len(c.wantBuf)), 1, need, true); f != FaultBounds {
+				if _, f := tb.Lookup(r.RKey(), c.wantPD, c.wantVA+uint64(len(c.wantBuf)), 1, need, testQP); f != FaultBounds {
 					t.Errorf("past the new end: %v, want out of bounds", f)
 				}
 			}
@@ -290,7 +290,7 @@ func TestReregisterErrors(t *testing.T) {
 			if r.RKey() != key || r.PD() != 1 || r.Access() != acc || r.Addr() != addr {
 				t.Errorf("a failed Reregister changed the region")
 			}
-			if _, f := tb.Lookup(key, 1, addr, 8, RemoteRead, true); f != FaultNone {
+			if _, f := tb.Lookup(key, 1, addr, 8, RemoteRead, testQP); f != FaultNone {
 				t.Errorf("old key after a failed Reregister: %v", f)
 			}
 		})
@@ -300,14 +300,14 @@ func TestReregisterErrors(t *testing.T) {
 func TestFastReg(t *testing.T) {
 	tb := NewTable(4)
 	buf := pattern(128, 0)
-	fr, err := tb.AllocFastReg(5)
+	fr, err := tb.AllocFastReg(5, MaxFastRegPages)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fr.Valid() || !fr.FastReg() || fr.Len() != 0 || fr.PD() != 5 {
 		t.Errorf("new fast-reg region: Valid %v FastReg %v Len %d PD %d", fr.Valid(), fr.FastReg(), fr.Len(), fr.PD())
 	}
-	if _, f := tb.Lookup(fr.LKey(), 5, 0, 1, 0, false); f != FaultInvalidKey {
+	if _, f := tb.Lookup(fr.LKey(), 5, 0, 1, 0, Local); f != FaultInvalidKey {
 		t.Errorf("lookup of a free fast-reg region: %v, want invalid key", f)
 	}
 	base := fr.LKey() &^ 0xFF
@@ -326,20 +326,20 @@ func TestFastReg(t *testing.T) {
 		{"bad access", fr, key, 5, RemoteWrite, ErrBadAccess},
 		{"nil region", nil, key, 5, RemoteRead, ErrInvalidKey},
 	} {
-		if err := tb.FastReg(c.r, c.key, c.pd, buf, 0x9000, c.acc); !errors.Is(err, c.want) {
+		if err := fastReg(t, tb, c.r, c.key, c.pd, buf, 0x9000, c.acc); !errors.Is(err, c.want) {
 			t.Errorf("FastReg %s: %v, want %v", c.name, err, c.want)
 		}
 	}
-	if err := tb.FastReg(fr, key, 5, buf, 0x9000, LocalWrite|RemoteWrite); err != nil {
+	if err := fastReg(t, tb, fr, key, 5, buf, 0x9000, LocalWrite|RemoteWrite); err != nil {
 		t.Fatalf("FastReg: %v", err)
 	}
 	if fr.LKey() != key || fr.RKey() != key || !fr.Valid() || fr.Addr() != 0x9000 || !sameMemory(fr.Bytes(), buf) {
 		t.Errorf("after FastReg: key %#x Valid %v Addr %#x, want %#x true 0x9000", fr.LKey(), fr.Valid(), fr.Addr(), key)
 	}
-	if b, f := tb.Lookup(key, 5, 0x9010, 16, RemoteWrite, true); f != FaultNone || !sameMemory(b, buf[16:32]) {
+	if b, f := tb.Lookup(key, 5, 0x9010, 16, RemoteWrite, testQP); f != FaultNone || !sameMemory(b, buf[16:32]) {
 		t.Errorf("lookup after FastReg: %v", f)
 	}
-	if err := tb.FastReg(fr, key+1, 5, buf, 0x9000, LocalWrite); !errors.Is(err, ErrInvalid) {
+	if err := fastReg(t, tb, fr, key+1, 5, buf, 0x9000, LocalWrite); !errors.Is(err, ErrInvalid) {
 		t.Errorf("FastReg of a valid region: %v, want ErrInvalid", err)
 	}
 	if _, err := tb.Reregister(fr, ReregPD, 1, nil, 0, 0); !errors.Is(err, ErrInvalid) {
@@ -360,43 +360,43 @@ func TestFastReg(t *testing.T) {
 		{"plain region", plain.RKey(), 5, FaultInvalidKey},
 		{"other PD", key, 6, FaultPD},
 	} {
-		if f := tb.Invalidate(c.key, c.pd); f != c.want {
+		if f := tb.Invalidate(c.key, c.pd, Local); f != c.want {
 			t.Errorf("Invalidate %s: %v, want %v", c.name, f, c.want)
 		}
 	}
 	if !fr.Valid() || !plain.Valid() {
 		t.Fatalf("a failed Invalidate invalidated something")
 	}
-	if f := tb.Invalidate(key, 5); f != FaultNone {
+	if f := tb.Invalidate(key, 5, Local); f != FaultNone {
 		t.Fatalf("Invalidate: %v", f)
 	}
 	if fr.Valid() {
 		t.Errorf("Valid() after Invalidate")
 	}
-	if _, f := tb.Lookup(key, 5, 0x9000, 8, RemoteWrite, true); f != FaultInvalidKey {
+	if _, f := tb.Lookup(key, 5, 0x9000, 8, RemoteWrite, testQP); f != FaultInvalidKey {
 		t.Errorf("lookup after Invalidate: %v, want invalid key", f)
 	}
-	if f := tb.Invalidate(key, 5); f != FaultNone {
-		t.Errorf("second Invalidate: %v, want none (rxe does not check the state)", f)
+	if f := tb.Invalidate(key, 5, Local); f != FaultInvalidKey {
+		t.Errorf("second Invalidate: %v, want invalid key (a double invalidation is an error)", f)
 	}
 	key2 := base | uint32(uint8(key)+1)
-	if err := tb.FastReg(fr, key2, 5, buf[:64], 0, RemoteRead); err != nil {
+	if err := fastReg(t, tb, fr, key2, 5, buf[:64], 0, RemoteRead); err != nil {
 		t.Fatalf("FastReg after Invalidate: %v", err)
 	}
-	if _, f := tb.Lookup(key, 5, 0x9000, 8, RemoteRead, true); f != FaultInvalidKey {
+	if _, f := tb.Lookup(key, 5, 0x9000, 8, RemoteRead, testQP); f != FaultInvalidKey {
 		t.Errorf("key of the previous fast registration: %v, want invalid key", f)
 	}
-	if _, f := tb.Lookup(key2, 5, hostAddr(buf), 64, RemoteRead, true); f != FaultNone {
+	if _, f := tb.Lookup(key2, 5, hostAddr(buf), 64, RemoteRead, testQP); f != FaultNone {
 		t.Errorf("key of the new fast registration: %v", f)
 	}
-	if err := tb.FastReg(plain, plain.LKey(), 5, buf, 0, 0); !errors.Is(err, ErrInvalid) {
+	if err := fastReg(t, tb, plain, plain.LKey(), 5, buf, 0, 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("FastReg of a plain region: %v, want ErrInvalid", err)
 	}
 	mustDeregister(t, tb, fr)
-	if err := tb.FastReg(fr, key2, 5, buf, 0, 0); !errors.Is(err, ErrInvalidKey) {
+	if err := fastReg(t, tb, fr, key2, 5, buf, 0, 0); !errors.Is(err, ErrInvalidKey) {
 		t.Errorf("FastReg after Deregister: %v, want ErrInvalidKey", err)
 	}
-	if f := tb.Invalidate(key2, 5); f != FaultInvalidKey {
+	if f := tb.Invalidate(key2, 5, Local); f != FaultInvalidKey {
 		t.Errorf("Invalidate after Deregister: %v, want invalid key", f)
 	}
 	// The next registration at fr's index follows the consumer's key byte.
@@ -425,7 +425,7 @@ func TestRegions(t *testing.T) {
 		}
 		live = append(live, r)
 	}
-	f, err := tb.AllocFastReg(9)
+	f, err := tb.AllocFastReg(9, MaxFastRegPages)
 	if err != nil {
 		t.Fatal(err)
 	}

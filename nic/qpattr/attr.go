@@ -98,9 +98,11 @@ const (
 	AccessRemoteWrite  = 1 << 1 // IBV_ACCESS_REMOTE_WRITE: accept RDMA Write
 	AccessRemoteRead   = 1 << 2 // IBV_ACCESS_REMOTE_READ: accept RDMA Read
 	AccessRemoteAtomic = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC: accept atomics
+	AccessFlushGlobal  = 1 << 8 // IBV_ACCESS_FLUSH_GLOBAL: accept FLUSH to global visibility (IBTA A19)
 
-	// QPAccessFlags is every access bit a QP accepts.
-	QPAccessFlags = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	// QPAccessFlags is every access bit a QP accepts. IBV_ACCESS_FLUSH_PERSISTENT
+	// is not among them: there is no persistent memory to flush to.
+	QPAccessFlags = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal
 )
 
 // Cap is a QP's queue sizes (struct ibv_qp_cap). A Cap is a plain value.
