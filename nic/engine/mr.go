@@ -150,12 +150,13 @@ func (m *MR) Close() *Op { return m.Dereg() }
 func (m *MR) dereg() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.dead.Swap(true) {
+	if m.dead.Load() {
 		return errorf(ErrClosed, "MR %#x", m.r.LKey())
 	}
 	if err := m.pd.d.mrs.Deregister(m.r); err != nil {
-		return wrap(err)
+		return wrap(err) // windows bound: the region stays, and so does m
 	}
+	m.dead.Store(true)
 	m.pd.unuse()
 	return nil
 }
