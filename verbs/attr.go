@@ -54,6 +54,7 @@ const (
 	QPAccessRemoteWrite  = qpattr.AccessRemoteWrite
 	QPAccessRemoteRead   = qpattr.AccessRemoteRead
 	QPAccessRemoteAtomic = qpattr.AccessRemoteAtomic
+	QPAccessFlushGlobal  = qpattr.AccessFlushGlobal
 )
 
 // GID is a port GID (union ibv_gid): for RoCEv2, an IPv6 address or an
@@ -69,9 +70,6 @@ func ParseGID(s string) (GID, error) { return netdev.ParseGID(s) }
 
 // MTUFromBytes returns the IB MTU of exactly n bytes (256, 512, ..., 4096).
 func MTUFromBytes(n int) (MTU, bool) { return qpattr.MTUFromBytes(n) }
-
-// The access flag for a zero-based region (IBV_ACCESS_ZERO_BASED): its IOVA is 0.
-const AccessZeroBased = mr.ZeroBased
 
 // MapBuffer maps n bytes of anonymous, page-aligned memory for a memory region,
 // as perftest allocates its buffers (mmap rather than the Go heap). Free it with

@@ -48,6 +48,11 @@ import (
 type (
 	PD          = engine.PD
 	MR          = engine.MR
+	MW          = engine.MW
+	BindInfo    = engine.BindInfo
+	MWType      = mr.WindowType
+	FlushType   = engine.FlushType
+	FlushLevel  = engine.FlushLevel
 	QP          = engine.QP
 	SRQ         = engine.SRQ
 	AH          = engine.AH
@@ -116,6 +121,24 @@ const (
 	AccessRemoteWrite  = mr.RemoteWrite
 	AccessRemoteRead   = mr.RemoteRead
 	AccessRemoteAtomic = mr.RemoteAtomic
+	AccessMWBind       = mr.MWBind      // the region may have memory windows bound to it
+	AccessZeroBased    = mr.ZeroBased   // IOVA 0 is the first byte (regions, type 2 windows)
+	AccessFlushGlobal  = mr.FlushGlobal // the region takes FLUSH to global visibility
+)
+
+// Memory window types (enum ibv_mw_type), for PD.AllocMW.
+const (
+	MWType1 = mr.Type1
+	MWType2 = mr.Type2
+)
+
+// FLUSH placement types and selectivity (IBTA A19), SendWR.FlushType and
+// FlushLevel.
+const (
+	FlushGlobal     = engine.FlushGlobal
+	FlushPersistent = engine.FlushPersistent
+	FlushRange      = engine.FlushRange
+	FlushMR         = engine.FlushMR
 )
 
 // Memory region re-registration flags (enum ibv_rereg_mr_flags), for MR.Rereg.
@@ -146,6 +169,11 @@ const (
 	WRAtomicCmpSwp     = engine.WRAtomicCmpSwp
 	WRAtomicFetchAdd   = engine.WRAtomicFetchAdd
 	WRSendWithInv      = engine.WRSendWithInv
+	WRLocalInv         = engine.WRLocalInv
+	WRBindMW           = engine.WRBindMW
+	WRFlush            = engine.WRFlush
+	WRAtomicWrite      = engine.WRAtomicWrite
+	WRRegMR            = engine.WRRegMR
 
 	SendFence     = engine.SendFence
 	SendSignaled  = engine.SendSignaled
@@ -158,7 +186,9 @@ const (
 const (
 	WCSuccess        = cq.Success
 	WCLocLenErr      = cq.LocLenErr
+	WCLocQPOpErr     = cq.LocQPOpErr
 	WCLocProtErr     = cq.LocProtErr
+	WCMWBindErr      = cq.MWBindErr
 	WCWRFlushErr     = cq.WRFlushErr
 	WCRemInvReqErr   = cq.RemInvReqErr
 	WCRemAccessErr   = cq.RemAccessErr
@@ -171,6 +201,11 @@ const (
 	WCRDMARead        = cq.RDMARead
 	WCCompSwap        = cq.CompSwap
 	WCFetchAdd        = cq.FetchAdd
+	WCBindMW          = cq.BindMW
+	WCLocalInv        = cq.LocalInv
+	WCFlush           = cq.Flush
+	WCAtomicWrite     = cq.AtomicWrite
+	WCRegMR           = cq.RegMR
 	WCRecv            = cq.Recv
 	WCRecvRDMAWithImm = cq.RecvRDMAWithImm
 

@@ -80,7 +80,27 @@ type DeviceAttr struct {
 	LocalCAAckDelay int
 	PhysPortCnt     int
 	AtomicCap       AtomicCap
+	// MaxMW is the number of memory windows (they share the regions' key table),
+	// MaxFastRegPageListLen the longest page list of a fast-reg region.
+	MaxMW                 int
+	MaxFastRegPageListLen int
+	// CapFlags are the device capability bits (enum ib_uverbs_device_cap_flags)
+	// of what this device does beyond the basics.
+	CapFlags DeviceCap
 }
+
+// DeviceCap is a set of device capability bits with the values of the kernel's
+// enum ib_uverbs_device_cap_flags (ibv_device_attr_ex.device_cap_flags_ex). A
+// plain value.
+type DeviceCap uint64
+
+const (
+	CapMemWindow        DeviceCap = 1 << 17 // IB_UVERBS_DEVICE_MEM_WINDOW
+	CapMemMgtExtensions DeviceCap = 1 << 21 // IB_UVERBS_DEVICE_MEM_MGT_EXTENSIONS: REG_MR, LOCAL_INV, SEND_WITH_INV
+	CapMemWindowType2B  DeviceCap = 1 << 24 // IB_UVERBS_DEVICE_MEM_WINDOW_TYPE_2B
+	CapFlushGlobal      DeviceCap = 1 << 38 // IB_UVERBS_DEVICE_FLUSH_GLOBAL
+	CapAtomicWrite      DeviceCap = 1 << 40 // IB_UVERBS_DEVICE_ATOMIC_WRITE
+)
 
 // AtomicCap is enum ibv_atomic_cap. A plain value.
 type AtomicCap uint8
@@ -415,6 +435,8 @@ func (d *Device) Query() DeviceAttr {
 		MaxResRdAtom: MaxResRdAtom, MaxSRQ: MaxSRQ, MaxSRQWR: MaxSRQWR, MaxSRQSGE: MaxSRQSGE,
 		MaxAH: MaxAH, MaxPKeys: MaxPKeys, MaxInlineData: MaxInlineData,
 		LocalCAAckDelay: LocalCAAckDelay, PhysPortCnt: 1, AtomicCap: AtomicHCA,
+		MaxMW: d.mrs.Cap(), MaxFastRegPageListLen: mr.MaxFastRegPages,
+		CapFlags: CapMemWindow | CapMemMgtExtensions | CapMemWindowType2B | CapFlushGlobal | CapAtomicWrite,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/qpattr"
+	"github.com/xrnic/xrnic/testenv"
 )
 
 // mmAccess is a region that allows everything this file binds and flushes.
@@ -442,7 +443,7 @@ func TestFastRegPageList(t *testing.T) {
 	wantStatus(t, "write across the page list", writeVia(t, a, 2, data, base, key), cq.Success)
 	want := append(append(append(append([]byte(nil), pg[0][1000:]...), pg[1]...), pg[2]...), pg[3][:2000]...)
 	checkBytes(t, "pages after the write", want, data)
-	clear(a.buf[128 << 10 : 128<<10+total])
+	clear(a.buf[128<<10 : 128<<10+total])
 	wantStatus(t, "read across the page list", readVia(t, a, 3, 128<<10, uint32(total), base, key), cq.Success)
 	checkBytes(t, "read back", a.buf[128<<10:128<<10+total], data)
 	// An atomic on the last word of the first page and one on the first of the second.
@@ -612,6 +613,23 @@ func TestFastRegErrors(t *testing.T) {
 // wire: NAK remote access error, and the requester's QP fails as the spec says.
 func TestStorageSequence(t *testing.T) {
 	_, a, b := mmPair(t, pairOpts{})
+	storageSequence(t, a, b, 40)
+}
+
+// TestVethMemMgt runs the storage sequence, a FLUSH and an ATOMIC WRITE on the
+// real data path: two namespaces, a veth pair, the XDP program and AF_XDP.
+func TestVethMemMgt(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{NoIPv6: true})
+	da := openVeth(t, &p.A, link.KindAFXDP, false)
+	db := openVeth(t, &p.B, link.KindAFXDP, false)
+	a := newNode(t, da, nodeOpts{access: mmAccess})
+	b := newNode(t, db, nodeOpts{access: mmAccess})
+	connect(t, a, b, connOpts{mtu: qpattr.MTU1024,
+		access: qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessFlushGlobal})
+	storageSequence(t, a, b, 10)
+}
+
+func storageSequence(t *testing.T, a, b *node, ios int) {
 	fr, err := b.pd.AllocFastRegMR(4)
 	if err != nil {
 		t.Fatal(err)
@@ -620,7 +638,6 @@ func TestStorageSequence(t *testing.T) {
 	pg := pages(t, 8, []int{0, 1, 2, 3, 4, 5, 6, 7})
 	var keys []uint32
 	key := fr.LKey()
-	const ios = 40
 	for i := range ios {
 		// This I/O's buffer: two pages from the pool, not adjacent, entered at an offset.
 		sgl := [][]byte{pg[(i*3)%8][512:], pg[(i*3+5)%8][:1024]}
@@ -663,11 +680,21 @@ func TestStorageSequence(t *testing.T) {
 			t.Fatalf("I/O %d: the invalidated key still resolves (%v)", i, f)
 		}
 	}
-	// Forty registrations, forty different keys in a row, none equal to the last.
+	// Every registration's key differs from the one before it.
 	for i := 1; i < len(keys); i++ {
 		if keys[i] == keys[i-1] {
 			t.Fatalf("registration %d reused key %#x", i, keys[i])
 		}
+	}
+	// FLUSH and ATOMIC WRITE go the same way.
+	var v [8]byte
+	binary.NativeEndian.PutUint64(v[:], 0x1122334455667788)
+	send(t, a, SendWR{WRID: 6, Opcode: WRAtomicWrite, Flags: SendSignaled, RKey: b.mr.RKey(), RemoteAddr: b.mr.Addr() + 8, AtomicData: v})
+	checkWC(t, pollOne(t, a.cq), cq.WC{WRID: 6, Opcode: cq.AtomicWrite, ByteLen: 8, QPN: a.qp.QPN()})
+	send(t, a, SendWR{WRID: 7, Opcode: WRFlush, Flags: SendSignaled, RKey: b.mr.RKey(), RemoteAddr: b.mr.Addr(), FlushLen: 16, FlushType: FlushGlobal})
+	checkWC(t, pollOne(t, a.cq), cq.WC{WRID: 7, Opcode: cq.Flush, QPN: a.qp.QPN()})
+	if !bytes.Equal(b.buf[8:16], v[:]) {
+		t.Fatalf("ATOMIC WRITE: remote word %x, want %x", b.buf[8:16], v)
 	}
 	wantStatus(t, "WRITE with the dead key", writeVia(t, a, 5, []byte("late"), fr.Region().Addr(), keys[len(keys)-1]), cq.RemAccessErr)
 	if st := a.qp.State(); st != qpattr.Err {
@@ -801,5 +828,15 @@ func TestFlushAtomicWriteUnderLoss(t *testing.T) {
 	}
 	if c := p.b.Counters(); c[CntDupReq] == 0 {
 		t.Fatalf("no duplicate requests under 10%% loss: the test did not exercise replays")
+	}
+}
+
+// TestDeviceAttrMemMgt: the device says what it does, as rxe's attributes do.
+func TestDeviceAttrMemMgt(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	a := p.a.Query()
+	want := CapMemWindow | CapMemMgtExtensions | CapMemWindowType2B | CapFlushGlobal | CapAtomicWrite
+	if a.CapFlags&want != want || a.MaxMW == 0 || a.MaxFastRegPageListLen != mr.MaxFastRegPages {
+		t.Fatalf("device attributes: caps %#x, max_mw %d, max_fast_reg_page_list_len %d", a.CapFlags, a.MaxMW, a.MaxFastRegPageListLen)
 	}
 }

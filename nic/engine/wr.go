@@ -248,7 +248,6 @@ type sendWQE struct {
 	flushLen   uint32
 	flushType  FlushType
 	flushLevel FlushLevel
-	atomicData [8]byte
 	mw         *MW
 	mr         *MR
 	key        uint32
