@@ -273,6 +273,17 @@ func TestMWType2OnlyItsQP(t *testing.T) {
 	wantStatus(t, "read on another QP", readVia(t, a2, 2, 0, 64, 0x10000, key), cq.RemAccessErr)
 }
 
+// otherPDBind binds to a region of another PD of b's device.
+func otherPDBind(t *testing.T, b *node) BindInfo {
+	pd2, _ := b.d.AllocPD()
+	other, err := pd2.RegMR(make([]byte, 4096), 0x900000, mmAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Dereg(); pd2.Dealloc() })
+	return BindInfo{MR: other, Addr: 0x900000, Length: 64, Access: mr.RemoteRead}
+}
+
 // TestMWBindErrors: every bind rule broken gives MW_BIND_ERR and moves the QP to
 // ERR, and the window stays as it was.
 func TestMWBindErrors(t *testing.T) {
@@ -281,24 +292,8 @@ func TestMWBindErrors(t *testing.T) {
 		typ   mr.WindowType
 		setup func(t *testing.T, b *node) BindInfo
 	}{
-		{"type 2 across PDs", mr.Type2, func(t *testing.T, b *node) BindInfo {
-			pd2, _ := b.d.AllocPD()
-			other, err := pd2.RegMR(make([]byte, 4096), 0x900000, mmAccess)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { other.Dereg(); pd2.Dealloc() })
-			return BindInfo{MR: other, Addr: 0x900000, Length: 64, Access: mr.RemoteRead}
-		}},
-		{"type 1 across PDs", mr.Type1, func(t *testing.T, b *node) BindInfo {
-			pd2, _ := b.d.AllocPD()
-			other, err := pd2.RegMR(make([]byte, 4096), 0x900000, mmAccess)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { other.Dereg(); pd2.Dealloc() })
-			return BindInfo{MR: other, Addr: 0x900000, Length: 64, Access: mr.RemoteRead}
-		}},
+		{"type 2 across PDs", mr.Type2, otherPDBind},
+		{"type 1 across PDs", mr.Type1, otherPDBind},
 		{"beyond the region", mr.Type2, func(t *testing.T, b *node) BindInfo {
 			return BindInfo{MR: b.mr, Addr: 0x10000 + uint64(len(b.buf)) - 32, Length: 64, Access: mr.RemoteRead}
 		}},

@@ -183,20 +183,12 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
 			return errPostRemoteQPN
 		}
 	}
-	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
-	w.wrid = wr.WRID
-	w.opcode = wr.Opcode
-	w.flags = wr.Flags
-	w.mask = m
+	w.start(wr)
 	w.length = length
 	w.imm = wr.ImmData
-	w.invRKey = wr.InvalidateRKey
-	w.remoteAddr = wr.RemoteAddr
-	w.rkey = wr.RKey
 	w.compareAdd = wr.CompareAdd
 	w.swap = wr.Swap
 	w.dma = dmaCursor{resid: length}
-	w.iova = wr.RemoteAddr
 	if wr.AH != nil && !qp.typ.Connected() {
 		w.ah = wr.AH
 		w.rt = wr.AH.rt.Load() // nil while resolving: the requester waits
@@ -225,6 +217,15 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
 		w.sgl = append(w.sgl, wr.SGL...)
 	}
 	return nil
+}
+
+// start empties slot w for wr, keeping its buffers, and copies what every WR has.
+func (w *sendWQE) start(wr *SendWR) {
+	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
+	w.wrid, w.opcode, w.flags = wr.WRID, wr.Opcode, wr.Flags
+	w.mask = wrOpcodes.mask(wr.Opcode)
+	w.invRKey = wr.InvalidateRKey
+	w.remoteAddr, w.iova, w.rkey = wr.RemoteAddr, wr.RemoteAddr, wr.RKey
 }
 
 // fillOtherWQE fills a slot for the WRs that carry no SGL: the local operations
@@ -257,16 +258,8 @@ func (qp *QP) fillOtherWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
 			return errPostAtomicAlign
 		}
 	}
-	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
-	w.wrid = wr.WRID
-	w.opcode = wr.Opcode
-	w.flags = wr.Flags
-	w.mask = wrOpcodes.mask(wr.Opcode)
+	w.start(wr)
 	w.local = wrOpcodes[wr.Opcode].local
-	w.invRKey = wr.InvalidateRKey
-	w.remoteAddr = wr.RemoteAddr
-	w.iova = wr.RemoteAddr
-	w.rkey = wr.RKey
 	w.flushLen = wr.FlushLen
 	w.flushType = wr.FlushType
 	w.flushLevel = wr.FlushLevel
