@@ -1,6 +1,5 @@
 // Copies between packets and scatter/gather lists (rxe copy_data), each SGE
-// looked up in the memory region table for every packet, and between packets and
-// remote-keyed memory.
+// looked up in the memory region table for every packet.
 
 package engine
 
@@ -45,15 +44,8 @@ func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.A
 			continue
 		}
 		k := min(uint32(len(b)), avail)
-		m, f := e.d.mrs.Lookup(s.LKey, pd, s.Addr+uint64(c.offset), int(k), need, mr.Local)
-		if f != mr.FaultNone {
+		if f := e.d.mrs.Copy(s.LKey, pd, s.Addr+uint64(c.offset), b[:k], need, mr.Local, in); f != mr.FaultNone {
 			return f
-		}
-		k = uint32(len(m)) // a page list hands out one page's part at a time
-		if in {
-			copy(m, b[:k])
-		} else {
-			copy(b[:k], m)
 		}
 		b = b[k:]
 		c.offset += k
@@ -62,27 +54,6 @@ func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.A
 			c.sge++
 			c.offset = 0
 		}
-	}
-	return mr.FaultNone
-}
-
-// regionCopy moves len(b) bytes between b and the memory of R_Key rkey from IOVA
-// va, which the caller has checked with Lookup: into the region when in is set.
-// It loops because a region bound to a page list hands out one page's part per
-// Lookup.
-func (e *engine) regionCopy(qp *QP, rkey uint32, va uint64, b []byte, need mr.Access, in bool) mr.Fault {
-	for len(b) > 0 {
-		m, f := e.d.mrs.Lookup(rkey, qp.pd.handle, va, len(b), need, qp.qpn)
-		if f != mr.FaultNone {
-			return f
-		}
-		if in {
-			copy(m, b)
-		} else {
-			copy(b, m)
-		}
-		b = b[len(m):]
-		va += uint64(len(m))
 	}
 	return mr.FaultNone
 }

@@ -4,6 +4,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
@@ -202,14 +204,10 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
 		} else {
 			for i := range wr.SGL {
 				s := &wr.SGL[i]
-				for va, n := s.Addr, int(s.Length); n > 0; {
-					b, f := d.mrs.Lookup(s.LKey, qp.pd.handle, va, n, 0, mr.Local)
-					if f != mr.FaultNone { // deregistered since checkSGL
-						return lookupFault(f)
-					}
-					w.inline = append(w.inline, b...)
-					va += uint64(len(b))
-					n -= len(b)
+				at := len(w.inline)
+				w.inline = slices.Grow(w.inline, int(s.Length))[:at+int(s.Length)]
+				if f := d.mrs.Copy(s.LKey, qp.pd.handle, s.Addr, w.inline[at:], 0, mr.Local, false); f != mr.FaultNone {
+					return lookupFault(f) // deregistered since checkSGL
 				}
 			}
 		}
@@ -224,6 +222,7 @@ func (w *sendWQE) start(wr *SendWR) {
 	*w = sendWQE{sgl: w.sgl[:0], inline: w.inline[:0]}
 	w.wrid, w.opcode, w.flags = wr.WRID, wr.Opcode, wr.Flags
 	w.mask = wrOpcodes.mask(wr.Opcode)
+	w.local = wrOpcodes[wr.Opcode].local
 	w.invRKey = wr.InvalidateRKey
 	w.remoteAddr, w.iova, w.rkey = wr.RemoteAddr, wr.RemoteAddr, wr.RKey
 }
@@ -259,7 +258,6 @@ func (qp *QP) fillOtherWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
 		}
 	}
 	w.start(wr)
-	w.local = wrOpcodes[wr.Opcode].local
 	w.flushLen = wr.FlushLen
 	w.flushType = wr.FlushType
 	w.flushLevel = wr.FlushLevel

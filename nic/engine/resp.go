@@ -408,7 +408,7 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 		}
 	case mask&wire.MaskWrite != 0:
 		if n := len(p.Payload); n > 0 {
-			if e.regionCopy(qp, r.rkey, r.va, p.Payload, mr.RemoteWrite, true) != mr.FaultNone {
+			if e.d.mrs.Copy(r.rkey, pd, r.va, p.Payload, mr.RemoteWrite, qp.qpn, true) != mr.FaultNone {
 				return errRKeyViolation
 			}
 			r.va += uint64(n)
@@ -820,7 +820,7 @@ func (e *engine) sendReadResponse(qp *QP, o *respOut) bool {
 	if f == mr.FaultNone && len(data) < int(n) {
 		// A page list: gather the packet's pages.
 		data = e.scratch[:n]
-		f = e.regionCopy(qp, o.rkey, o.va, data, mr.RemoteRead, false)
+		f = e.d.mrs.Copy(o.rkey, qp.pd.handle, o.va, data, mr.RemoteRead, qp.qpn, false)
 	}
 	if f != mr.FaultNone {
 		// The region changed under the READ: class C remote access error.

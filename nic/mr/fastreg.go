@@ -4,7 +4,10 @@
 
 package mr
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // AllocFastReg reserves a region for fast registration (ib_alloc_mr with
 // IB_MR_TYPE_MEM_REG and max_num_sg maxPages; the NDK's fast-register MR): it has
@@ -80,10 +83,7 @@ func (t *Table) MapSG(r *Region, sgl [][]byte, pageSize int, iova uint64) (int, 
 	if r.kind != kindFastReg {
 		return 0, errNotFastReg
 	}
-	shift := uint8(0)
-	for 1<<shift < pageSize {
-		shift++
-	}
+	shift := uint8(bits.TrailingZeros(uint(pageSize)))
 	first := hostAddr(sgl[0])
 	m := mem{shift: shift, off0: first & mask, base0: first & mask}
 	n := 0

@@ -53,6 +53,28 @@ func (t *Table) Lookup(key, pd uint32, va uint64, length int, need Access, qpn u
 	return v.m.piece(off, length), FaultNone
 }
 
+// Copy moves len(b) bytes between b and the memory key names from IOVA va: into
+// the memory when into is set, out of it otherwise. It makes Lookup's checks
+// (key, qpn, pd, need) and calls it once per piece, so a page list is copied page
+// by page; on a fault the bytes of earlier pieces have moved. Like Lookup it
+// neither locks nor allocates.
+func (t *Table) Copy(key, pd uint32, va uint64, b []byte, need Access, qpn uint32, into bool) Fault {
+	for len(b) > 0 {
+		m, f := t.Lookup(key, pd, va, len(b), need, qpn)
+		if f != FaultNone {
+			return f
+		}
+		if into {
+			copy(m, b)
+		} else {
+			copy(b, m)
+		}
+		b = b[len(m):]
+		va += uint64(len(m))
+	}
+	return FaultNone
+}
+
 // Check makes Lookup's checks without returning memory, and checks key, PD and
 // rights even when length is 0 (then not the range): a FLUSH's checks (rxe
 // check_rkey looks the key up for every FLUSH, and a whole-region FLUSH has no
