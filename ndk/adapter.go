@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/xrnic/xrnic/nic/cm"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
@@ -40,6 +41,11 @@ type idOwner interface{ cmEvent(ev *rdmacm.Event) }
 func OpenAdapter(dev *verbs.Device) (*Adapter, error) {
 	if dev == nil {
 		return nil, ErrInvalid
+	}
+	// The device's CM answers for it from now on (a REQ to a port nobody
+	// listens on gets its REJ), as a RoCE device's does.
+	if _, err := dev.CM(cm.Config{}); err != nil {
+		return nil, err
 	}
 	a := &Adapter{dev: dev, ch: rdmacm.NewEventChannel(), pumped: make(chan struct{}),
 		ids: map[*rdmacm.ID]idOwner{}, srqs: map[*verbs.SRQ]*SRQ{}}

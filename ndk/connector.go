@@ -395,6 +395,9 @@ func (c *Connector) GetPeerAddress() (netip.AddrPort, error) {
 // or the DREQ timed out. After the peer's disconnect event it answers (DREP)
 // and completes at once: nil, no callback.
 func (c *Connector) Disconnect(done func(error)) error {
+	if done == nil {
+		done = func(error) {} // the request is pending all the same
+	}
 	if err := c.n.hold(); err != nil {
 		return err
 	}
