@@ -1,0 +1,568 @@
+// Package nd is the NetworkDirect SPI's overlapped model over package ndk's
+// objects (networkdirect-spi.txt): a Provider lists the addresses it serves
+// and opens adapters by address; creation calls are synchronous; every other
+// operation that can take time takes an Overlapped and returns nil (done: the
+// Overlapped is not used), ndk.ErrPending (the Overlapped completes later) or
+// an error (failed: the Overlapped is not used). The package never calls into
+// the client: no function here takes a callback, and every notification (a
+// CQ's, a disconnect, a connection request) is one the client asked for with
+// an Overlapped.
+package nd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xrnic/xrnic/ndk"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// ErrPending is ND_PENDING.
+var ErrPending = ndk.ErrPending
+
+// ErrNoOverlapped: an overlapped operation was given none (ND5: the client
+// always passes one).
+var ErrNoOverlapped = fmt.Errorf("nd: nil Overlapped: %w", verbs.ErrInvalid)
+
+// Overlapped is the OVERLAPPED of one operation: it completes once, when the
+// operation that returned ErrPending finished. Safe for concurrent use.
+type Overlapped struct {
+	done chan struct{}
+	once sync.Once
+	err  error
+}
+
+// NewOverlapped returns an Overlapped for one operation.
+func NewOverlapped() *Overlapped { return &Overlapped{done: make(chan struct{})} }
+
+// Done is closed when the operation completed.
+func (o *Overlapped) Done() <-chan struct{} { return o.done }
+
+// Result is the operation's result once Done is closed
+// (GetOverlappedResult).
+func (o *Overlapped) Result() error {
+	<-o.done
+	return o.err
+}
+
+// Wait is Result with a deadline.
+func (o *Overlapped) Wait(ctx context.Context) error {
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (o *Overlapped) complete(err error) {
+	o.once.Do(func() {
+		o.err = err
+		close(o.done)
+	})
+}
+
+// live counts the providers and adapters open in the process (DllCanUnloadNow).
+var live atomic.Int64
+
+// CanUnloadNow is DllCanUnloadNow: true when no provider or adapter is open
+// (ND7).
+func CanUnloadNow() bool { return live.Load() == 0 }
+
+// Provider is IND2Provider. It may be opened any number of times (ND7).
+type Provider struct{ closed atomic.Bool }
+
+// OpenProvider is DllGetClassObject for IND2Provider.
+func OpenProvider() *Provider {
+	live.Add(1)
+	return &Provider{}
+}
+
+// QueryAddressList is IND2Provider::QueryAddressList: the addresses of the
+// devices registered with verbs (ND2).
+func (p *Provider) QueryAddressList() []netip.Addr {
+	var out []netip.Addr
+	for _, d := range verbs.Devices() {
+		for _, g := range d.GIDs() {
+			out = append(out, g.Addr())
+		}
+	}
+	return out
+}
+
+// OpenAdapter is IND2Provider::OpenAdapter: the adapter of the device that has
+// address addr (ND2).
+func (p *Provider) OpenAdapter(addr netip.Addr) (*Adapter, error) {
+	if p.closed.Load() {
+		return nil, ndk.ErrClosed
+	}
+	for _, d := range verbs.Devices() {
+		for _, g := range d.GIDs() {
+			if g.Addr() == addr.Unmap() {
+				a, err := ndk.OpenAdapter(d)
+				if err != nil {
+					return nil, err
+				}
+				live.Add(1)
+				return &Adapter{a: a}, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("nd: no adapter has address %v: %w", addr, verbs.ErrNotFound)
+}
+
+// Close releases the provider.
+func (p *Provider) Close() error {
+	if p.closed.Swap(true) {
+		return ndk.ErrClosed
+	}
+	live.Add(-1)
+	return nil
+}
+
+// Adapter is IND2Adapter. Its creation calls are synchronous (ND6).
+type Adapter struct {
+	a      *ndk.Adapter
+	closed atomic.Bool
+}
+
+// closeSync closes an ndk object and waits for a pending close: ND's Release
+// returns when the object is gone.
+func closeSync(close func(func(error)) error) error {
+	ch := make(chan error, 1)
+	err := close(func(err error) { ch <- err })
+	if errors.Is(err, ndk.ErrPending) {
+		return <-ch
+	}
+	return err
+}
+
+// Query is IND2Adapter::Query.
+func (a *Adapter) Query() (ndk.AdapterInfo, error) { return a.a.QueryAdapterInfo() }
+
+// Close is the adapter's Release: the client has closed its objects first.
+func (a *Adapter) Close() error {
+	if a.closed.Swap(true) {
+		return ndk.ErrClosed
+	}
+	if h, ok := pds.LoadAndDelete(a); ok {
+		if pd := h.(*pdHolder).pd; pd != nil {
+			closeSync(pd.Close)
+		}
+	}
+	err := a.a.Close()
+	live.Add(-1)
+	return err
+}
+
+// CompletionQueue is IND2CompletionQueue.
+type CompletionQueue struct {
+	cq *ndk.CQ
+	mu sync.Mutex
+	ov *Overlapped // the pending Notify
+}
+
+// CreateCompletionQueue is IND2Adapter::CreateCompletionQueue.
+func (a *Adapter) CreateCompletionQueue(depth int) (*CompletionQueue, error) {
+	c := &CompletionQueue{}
+	cq, err := a.a.CreateCQ(depth, c.fired, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.cq = cq
+	return c, nil
+}
+
+func (c *CompletionQueue) fired(err error) {
+	c.mu.Lock()
+	ov := c.ov
+	c.ov = nil
+	c.mu.Unlock()
+	if ov != nil {
+		ov.complete(err)
+	}
+}
+
+// Notify is IND2CompletionQueue::Notify: ov completes at the next completion
+// of the kind asked for. It returns ErrPending.
+func (c *CompletionQueue) Notify(solicitedOnly bool, ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	c.mu.Lock()
+	if c.ov != nil {
+		c.mu.Unlock()
+		return fmt.Errorf("nd: a Notify is pending: %w", verbs.ErrBusy)
+	}
+	c.ov = ov
+	c.mu.Unlock()
+	t := ndk.NotifyAny
+	if solicitedOnly {
+		t = ndk.NotifySolicited
+	}
+	if err := c.cq.Arm(t); err != nil {
+		c.mu.Lock()
+		c.ov = nil
+		c.mu.Unlock()
+		return err
+	}
+	return ErrPending
+}
+
+// GetResults is IND2CompletionQueue::GetResults.
+func (c *CompletionQueue) GetResults(rs []ndk.Result) int { return c.cq.GetResults(rs) }
+
+// Close releases the CQ; a pending Notify completes with ErrCanceled.
+func (c *CompletionQueue) Close() error {
+	err := closeSync(c.cq.Close)
+	c.fired(ndk.ErrCanceled)
+	return err
+}
+
+// MemoryRegion is IND2MemoryRegion, made on the adapter's one protection
+// domain (ND has no PD object).
+type MemoryRegion struct{ mr *ndk.MR }
+
+// pd returns the adapter's protection domain, made on first use.
+type pdHolder struct {
+	once sync.Once
+	pd   *ndk.PD
+	err  error
+}
+
+var pds sync.Map // *Adapter -> *pdHolder
+
+func (a *Adapter) pd() (*ndk.PD, error) {
+	h, _ := pds.LoadOrStore(a, &pdHolder{})
+	ph := h.(*pdHolder)
+	ph.once.Do(func() { ph.pd, ph.err = a.a.CreatePD(nil) })
+	return ph.pd, ph.err
+}
+
+// CreateMemoryRegion is IND2Adapter::CreateMemoryRegion.
+func (a *Adapter) CreateMemoryRegion() (*MemoryRegion, error) {
+	pd, err := a.pd()
+	if err != nil {
+		return nil, err
+	}
+	m, err := pd.CreateMR(false, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &MemoryRegion{mr: m}, nil
+}
+
+// Register is IND2MemoryRegion::Register. It completes at once (nil: ov is
+// not used) or fails.
+func (m *MemoryRegion) Register(buf []byte, access ndk.Access, ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	return m.mr.Register(buf, access, nil)
+}
+
+// Deregister is IND2MemoryRegion::Deregister.
+func (m *MemoryRegion) Deregister(ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	return m.mr.Deregister(nil)
+}
+
+// LocalToken, RemoteToken and SGE are the region's keys and an SGE in it.
+func (m *MemoryRegion) LocalToken() uint32               { return m.mr.LocalToken() }
+func (m *MemoryRegion) RemoteToken() uint32              { return m.mr.RemoteToken() }
+func (m *MemoryRegion) Addr() uint64                     { return m.mr.Addr() }
+func (m *MemoryRegion) SGE(off uint64, n uint32) ndk.SGE { return m.mr.SGE(off, n) }
+func (m *MemoryRegion) Close() error                     { return closeSync(m.mr.Close) }
+
+// QueuePair is IND2QueuePair: ndk's QP, its requests as they are.
+type QueuePair struct{ *ndk.QP }
+
+// CreateQueuePair is IND2Adapter::CreateQueuePair: synchronous (ND6), the QP
+// ready for receives when it returns.
+func (a *Adapter) CreateQueuePair(o ndk.QPOptions, rcq, icq *CompletionQueue) (*QueuePair, error) {
+	pd, err := a.pd()
+	if err != nil {
+		return nil, err
+	}
+	o.ReceiveCQ, o.InitiatorCQ = rcq.cq, icq.cq
+	type res struct {
+		q   *ndk.QP
+		err error
+	}
+	ch := make(chan res, 1)
+	if err := pd.CreateQP(o, func(q *ndk.QP, err error) { ch <- res{q, err} }); !errors.Is(err, ErrPending) {
+		return nil, err
+	}
+	r := <-ch
+	if r.err != nil {
+		return nil, r.err
+	}
+	return &QueuePair{r.q}, nil
+}
+
+// Close releases the QP once its requests are flushed.
+func (q *QueuePair) Close() error { return closeSync(q.QP.Close) }
+
+// Connector is IND2Connector. A connector from CreateConnector is used either
+// for Connect or, through Listener.GetConnectionRequest, for an incoming one.
+type Connector struct {
+	a *Adapter
+
+	mu     sync.Mutex
+	c      *ndk.Connector
+	discOv *Overlapped // the pending NotifyDisconnect
+	gone   bool        // the peer disconnected before NotifyDisconnect
+}
+
+// CreateConnector is IND2Adapter::CreateConnector.
+func (a *Adapter) CreateConnector() (*Connector, error) {
+	if a.closed.Load() {
+		return nil, ndk.ErrClosed
+	}
+	return &Connector{a: a}, nil
+}
+
+func (c *Connector) disconnected() {
+	c.mu.Lock()
+	ov := c.discOv
+	c.discOv = nil
+	c.gone = ov == nil
+	c.mu.Unlock()
+	if ov != nil {
+		ov.complete(nil)
+	}
+}
+
+func (c *Connector) conn() (*ndk.Connector, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c == nil {
+		return nil, ndk.ErrState
+	}
+	return c.c, nil
+}
+
+// Connect is IND2Connector::Connect: ErrPending, ov completing with the
+// peer's answer (then CompleteConnect).
+func (c *Connector) Connect(qp *QueuePair, src, dst netip.AddrPort, ird, ord int, private []byte, ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	c.mu.Lock()
+	if c.c == nil {
+		nc, err := c.a.a.CreateConnector(c.disconnected, nil)
+		if err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		c.c = nc
+	}
+	nc := c.c
+	c.mu.Unlock()
+	return nc.Connect(qp.QP, src, dst, ird, ord, private, ov.complete)
+}
+
+// CompleteConnect is IND2Connector::CompleteConnect (nil: done).
+func (c *Connector) CompleteConnect(ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	nc, err := c.conn()
+	if err != nil {
+		return err
+	}
+	return nc.CompleteConnect(nil)
+}
+
+// Accept is IND2Connector::Accept of the request GetConnectionRequest gave.
+func (c *Connector) Accept(qp *QueuePair, ird, ord int, private []byte, ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	nc, err := c.conn()
+	if err != nil {
+		return err
+	}
+	return nc.Accept(qp.QP, ird, ord, private, ov.complete)
+}
+
+// Reject is IND2Connector::Reject.
+func (c *Connector) Reject(private []byte) error {
+	nc, err := c.conn()
+	if err != nil {
+		return err
+	}
+	return nc.Reject(private)
+}
+
+// GetConnectionData is IND2Connector::GetConnectionData.
+func (c *Connector) GetConnectionData() (ird, ord int, private []byte, err error) {
+	nc, err := c.conn()
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	return nc.GetConnectionData()
+}
+
+// GetLocalAddress and GetPeerAddress are IND2Connector's.
+func (c *Connector) GetLocalAddress() (netip.AddrPort, error) {
+	nc, err := c.conn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return nc.GetLocalAddress()
+}
+
+func (c *Connector) GetPeerAddress() (netip.AddrPort, error) {
+	nc, err := c.conn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return nc.GetPeerAddress()
+}
+
+// NotifyDisconnect is IND2Connector::NotifyDisconnect: ov completes when the
+// peer disconnects (at once if it already has: nil).
+func (c *Connector) NotifyDisconnect(ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return nil
+	}
+	c.discOv = ov
+	return ErrPending
+}
+
+// Disconnect is IND2Connector::Disconnect.
+func (c *Connector) Disconnect(ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	nc, err := c.conn()
+	if err != nil {
+		return err
+	}
+	return nc.Disconnect(ov.complete)
+}
+
+// Close releases the connector (a pending NotifyDisconnect completes with
+// ErrCanceled).
+func (c *Connector) Close() error {
+	c.mu.Lock()
+	nc, ov := c.c, c.discOv
+	c.c, c.discOv = nil, nil
+	c.mu.Unlock()
+	var err error
+	if nc != nil {
+		err = closeSync(nc.Close)
+	}
+	if ov != nil {
+		ov.complete(ndk.ErrCanceled)
+	}
+	return err
+}
+
+// Listener is IND2Listener: requests wait in the listener (ndk's paused
+// backlog) until GetConnectionRequest asks for one.
+type Listener struct {
+	a *Adapter
+	l *ndk.Listener
+
+	mu      sync.Mutex
+	waiting []*ndk.Connector
+	asks    []ask
+}
+
+type ask struct {
+	c  *Connector
+	ov *Overlapped
+}
+
+// CreateListener is IND2Adapter::CreateListener.
+func (a *Adapter) CreateListener() (*Listener, error) {
+	l := &Listener{a: a}
+	nl, err := a.a.CreateListener(l.request, nil)
+	if err != nil {
+		return nil, err
+	}
+	l.l = nl
+	return l, nil
+}
+
+// Listen is IND2Listener::Listen.
+func (l *Listener) Listen(ap netip.AddrPort) error { return l.l.Listen(ap, nil) }
+
+func (l *Listener) request(nc *ndk.Connector) {
+	l.mu.Lock()
+	if len(l.asks) == 0 {
+		if len(l.waiting) >= 64 {
+			l.mu.Unlock()
+			nc.Reject(nil)
+			nc.Close(nil)
+			return
+		}
+		l.waiting = append(l.waiting, nc)
+		l.mu.Unlock()
+		return
+	}
+	a := l.asks[0]
+	l.asks = l.asks[1:]
+	l.mu.Unlock()
+	l.give(a, nc)
+}
+
+func (l *Listener) give(a ask, nc *ndk.Connector) {
+	a.c.mu.Lock()
+	a.c.c = nc
+	a.c.mu.Unlock()
+	nc.SetDisconnectEvent(a.c.disconnected)
+	a.ov.complete(nil)
+}
+
+// GetConnectionRequest is IND2Listener::GetConnectionRequest: c becomes the
+// next incoming connection; ErrPending, ov completing when there is one.
+func (l *Listener) GetConnectionRequest(c *Connector, ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	if c == nil {
+		return ndk.ErrInvalid
+	}
+	l.mu.Lock()
+	if len(l.waiting) > 0 {
+		nc := l.waiting[0]
+		l.waiting = l.waiting[1:]
+		l.mu.Unlock()
+		l.give(ask{c, ov}, nc)
+		return ErrPending
+	}
+	l.asks = append(l.asks, ask{c, ov})
+	l.mu.Unlock()
+	return ErrPending
+}
+
+// Close releases the listener: requests waiting are refused, asks complete
+// with ErrCanceled.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	waiting, asks := l.waiting, l.asks
+	l.waiting, l.asks = nil, nil
+	l.mu.Unlock()
+	for _, nc := range waiting {
+		nc.Reject(nil)
+		closeSync(nc.Close)
+	}
+	for _, a := range asks {
+		a.ov.complete(ndk.ErrCanceled)
+	}
+	return closeSync(l.l.Close)
+}
