@@ -198,7 +198,7 @@ func connect(t testing.TB, cli, srv *side, port uint16) *connected {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := x.lst.Listen(netip.AddrPortFrom(srv.ad.dev.GIDs()[0].Addr(), port), nil); err != nil {
+	if err := x.lst.Listen(netip.AddrPortFrom(ipv4(t, srv), port), nil); err != nil {
 		t.Fatal(err)
 	}
 	x.cc, err = cli.ad.CreateConnector(func() { x.cliDiscon <- struct{}{} }, nil)
@@ -206,8 +206,8 @@ func connect(t testing.TB, cli, srv *side, port uint16) *connected {
 		t.Fatal(err)
 	}
 	done, ch := cb()
-	src := netip.AddrPortFrom(cli.ad.dev.GIDs()[0].Addr(), 0)
-	dst := netip.AddrPortFrom(srv.ad.dev.GIDs()[0].Addr(), port)
+	src := netip.AddrPortFrom(ipv4(t, cli), 0)
+	dst := netip.AddrPortFrom(ipv4(t, srv), port)
 	if err := x.cc.Connect(cli.qp, src, dst, 4, 4, []byte("hello"), done); !errors.Is(err, ErrPending) {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -231,4 +231,16 @@ func connect(t testing.TB, cli, srv *side, port uint16) *connected {
 		closeWait(t, "listener", x.lst.Close)
 	})
 	return x
+}
+
+// ipv4 is the side's first IPv4 address.
+func ipv4(t testing.TB, s *side) netip.Addr {
+	t.Helper()
+	for _, g := range s.ad.dev.GIDs() {
+		if g.Addr().Is4() {
+			return g.Addr()
+		}
+	}
+	t.Fatal("no IPv4 GID")
+	return netip.Addr{}
 }
