@@ -241,6 +241,22 @@ func (m *MR) Register(buf []byte, access Access, done func(error)) error {
 	if len(buf) == 0 || m.fast {
 		return ErrInvalid
 	}
+	return m.set(func() (*verbs.MR, error) {
+		return m.pd.pd.RegMR(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access.verbs())
+	})
+}
+
+// InitializeFastRegister is NdkInitializeFastRegisterMr: the region gets keys
+// for up to pages pages, registered later by QP.FastRegister. Synchronous.
+func (m *MR) InitializeFastRegister(pages int, done func(error)) error {
+	if !m.fast {
+		return ErrInvalid
+	}
+	return m.set(func() (*verbs.MR, error) { return m.pd.pd.AllocFastRegMR(pages) })
+}
+
+// set gives an open, empty MR the region mk makes.
+func (m *MR) set(mk func() (*verbs.MR, error)) error {
 	if err := m.n.hold(); err != nil {
 		return err
 	}
@@ -250,30 +266,7 @@ func (m *MR) Register(buf []byte, access Access, done func(error)) error {
 	if m.mr != nil {
 		return fmt.Errorf("ndk: region already registered: %w", verbs.ErrBusy)
 	}
-	r, err := m.pd.pd.RegMR(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access.verbs())
-	if err != nil {
-		return err
-	}
-	m.mr = r
-	return nil
-}
-
-// InitializeFastRegister is NdkInitializeFastRegisterMr: the region gets keys
-// for up to pages pages, registered later by QP.FastRegister. Synchronous.
-func (m *MR) InitializeFastRegister(pages int, done func(error)) error {
-	if !m.fast {
-		return ErrInvalid
-	}
-	if err := m.n.hold(); err != nil {
-		return err
-	}
-	defer m.n.unhold()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mr != nil {
-		return fmt.Errorf("ndk: region already initialized: %w", verbs.ErrBusy)
-	}
-	r, err := m.pd.pd.AllocFastRegMR(pages)
+	r, err := mk()
 	if err != nil {
 		return err
 	}
