@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
-	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/internal/testutil/memdev"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -22,29 +22,8 @@ var (
 // hang bounds every wait of the tests: a guard against hanging, not a timing.
 const hang = 20 * time.Second
 
-// memDevices opens two devices over a memory link.
-func memDevices(t testing.TB) (a, b *verbs.Device) {
-	t.Helper()
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err = verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(ipA)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err = verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{verbs.GIDFromAddr(ipB)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-		la.Close()
-		lb.Close()
-	})
-	return a, b
-}
+// memDevices opens two devices over a memory link, with GIDs ipA and ipB.
+func memDevices(t testing.TB) (a, b *verbs.Device) { return memdev.Pair(t, ipA, ipB) }
 
 func openAdapter(t testing.TB, d *verbs.Device) *Adapter {
 	t.Helper()

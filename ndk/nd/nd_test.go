@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
+	"github.com/xrnic/xrnic/internal/testutil/memdev"
 	"github.com/xrnic/xrnic/ndk"
-	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -24,27 +24,7 @@ var (
 	ipB = netip.MustParseAddr("192.0.2.32")
 )
 
-func memDevices(t *testing.T) {
-	t.Helper()
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(ipA)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{verbs.GIDFromAddr(ipB)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-		la.Close()
-		lb.Close()
-	})
-}
+func memDevices(t *testing.T) { memdev.Pair(t, ipA, ipB) }
 
 func waitOv(t *testing.T, what string, ov *Overlapped) error {
 	t.Helper()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
+	"github.com/xrnic/xrnic/internal/testutil/memdev"
 	"github.com/xrnic/xrnic/nic/cm"
 	"github.com/xrnic/xrnic/nic/errs"
 	"github.com/xrnic/xrnic/nic/link"
@@ -26,24 +27,7 @@ var (
 // cfg (short timeouts for the tests that wait for them).
 func memDevices(t *testing.T, cfg cm.Config) (a, b *verbs.Device) {
 	t.Helper()
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err = verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(addrA)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err = verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{verbs.GIDFromAddr(addrB)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		a.Close()
-		b.Close()
-		la.Close()
-		lb.Close()
-	})
+	a, b = memdev.Pair(t, addrA, addrB)
 	for _, d := range []*verbs.Device{a, b} {
 		if _, err := d.CM(cfg); err != nil {
 			t.Fatal(err)
@@ -362,20 +346,8 @@ func TestListenAddressInUse(t *testing.T) {
 // TestIPv6Connect: an RC connection between IPv6 GIDs; the rdma_cm header
 // carries the IPv6 addresses and the passive side sees them.
 func TestIPv6Connect(t *testing.T) {
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	a6, b6 := netip.MustParseAddr("2001:db8::11"), netip.MustParseAddr("2001:db8::12")
-	a, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(a6)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{verbs.GIDFromAddr(b6)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(); b.Close(); la.Close(); lb.Close() })
+	a, b := memdev.Pair(t, a6, b6)
 	srv := newSide(t, b)
 	srv.id, _ = srv.ch.CreateID(nil, PSTCP)
 	t.Cleanup(func() { srv.id.Destroy() })
