@@ -18,10 +18,8 @@ type Adapter struct {
 	dev  *verbs.Device
 	disp dispatcher
 
-	kidsMu   sync.Mutex
-	kidsCond *sync.Cond
+	kidsGone *sync.Cond // on n.mu: signalled when a successor of the adapter goes
 	closeMu  sync.Mutex // one Close at a time
-	closed   bool
 
 	ch     *rdmacm.EventChannel
 	stop   context.CancelFunc
@@ -49,7 +47,7 @@ func OpenAdapter(dev *verbs.Device) (*Adapter, error) {
 	}
 	a := &Adapter{dev: dev, ch: rdmacm.NewEventChannel(), pumped: make(chan struct{}),
 		ids: map[*rdmacm.ID]idOwner{}, srqs: map[*verbs.SRQ]*SRQ{}}
-	a.kidsCond = sync.NewCond(&a.kidsMu)
+	a.kidsGone = sync.NewCond(&a.n.mu)
 	_ = a.n.init(a, nil)
 	a.disp.start()
 	ctx, stop := context.WithCancel(context.Background())
@@ -67,9 +65,9 @@ func (a *Adapter) queue(f func()) { a.disp.queue(f) }
 // kidGone wakes a blocked Close when one of the adapter's own successors went.
 func (a *Adapter) kidGone(n *node) {
 	if n == &a.n {
-		a.kidsMu.Lock()
-		a.kidsCond.Broadcast()
-		a.kidsMu.Unlock()
+		n.mu.Lock()
+		a.kidsGone.Broadcast()
+		n.mu.Unlock()
 	}
 }
 
@@ -136,23 +134,16 @@ func (a *Adapter) Close() error {
 	}
 	a.closeMu.Lock()
 	defer a.closeMu.Unlock()
-	if a.closed {
+	a.n.mu.Lock()
+	if a.n.st == stClosed {
+		a.n.mu.Unlock()
 		return ErrClosed
 	}
-	a.n.mu.Lock()
 	a.n.st = stClosing
-	a.n.mu.Unlock()
-	a.kidsMu.Lock()
-	for {
-		a.n.mu.Lock()
-		k := a.n.kids
-		a.n.mu.Unlock()
-		if k == 0 {
-			break
-		}
-		a.kidsCond.Wait()
+	for a.n.kids > 0 {
+		a.kidsGone.Wait()
 	}
-	a.kidsMu.Unlock()
+	a.n.mu.Unlock()
 	a.unreg()
 	a.stop()
 	<-a.pumped
@@ -161,7 +152,6 @@ func (a *Adapter) Close() error {
 	a.n.mu.Lock()
 	a.n.st = stClosed
 	a.n.mu.Unlock()
-	a.closed = true
 	return nil
 }
 

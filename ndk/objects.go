@@ -111,11 +111,18 @@ const (
 	OpFastRegister
 )
 
-var opOf = map[verbs.WCOpcode]ResultType{
-	verbs.WCSend: OpSend, verbs.WCBindMW: OpBind, verbs.WCLocalInv: OpInvalidate,
-	verbs.WCRDMARead: OpRead, verbs.WCRDMAWrite: OpWrite, verbs.WCRegMR: OpFastRegister,
-	verbs.WCRecv: OpReceive, verbs.WCRecvRDMAWithImm: OpReceive,
-}
+// opOf maps a WC opcode to the result type; an array, as GetResults reads it
+// once per completion.
+var opOf = func() (t [256]ResultType) {
+	for op, rt := range map[verbs.WCOpcode]ResultType{
+		verbs.WCSend: OpSend, verbs.WCBindMW: OpBind, verbs.WCLocalInv: OpInvalidate,
+		verbs.WCRDMARead: OpRead, verbs.WCRDMAWrite: OpWrite, verbs.WCRegMR: OpFastRegister,
+		verbs.WCRecv: OpReceive, verbs.WCRecvRDMAWithImm: OpReceive,
+	} {
+		t[op] = rt
+	}
+	return t
+}()
 
 // Result is NDK_RESULT_EX. A plain value.
 type Result struct {

@@ -249,13 +249,15 @@ func (q *QP) Flush() error {
 	if !q.n.isOpen() {
 		return ErrClosed
 	}
-	return q.toErr()
+	q.toErr()
+	return nil
 }
 
-func (q *QP) toErr() error {
+// toErr moves the QP to ERR, which flushes its queues; the Op is not waited
+// for: the flushed requests report through the CQs.
+func (q *QP) toErr() {
 	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}
 	q.qp.Modify(&a, verbs.AttrState)
-	return nil
 }
 
 // Close is NdkCloseObject: the QP is destroyed, its pending requests flushed

@@ -128,6 +128,12 @@ func (p *Provider) Close() error {
 type Adapter struct {
 	a      *ndk.Adapter
 	closed atomic.Bool
+
+	// The adapter's one protection domain, made on first use (ND has no PD
+	// object).
+	pdOnce sync.Once
+	pdv    *ndk.PD
+	pdErr  error
 }
 
 // closeSync closes an ndk object and waits for a pending close: ND's Release
@@ -149,10 +155,9 @@ func (a *Adapter) Close() error {
 	if a.closed.Swap(true) {
 		return ndk.ErrClosed
 	}
-	if h, ok := pds.LoadAndDelete(a); ok {
-		if pd := h.(*pdHolder).pd; pd != nil {
-			closeSync(pd.Close)
-		}
+	a.pdOnce.Do(func() {}) // waits for a creation under way, and prevents one after
+	if a.pdv != nil {
+		closeSync(a.pdv.Close)
 	}
 	err := a.a.Close()
 	live.Add(-1)
@@ -224,23 +229,16 @@ func (c *CompletionQueue) Close() error {
 }
 
 // MemoryRegion is IND2MemoryRegion, made on the adapter's one protection
-// domain (ND has no PD object).
+// domain.
 type MemoryRegion struct{ mr *ndk.MR }
 
 // pd returns the adapter's protection domain, made on first use.
-type pdHolder struct {
-	once sync.Once
-	pd   *ndk.PD
-	err  error
-}
-
-var pds sync.Map // *Adapter -> *pdHolder
-
 func (a *Adapter) pd() (*ndk.PD, error) {
-	h, _ := pds.LoadOrStore(a, &pdHolder{})
-	ph := h.(*pdHolder)
-	ph.once.Do(func() { ph.pd, ph.err = a.a.CreatePD(nil) })
-	return ph.pd, ph.err
+	a.pdOnce.Do(func() { a.pdv, a.pdErr = a.a.CreatePD(nil) })
+	if a.pdv == nil && a.pdErr == nil {
+		return nil, ndk.ErrClosed // the adapter closed first
+	}
+	return a.pdv, a.pdErr
 }
 
 // CreateMemoryRegion is IND2Adapter::CreateMemoryRegion.
