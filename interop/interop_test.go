@@ -28,8 +28,10 @@ func TestInterop(t *testing.T) {
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_server", size), func(t *testing.T) { pingpong(t, g, size, true) })
 				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_client", size), func(t *testing.T) { pingpong(t, g, size, false) })
 			}
-			t.Run("rping/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 0) })
-			t.Run("rping/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 0) })
+			t.Run("rping/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 0, false) })
+			t.Run("rping/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 0, false) })
+			t.Run("rping_ndk/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 0, true) })
+			t.Run("rping_ndk/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 0, true) })
 			t.Run("write_bw/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 0) })
 			t.Run("write_bw/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 0) })
 			t.Run("udaddy/xrnic_server", func(t *testing.T) { udaddyPair(t, g, true) })
@@ -42,10 +44,10 @@ func TestInterop(t *testing.T) {
 			if mtu == 1024 {
 				t.Run("write_bw_loss2pct/xrnic_server", func(t *testing.T) { writeBW(t, g, true, 2) })
 				t.Run("write_bw_loss2pct/xrnic_client", func(t *testing.T) { writeBW(t, g, false, 2) })
-				t.Run("rping_loss10pct/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 10) })
-				t.Run("rping_loss10pct/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 10) })
-				t.Run("rping_first_mad_lost/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, -1) })
-				t.Run("rping_first_mad_lost/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, -1) })
+				t.Run("rping_loss10pct/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 10, false) })
+				t.Run("rping_loss10pct/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 10, false) })
+				t.Run("rping_first_mad_lost/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, -1, false) })
+				t.Run("rping_first_mad_lost/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, -1, false) })
 				t.Run("rping_peer_gone_mid_handshake/xrnic_server", func(t *testing.T) { rpingPeerGone(t, g) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
 				for _, c := range perftestCases {

@@ -21,10 +21,13 @@ const rpingCount, rpingSize = 10, 1000
 // With lossPct, that share of xrnic's RoCE frames (its MADs among them) is
 // dropped on the wire: the CM's retransmissions and RC's recover.
 //
+// With ndk, bench runs rping over the ndk layer (--ndk): NDKPI's listener or
+// connector, QP and CQ notification instead of verbs and rdma_cm's API.
+//
 // With lossPct < 0, exactly the first frame xrnic sends is lost: its first CM
 // MAD (the REP as server, the REQ as client), which ib_cm's retry after the
 // message's timeout must recover.
-func rpingPair(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
+func rpingPair(t *testing.T, g *guest, xrnicServer bool, lossPct int, ndk bool) {
 	name := artifactName(t)
 	switch {
 	case lossPct > 0:
@@ -59,17 +62,20 @@ func rpingPair(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 		}()
 	}
 	args := fmt.Sprintf("-v -V -C %d -S %d", rpingCount, rpingSize)
-	var bench []string
+	bench, ready := []string{suite.bench, "rping"}, "rdma_listen"
+	if ndk {
+		bench, ready = append(bench, "--ndk"), "NdkListen"
+	}
 	var guestCmd string
 	if xrnicServer {
-		bench = append([]string{suite.bench, "rping", "-s", "-d", "-a", ipXrnic}, strings.Fields(args)...)
+		bench = append(append(bench, "-s", "-d", "-a", ipXrnic), strings.Fields(args)...)
 		guestCmd = "rping -c " + args + " -a"
 	} else {
-		bench = append([]string{suite.bench, "rping", "-c"}, strings.Fields(args)...)
+		bench = append(append(bench, "-c"), strings.Fields(args)...)
 		bench = append(bench, "-a")
 		guestCmd = "rping -s -v -S " + fmt.Sprint(rpingSize) + " -a " + ipGuest
 	}
-	c, xOut, gOut := playWith(t, g, name, bench, guestCmd, xrnicServer, "rdma_listen", nil, func(j *job) {
+	c, xOut, gOut := playWith(t, g, name, bench, guestCmd, xrnicServer, ready, nil, func(j *job) {
 		g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:7174'", "rdma_cm listener on 7174", j)
 	})
 	client, server := gOut, xOut

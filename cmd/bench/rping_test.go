@@ -34,9 +34,19 @@ func TestRpingUsage(t *testing.T) {
 }
 
 // TestRpingVeth: bench rping as server and client on a veth pair (AF_XDP), the
-// CM over QP1, data checked both ways (-V) and printed (-v) as rping does.
+// CM over QP1, data checked both ways (-V) and printed (-v) as rping does;
+// with --ndk on either side or both, the same over the ndk layer.
 func TestRpingVeth(t *testing.T) {
 	testutil.RequireRoot(t)
+	for _, c := range []struct {
+		name           string
+		srvNDK, cliNDK bool
+	}{{"verbs", false, false}, {"ndk_server", true, false}, {"ndk_client", false, true}, {"ndk", true, true}} {
+		t.Run(c.name, func(t *testing.T) { rpingVeth(t, c.srvNDK, c.cliNDK) })
+	}
+}
+
+func rpingVeth(t *testing.T, srvNDK, cliNDK bool) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 1500})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -46,8 +56,13 @@ func TestRpingVeth(t *testing.T) {
 	var se, co, ce testutil.SyncBuffer
 	sres, cres := make(chan error, 1), make(chan error, 1)
 	srv := []string{"rping", "-s", "-d", "-v", "-a", p.A.IPv4.String(), "-S", fmt.Sprint(size)}
+	needle, srvErr := "rdma_listen", "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n"
+	if srvNDK {
+		srv = append(srv, "--ndk")
+		needle, srvErr = "NdkListen", "server DISCONNECT EVENT...\n"
+	}
 	if err := p.A.NS.Go(func() {
-		sres <- run(ctx, srv, &signalWriter{w: &so, needle: "rdma_listen", ch: ready}, &se)
+		sres <- run(ctx, srv, &signalWriter{w: &so, needle: needle, ch: ready}, &se)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +72,9 @@ func TestRpingVeth(t *testing.T) {
 		t.Fatalf("server: %v\n%s", err, so.String())
 	}
 	cli := []string{"rping", "-c", "-v", "-V", "-C", fmt.Sprint(count), "-S", fmt.Sprint(size), "-a", p.A.IPv4.String()}
+	if cliNDK {
+		cli = append(cli, "--ndk")
+	}
 	if err := p.B.NS.Go(func() { cres <- run(ctx, cli, &co, &ce) }); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +97,7 @@ func TestRpingVeth(t *testing.T) {
 		t.Errorf("server output:\n%s", so.String())
 	}
 	// rping's server ends on the client's disconnect as rping does.
-	if se.String() != "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n" {
+	if se.String() != srvErr {
 		t.Errorf("server stderr:\n%s", se.String())
 	}
 }

@@ -54,6 +54,7 @@ type Params struct {
 	Debug          bool   // -d
 	Persistent     bool   // -P: not supported
 	SelfQP         bool   // -q
+	NDK            bool   // --ndk: through the ndk layer instead of verbs and rdma_cm
 	Device         string // --ib-dev: the interface (default: from the addresses)
 	LinkKind       link.Kind
 	Help           bool
@@ -78,6 +79,7 @@ func Usage(w io.Writer) {
 	fmt.Fprintf(w, "\t-q\t\tuse self-created, self-modified QP\n")
 	fmt.Fprintf(w, "\t--ib-dev IF\tthe interface xrnic runs on (bench; default: the one with the address)\n")
 	fmt.Fprintf(w, "\t--link KIND\tafxdp or udp (bench)\n")
+	fmt.Fprintf(w, "\t--ndk\t\trun over the ndk layer (NDKPI objects) instead of verbs (bench)\n")
 }
 
 // Parse reads rping's command line.
@@ -100,6 +102,7 @@ func Parse(args []string) (*Params, error) {
 	fs.BoolVarP(&p.SelfQP, "self-qp", "q", false, "")
 	fs.BoolVarP(&p.Help, "help", "h", false, "")
 	fs.StringVar(&p.Device, "ib-dev", "", "")
+	fs.BoolVar(&p.NDK, "ndk", false, "")
 	kind := fs.String("link", "", "")
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("rping: %v: %w", err, ErrUsage)
@@ -185,6 +188,16 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		return err
 	}
 	defer dev.Close()
+	port := uint16(p.Port)
+	if p.NDK {
+		if !src.IsValid() {
+			src = netip.IPv4Unspecified()
+			if sin.Is6() {
+				src = netip.IPv6Unspecified()
+			}
+		}
+		return runNDK(ctx, p, dev, netip.AddrPortFrom(src, 0), netip.AddrPortFrom(sin, port), out, errw)
+	}
 
 	cb := &cb{p: p, out: out, errw: errw, sem: make(chan struct{}, 64), state: stIdle, server: p.Server}
 	cb.ch = rdmacm.NewEventChannel()
@@ -206,7 +219,6 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		}
 		cmDone <- err
 	}()
-	port := uint16(p.Port)
 	if p.Server {
 		err = cb.runServer(runCtx, netip.AddrPortFrom(sin, port))
 	} else {
