@@ -361,6 +361,9 @@ func (c *Connector) Reject(private []byte) error {
 // GetConnectionData is NdkGetConnectionData: the peer's read limits and
 // private data (of its REQ on the passive side, its REP on the active side).
 func (c *Connector) GetConnectionData() (inboundReadLimit, outboundReadLimit int, private []byte, err error) {
+	if !c.n.isOpen() {
+		return 0, 0, nil, ErrClosed
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.st == cIdle || c.st == cConnecting {
@@ -373,6 +376,9 @@ func (c *Connector) GetConnectionData() (inboundReadLimit, outboundReadLimit int
 // GetLocalAddress and GetPeerAddress are NdkGetLocalAddress and
 // NdkGetPeerAddress.
 func (c *Connector) GetLocalAddress() (netip.AddrPort, error) {
+	if !c.n.isOpen() {
+		return netip.AddrPort{}, ErrClosed
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.id == nil {
@@ -382,6 +388,9 @@ func (c *Connector) GetLocalAddress() (netip.AddrPort, error) {
 }
 
 func (c *Connector) GetPeerAddress() (netip.AddrPort, error) {
+	if !c.n.isOpen() {
+		return netip.AddrPort{}, ErrClosed
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.id == nil {

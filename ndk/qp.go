@@ -185,6 +185,9 @@ func nextKey(k uint32) uint32 { return k&^0xff | (k+1)&0xff }
 // remote rights, on this QP only (a type 2 window). The window's token is
 // w.RemoteToken once the bind completed.
 func (q *QP) Bind(ctx uint64, m *MR, w *MW, addr uint64, length uint64, access Access, f Flags) error {
+	if !q.n.isOpen() {
+		return ErrClosed
+	}
 	r := m.reg()
 	if r == nil {
 		return ErrInvalid
@@ -198,6 +201,9 @@ func (q *QP) Bind(ctx uint64, m *MR, w *MW, addr uint64, length uint64, access A
 // pages (each of the same size, a power of two), its first byte fbo bytes into
 // the first page, length bytes long, at IOVA baseVA, with access's rights.
 func (q *QP) FastRegister(ctx uint64, m *MR, pages [][]byte, fbo int, length int, baseVA uint64, access Access, f Flags) error {
+	if !q.n.isOpen() {
+		return ErrClosed
+	}
 	r := m.reg()
 	if r == nil || !m.fast || len(pages) == 0 || fbo < 0 || fbo >= len(pages[0]) || length <= 0 {
 		return ErrInvalid
