@@ -49,10 +49,12 @@ var counterHelp = map[string]string{
 	"rcvd_bad_addr":          "Packets whose addresses were not the QP's.",
 	"rcvd_dropped":           "UC/UD messages dropped (lost packet, no receive WQE, bad length).",
 	"rcvd_bad_ack":           "Responses the completer could not use.",
-	"tx_dropped":             "Responses dropped because the transmit ring stayed full.",
+	"tx_dropped":             "Responses dropped because the response queue was full (the transmit ring behind it stayed full).",
 	"cq_overflow":            "Completions a full CQ refused.",
 	"events_dropped":         "Asynchronous events dropped because the handler fell behind.",
 	"retransmitted_pkts":     "Request packets sent again (timeout or NAK).",
+	"send_rnr_dropped":       "RNR NAKs not sent because the response queue was full.",
+	"duplicate_read_limited": "Duplicate READs left unanswered: past the replay budget.",
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {

@@ -27,19 +27,21 @@ const (
 	CntRDMASends                       // rdma_sends: send WRs completed successfully
 	CntRDMARecvs                       // rdma_recvs: receive WRs completed successfully
 
-	CntRcvdMalformed // frames wire.Parse rejected
-	CntRcvdBadICRC   // frames whose ICRC did not match
-	CntRcvdUnknownQP // packets for a QPN with no QP
-	CntRcvdBadState  // packets a QP cannot take in its state or for its transport
-	CntRcvdBadPKey   // P_Key mismatch
-	CntRcvdBadQKey   // UD Q_Key mismatch
-	CntRcvdBadAddr   // source or destination address not the QP's
-	CntRcvdDropped   // UC/UD messages dropped (lost packet, no receive WQE, bad length)
-	CntRcvdBadAck    // responses the completer could not use (stale, unexpected)
-	CntTxDropped     // responses dropped because the transmit ring stayed full
-	CntCQOverflow    // completions a full CQ refused
-	CntEventsDropped // asynchronous events dropped because the handler fell behind
-	CntRetransmitted // request packets sent again (timeout or NAK)
+	CntRcvdMalformed  // frames wire.Parse rejected
+	CntRcvdBadICRC    // frames whose ICRC did not match
+	CntRcvdUnknownQP  // packets for a QPN with no QP
+	CntRcvdBadState   // packets a QP cannot take in its state or for its transport
+	CntRcvdBadPKey    // P_Key mismatch
+	CntRcvdBadQKey    // UD Q_Key mismatch
+	CntRcvdBadAddr    // source or destination address not the QP's
+	CntRcvdDropped    // UC/UD messages dropped (lost packet, no receive WQE, bad length)
+	CntRcvdBadAck     // responses the completer could not use (stale, unexpected)
+	CntTxDropped      // responses dropped because the response queue was full (the transmit ring behind it stayed full)
+	CntCQOverflow     // completions a full CQ refused
+	CntEventsDropped  // asynchronous events dropped because the handler fell behind
+	CntRetransmitted  // request packets sent again (timeout or NAK)
+	CntSndRNRDropped  // RNR NAKs not sent because the response queue was full (not in send_rnr_err)
+	CntDupReadLimited // duplicate READs left unanswered: past the replay budget (replayBudget)
 	NumCounters
 )
 
@@ -51,6 +53,7 @@ var counterNames = [NumCounters]string{
 	"rcvd_malformed", "rcvd_bad_icrc", "rcvd_unknown_qp", "rcvd_bad_state",
 	"rcvd_bad_pkey", "rcvd_bad_qkey", "rcvd_bad_addr", "rcvd_dropped", "rcvd_bad_ack",
 	"tx_dropped", "cq_overflow", "events_dropped", "retransmitted_pkts",
+	"send_rnr_dropped", "duplicate_read_limited",
 }
 
 func (c Counter) String() string {

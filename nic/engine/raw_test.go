@@ -31,7 +31,13 @@ type rawPeer struct {
 // it connected to rawQPN at addrA, and returns both.
 func newRawPeer(t testing.TB, no nodeOpts, co connOpts) (*rawPeer, *node) {
 	t.Helper()
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+	return newRawPeerLink(t, link.MemoryOptions{}, no, co)
+}
+
+// newRawPeerLink is newRawPeer over a memory link with options lo.
+func newRawPeerLink(t testing.TB, lo link.MemoryOptions, no nodeOpts, co connOpts) (*rawPeer, *node) {
+	t.Helper()
+	la, lb, err := link.NewMemoryPair(lo)
 	if err != nil {
 		t.Fatal(err)
 	}

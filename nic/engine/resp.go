@@ -4,6 +4,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
@@ -104,6 +105,41 @@ type respState struct {
 	outLen   int
 	rdAtomic int  // queued READs and atomics (against max_dest_rd_atomic)
 	abort    bool // a response failed: drop what is queued behind it
+
+	// replayDebt is what duplicate READs were answered with and not yet paid
+	// back (replayBudget), at replayAt.
+	replayDebt int64
+	replayAt   time.Duration
+}
+
+// replayWindow is how often, at most, a peer can have every READ the
+// responder holds sent again: a duplicate READ costs a 28-byte RETH and can
+// ask for MaxMsgSize bytes, so without a bound one request packet is an
+// amplifier. A requester retries only after its local ACK timeout (a jiffy or
+// more in rxe, 67 ms with perftest's default), so an honest retry never runs
+// into the bound.
+const replayWindow = 10 * time.Millisecond
+
+// replayBudget charges n bytes of a duplicate READ's answer against a budget
+// of the held READs' total length, paid back at that total per replayWindow;
+// it reports false, charging nothing, when n does not fit.
+func (r *respState) replayBudget(now time.Duration, n uint32) bool {
+	var held int64
+	for i := range r.res {
+		if r.res[i].kind == resRead {
+			held += int64(r.res[i].length)
+		}
+	}
+	if el := now - r.replayAt; el > 0 {
+		r.replayDebt -= int64(float64(held) * float64(el) / float64(replayWindow))
+		r.replayDebt = max(r.replayDebt, 0)
+	}
+	r.replayAt = now
+	if r.replayDebt+int64(n) > held {
+		return false
+	}
+	r.replayDebt += int64(n)
+	return true
 }
 
 func (r *respState) reset() {
@@ -281,7 +317,9 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 			return errLength
 		}
 	}
-	if mask&(wire.MaskRead|wire.MaskWrite) != 0 && p.RETH != nil && p.RETH.DMALen() > 1<<31 {
+	// rxe allows 2^31 here (check_length); no message of this device is longer
+	// than its max_msg_sz (8 MiB), so a longer DMA length is an invalid request.
+	if mask&(wire.MaskRead|wire.MaskWrite) != 0 && p.RETH != nil && p.RETH.DMALen() > MaxMsgSize {
 		return errLength
 	}
 	if mask&wire.MaskAtomicWrite != 0 && (p.RETH.DMALen() != mr.AtomicLen || n != mr.AtomicLen) {
@@ -584,8 +622,13 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, mask wire.OpMask) {
 			return // class D: not ours to answer
 		}
 		va, n := p.RETH.VA(), p.RETH.DMALen()
-		// The retried request must be the original or its tail (rxe duplicate_request).
-		if p.RETH.RKey() != res.rkey || va < res.va || n > res.length || va+uint64(n) > res.va+uint64(res.length) {
+		// The retried request must be the original or its tail (rxe
+		// duplicate_request), compared as an offset: va+n may wrap.
+		if p.RETH.RKey() != res.rkey || va < res.va || n > res.length || va-res.va > uint64(res.length-n) {
+			return
+		}
+		if !r.replayBudget(e.now, n) {
+			e.d.cnt.inc(CntDupReadLimited)
 			return
 		}
 		if !r.push(respOut{kind: outRead, psn: psn, msn: r.msn, va: va, rkey: res.rkey, resid: n,
@@ -636,9 +679,17 @@ func (e *engine) respAck(qp *QP, syn wire.Syndrome, psn wire.PSN) {
 			return
 		}
 	}
+	rnr := syn.Kind() == wire.KindRNRNAK
 	if !r.push(o) {
-		e.d.cnt.inc(CntTxDropped)
+		if rnr {
+			e.d.cnt.inc(CntSndRNRDropped)
+		} else {
+			e.d.cnt.inc(CntTxDropped)
+		}
 		return
+	}
+	if rnr {
+		e.d.cnt.inc(CntSndRNR) // counted when it goes out, as rxe's send_rnr_err
 	}
 	e.schedule(qp)
 }
@@ -653,7 +704,6 @@ func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr
 	case errRNR:
 		if rc {
 			// Class B: RNR NAK, the requester retries after the timer.
-			e.d.cnt.inc(CntSndRNR)
 			e.respAck(qp, wire.RNRNAKSyndrome(wire.RNRTimer(qp.attr.MinRNRTimer)), psn)
 		} else {
 			r.dropMsg = true
