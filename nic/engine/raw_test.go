@@ -6,6 +6,7 @@ package engine
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
@@ -54,6 +55,17 @@ func newRawPeerLink(t testing.TB, lo link.MemoryOptions, no nodeOpts, co connOpt
 	if co.mtu == 0 {
 		co.mtu = qpattr.MTU1024
 	}
+	rawConnect(t, n.qp, no.typ, la.Info().MAC, co)
+	r := &rawPeer{t: t, l: la, d: d, dqpn: n.qp.QPN(), bufs: make([][]byte, 64), sizes: make([]int, 64)}
+	for i := range r.bufs {
+		r.bufs[i] = make([]byte, 9000)
+	}
+	return r, n
+}
+
+// rawConnect takes qp to RTS, connected to the raw peer's rawQPN at addrA.
+func rawConnect(t testing.TB, qp *QP, typ qpattr.Type, dmac net.HardwareAddr, co connOpts) {
+	t.Helper()
 	if co.access == 0 {
 		co.access = qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic
 	}
@@ -64,22 +76,23 @@ func newRawPeerLink(t testing.TB, lo link.MemoryOptions, no nodeOpts, co connOpt
 		{QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1, AccessFlags: co.access}},
 			qpattr.AttrState | qpattr.AttrPKeyIndex | qpattr.AttrPort | qpattr.AttrAccessFlags},
 		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: co.mtu, DestQPN: rawQPN, RQPSN: 1000,
-			MaxDestRdAtomic: max(co.rdAtomic, 1), MinRNRTimer: 5}, AV: AV{DGID: gids(addrA)[0], DMAC: la.Info().MAC}},
+			MaxDestRdAtomic: max(co.rdAtomic, 1), MinRNRTimer: 5}, AV: AV{DGID: gids(addrA)[0], DMAC: dmac}},
 			qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN |
 				qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer},
 		{QPAttr{Attr: qpattr.Attr{State: qpattr.RTS, SQPSN: 5000, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4}},
 			qpattr.AttrState | qpattr.AttrSQPSN | qpattr.AttrTimeout | qpattr.AttrRetryCnt | qpattr.AttrRNRRetry | qpattr.AttrMaxQPRdAtomic},
 	}
+	if typ == qpattr.UC {
+		// UC has no responder resources, RNR, timeout or retries.
+		steps[0].a.AccessFlags &^= qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic
+		steps[1].mask &^= qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer
+		steps[2].mask &^= qpattr.AttrTimeout | qpattr.AttrRetryCnt | qpattr.AttrRNRRetry | qpattr.AttrMaxQPRdAtomic
+	}
 	for _, s := range steps {
-		if err := n.qp.ModifySync(&s.a, s.mask); err != nil {
+		if err := qp.ModifySync(&s.a, s.mask); err != nil {
 			t.Fatalf("modify to %v: %v", s.a.State, err)
 		}
 	}
-	r := &rawPeer{t: t, l: la, d: d, dqpn: n.qp.QPN(), bufs: make([][]byte, 64), sizes: make([]int, 64)}
-	for i := range r.bufs {
-		r.bufs[i] = make([]byte, 9000)
-	}
-	return r, n
 }
 
 // frame builds a frame from the peer with the given IB part.

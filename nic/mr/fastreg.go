@@ -153,7 +153,7 @@ func (t *Table) FastReg(r *Region, key, pd uint32, access Access) error {
 	nv := &view{r: r, key: key, pd: pd, access: access, inval: true, iova: iova, m: r.staged}
 	nv.state.Store(stateValid)
 	s := t.slot(r.index)
-	s.keyByte = uint8(key) // the next automatic key byte follows the consumer's
+	s.keyByte = uint8(key) // the next automatic key byte differs from the consumer's
 	unpinAll(r.pins)
 	r.pins = pinMem(&nv.m)
 	r.cur.Store(nv)

@@ -21,18 +21,23 @@ import (
 // succeeds on the registration it loaded or fails cleanly; it never mixes two
 // registrations.
 //
-// Keys: index<<8 | key byte. Indices are handed out in order and freed indices
-// are reused oldest first (rxe_pool allocates cyclically), and each reuse of an
-// index, and each Reregister, advances its key byte by one (the first byte at an
-// index is random), so a stale key from an earlier registration stops matching
-// and matches again only after 256 more registrations at the same index.
+// Keys: index<<8 | key byte, both unpredictable to a peer that holds other
+// keys of the device. Never-used indices are handed out in the order of a
+// random permutation of the table's range (a peer cannot walk from a key it
+// was given to its neighbours'); freed indices come back oldest first, so a
+// stale key's index returns as late as possible. Every registration at an
+// index, and every Reregister, takes a fresh random key byte different from
+// the last one there (rxe_get_next_key), so a stale key matches the new
+// registration with odds of 1 in 255.
 type Table struct {
 	max    uint32                  // highest index in use or usable
 	chunks []atomic.Pointer[chunk] // index>>chunkShift -> slots, allocated on first use
 
-	mu sync.Mutex
+	mu   sync.Mutex
+	perm permutation // the order never-used indices are handed out in
+
 	// Guarded by mu.
-	next     uint32   // lowest index never handed out
+	next     uint32   // never-used indices handed out so far, plus MinIndex
 	free     []uint32 // freed indices, oldest first, from freeHead on
 	freeHead int
 	n        int                  // regions in the table
@@ -64,6 +69,7 @@ func NewTable(max int) *Table {
 		max:    hi,
 		chunks: make([]atomic.Pointer[chunk], hi>>chunkShift+1),
 		next:   MinIndex,
+		perm:   newPermutation(uint32(max)),
 	}
 }
 
@@ -85,13 +91,13 @@ func (t *Table) Len() int {
 // (Invalidate, which takes no lock, may still make a region not Valid). yield
 // must not call the table's control methods (it would deadlock); the lookups and
 // the region's accessors are fine. It allocates nothing and costs one atomic load
-// per index handed out so far.
+// per index of each chunk of slots in use.
 func (t *Table) Regions(yield func(*Region) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for idx := uint32(MinIndex); idx < t.next; {
+	for idx := uint32(MinIndex); idx <= t.max; {
 		c := t.chunks[idx>>chunkShift].Load()
-		end := min((idx>>chunkShift+1)<<chunkShift, t.next)
+		end := min((idx>>chunkShift+1)<<chunkShift, t.max+1)
 		if c == nil {
 			idx = end
 			continue
@@ -253,7 +259,7 @@ func (t *Table) allocLocked() (uint32, *slot, error) {
 	var idx uint32
 	switch {
 	case t.next <= t.max:
-		idx = t.next
+		idx = MinIndex + t.perm.at(t.next-MinIndex)
 		t.next++
 	case t.freeHead < len(t.free):
 		idx = t.free[t.freeHead]
@@ -275,15 +281,15 @@ func (t *Table) allocLocked() (uint32, *slot, error) {
 	return idx, &c[idx&(chunkSize-1)], nil
 }
 
-// nextKeyLocked returns the next key for idx: a random key byte the first time,
-// then one more than the last.
+// nextKeyLocked returns the next key for idx: a random key byte, different
+// from the last one handed out at idx (rxe_get_next_key).
 func (t *Table) nextKeyLocked(idx uint32, s *slot) uint32 {
-	if s.used {
-		s.keyByte++
-	} else {
-		s.keyByte, s.used = uint8(rand.Uint32()), true
+	b := uint8(rand.Uint32())
+	for s.used && b == s.keyByte {
+		b = uint8(rand.Uint32())
 	}
-	return idx<<KeyIndexShift | uint32(s.keyByte)
+	s.keyByte, s.used = b, true
+	return idx<<KeyIndexShift | uint32(b)
 }
 
 // slot returns the slot of an index that has been handed out.
