@@ -4,6 +4,11 @@
 // The protocol is one request line, "snapshot", and one JSON object in reply,
 // after which the daemon closes the connection. A reply with "error" set is a
 // failure.
+//
+// Who may read it: the snapshot holds every session's keys, addresses and
+// PSNs, so the socket is the daemon's user's alone (mode 0600 whatever the
+// umask, in a directory of mode 0755), and the daemon answers only a peer
+// whose SO_PEERCRED uid is root's or its own, should the mode be widened.
 
 package main
 
@@ -21,14 +26,22 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
 
-// controlTimeout bounds one control exchange, both sides.
-const controlTimeout = 5 * time.Second
+// controlTimeout bounds one control exchange, both sides; maxControlConns
+// bounds the exchanges served at once (more are closed at once).
+const (
+	controlTimeout  = 5 * time.Second
+	maxControlConns = 16
+	controlDirMode  = 0o755
+	controlSockMode = 0o600
+)
 
 // snapshot is the daemon's device as the introspection commands print it. A
 // plain value, JSON on the control socket.
@@ -98,8 +111,14 @@ func (d *daemon) snapshot() (snapshot, error) {
 // listenControl creates the control socket. A socket file nobody listens on is
 // a leftover and is replaced; one a daemon answers on is refused.
 func listenControl(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("control socket: %w (give --control PATH, or --control \"\" for none)", err)
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, controlDirMode); err != nil {
+			return nil, fmt.Errorf("control socket: %w (give --control PATH, or --control \"\" for none)", err)
+		}
+		if err := os.Chmod(dir, controlDirMode); err != nil { // not the umask's
+			return nil, fmt.Errorf("control socket: %w", err)
+		}
 	}
 	if _, err := os.Lstat(path); err == nil {
 		c, err := net.DialTimeout("unix", path, time.Second)
@@ -118,13 +137,41 @@ func listenControl(path string) (*net.UnixListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w (give --control PATH, or --control \"\" for none)", path, unwrapOp(err))
 	}
+	// The umask decided the mode bind gave it; until this chmod the peer
+	// check in handleControl is what keeps others out.
+	if err := os.Chmod(path, controlSockMode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
 	return ln, nil
+}
+
+// controlPeerAllowed reports whether the peer on c is root or the daemon's
+// own user (SO_PEERCRED).
+func controlPeerAllowed(c net.Conn) (uid uint32, ok bool) {
+	uc, isUnix := c.(*net.UnixConn)
+	if !isUnix {
+		return 0, false
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return 0, false
+	}
+	return cred.Uid, cred.Uid == 0 || int(cred.Uid) == os.Geteuid()
 }
 
 // serveControl starts RoutineControl on ln; stop closes the socket (removing its
 // file) and waits for the requests in progress.
 func (d *daemon) serveControl(ln *net.UnixListener, wg *sync.WaitGroup) (stop func()) {
 	var reqs sync.WaitGroup
+	slots := make(chan struct{}, maxControlConns)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -138,9 +185,16 @@ func (d *daemon) serveControl(ln *net.UnixListener, wg *sync.WaitGroup) (stop fu
 				}
 				return
 			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				c.Close() // maxControlConns exchanges are running
+				continue
+			}
 			reqs.Add(1)
 			go func() {
 				defer reqs.Done()
+				defer func() { <-slots }()
 				d.handleControl(c)
 			}()
 		}
@@ -156,6 +210,14 @@ func (d *daemon) handleControl(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(controlTimeout))
 	line, err := bufio.NewReader(io.LimitReader(c, 256)).ReadString('\n')
 	if err != nil {
+		return
+	}
+	// Checked once the request is read: closing with it unread would reset
+	// the connection before the peer reads the refusal.
+	if uid, ok := controlPeerAllowed(c); !ok {
+		d.lg.printf("control socket: refused a peer with uid %d", uid)
+		_ = json.NewEncoder(c).Encode(map[string]string{
+			"error": "permission denied: the control socket answers root and the daemon's user"})
 		return
 	}
 	var s snapshot

@@ -64,7 +64,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.StringVar(&c.benchTest, "bench-test", defaultBenchTest, "the test the bench server runs for its clients")
 	fs.StringVar(&c.benchOpts, "bench-opts", "", `bench options of the server side, as for "bench TEST -d IFACE" (e.g. "-s 1M -q 2")`)
 	fs.StringArrayVar(&c.serverS, "bench-server", nil, `one more bench server, TEST:PORT[:OPTIONS] (e.g. "read_bw:18516:-s 1M"); repeatable`)
-	fs.StringVar(&c.control, "control", "", `control socket (default `+controlDir+`/IFACE.sock; "" turns it off)`)
+	fs.StringVar(&c.control, "control", "", `control socket, mode 0600, for root and the daemon's user only: it shows every session's keys and addresses (default `+controlDir+`/IFACE.sock; "" turns it off)`)
 	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
 	fs.BoolP("help", "h", false, "show this help")
 	return fs
