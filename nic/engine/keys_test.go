@@ -106,7 +106,7 @@ func BenchmarkRCKeyGuess(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rawConnect(b, qp, qpattr.RC, mac, connOpts{mtu: qpattr.MTU1024})
+		rawConnect(b, qp, qpattr.RC, mac, connOpts{})
 		r.dqpn = qp.QPN()
 		ib := wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: uint32(i) | 1<<31, DMALen: 5}, Payload: []byte("guess")}
 		r.send(r.req(wire.RCRDMAWriteOnly, 1000, ib))

@@ -52,9 +52,6 @@ func newRawPeerLink(t testing.TB, lo link.MemoryOptions, no nodeOpts, co connOpt
 		lb.Close()
 	})
 	n := newNode(t, d, no)
-	if co.mtu == 0 {
-		co.mtu = qpattr.MTU1024
-	}
 	rawConnect(t, n.qp, no.typ, la.Info().MAC, co)
 	r := &rawPeer{t: t, l: la, d: d, dqpn: n.qp.QPN(), bufs: make([][]byte, 64), sizes: make([]int, 64)}
 	for i := range r.bufs {
@@ -66,6 +63,9 @@ func newRawPeerLink(t testing.TB, lo link.MemoryOptions, no nodeOpts, co connOpt
 // rawConnect takes qp to RTS, connected to the raw peer's rawQPN at addrA.
 func rawConnect(t testing.TB, qp *QP, typ qpattr.Type, dmac net.HardwareAddr, co connOpts) {
 	t.Helper()
+	if co.mtu == 0 {
+		co.mtu = qpattr.MTU1024
+	}
 	if co.access == 0 {
 		co.access = qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic
 	}
