@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -18,9 +19,51 @@ import (
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 )
 
-// maxSessions bounds the bench sessions that run at once; more clients are
-// turned away (each session holds QPs, CQs and a buffer of at least 2 x 64 KiB).
-const maxSessions = 64
+// The bench servers' bounds: they serve whoever connects (see --bench-listen's
+// help). maxSessions run at once, maxPerSource of them from one address (more
+// clients are turned away); each prompt exchange of a session's setup and
+// syncs must finish within benchExchangeTimeout, and --bench-session-limit
+// ends a session that runs longer. A session's buffer is the server options'
+// size or the peer's cycle buffer (at most 2 MiB), per QP and half.
+const (
+	maxSessions          = 64
+	maxPerSource         = 4
+	benchExchangeTimeout = 5 * time.Second
+)
+
+// benchListenAddr is the address the bench servers listen on: --bench-listen,
+// or the interface's first IPv4 address, else its first global IPv6 one.
+func benchListenAddr(c config) (netip.Addr, error) {
+	if c.benchListen != "" {
+		return netip.MustParseAddr(c.benchListen), nil // parse checked it
+	}
+	ifi, err := net.InterfaceByName(c.iface)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("bench server: %w", err)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("bench server: %s's addresses: %w", c.iface, err)
+	}
+	var v6 netip.Addr
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(n.IP)
+		switch ip = ip.Unmap(); {
+		case ip.Is4():
+			return ip, nil
+		case ip.IsGlobalUnicast() && !v6.IsValid():
+			v6 = ip
+		}
+	}
+	if v6.IsValid() {
+		return v6, nil
+	}
+	return netip.Addr{}, fmt.Errorf("bench server: %s has no IP address to listen on (give --bench-listen, or --bench-port 0)", c.iface)
+}
 
 // keyMsgLen is the length of perftest's key message with a GID
 // (KEY_MSG_SIZE_GID): what the server writes for each QP in a handshake.
@@ -82,6 +125,9 @@ type benchServer struct {
 
 // serveBench starts RoutineBenchAccept on ln for test p.
 func (d *daemon) serveBench(ln net.Listener, p *perftest.Params) *benchServer {
+	q := *p
+	q.ExchangeTimeout, q.PeerGIDIsConnPeer = benchExchangeTimeout, !d.cfg.benchAnyGID
+	p = &q
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &benchServer{d: d, p: p, ln: ln, cancel: cancel}
 	for _, w := range p.Warnings {
@@ -121,9 +167,9 @@ func (b *benchServer) routineAccept(ctx context.Context) {
 			}
 			continue
 		}
-		s := b.d.addSession(c.RemoteAddr().String(), b.p.Test.Name)
+		s, why := b.d.addSession(c.RemoteAddr().String(), b.p.Test.Name)
 		if s == nil {
-			b.d.lg.printf("bench server: turning %v away: %d sessions are running", c.RemoteAddr(), maxSessions)
+			b.d.lg.printf("bench server: turning %v away: %s", c.RemoteAddr(), why)
 			c.Close()
 			continue
 		}
@@ -143,11 +189,15 @@ func (b *benchServer) routineSession(ctx context.Context, s *benchSession, c net
 		_ = tc.SetNoDelay(true)
 	}
 	var rep bytes.Buffer
-	err := perftest.RunConn(ctx, b.p, &rep, io.Discard, d.dev, d.cfg.iface, &keySniffer{Conn: c, s: s})
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.benchLimit)
+	defer cancel()
+	err := perftest.RunConn(sctx, b.p, &rep, io.Discard, d.dev, d.cfg.iface, &keySniffer{Conn: c, s: s})
 	d.endSession(s, err == nil)
 	switch {
 	case ctx.Err() != nil:
 		d.lg.printf("bench session %d from %s: closed (the daemon is stopping)", s.id, s.peer)
+	case sctx.Err() != nil:
+		d.lg.printf("bench session %d from %s: ended after --bench-session-limit %v", s.id, s.peer, d.cfg.benchLimit)
 	case err != nil:
 		d.lg.printf("bench session %d from %s: %v", s.id, s.peer, err)
 	default:
@@ -156,17 +206,36 @@ func (b *benchServer) routineSession(ctx context.Context, s *benchSession, c net
 	}
 }
 
-// addSession lists a new session, or returns nil when maxSessions are running.
-func (d *daemon) addSession(peer, test string) *benchSession {
+// addSession lists a new session, or returns nil and why when maxSessions
+// are running, or maxPerSource from peer's address.
+func (d *daemon) addSession(peer, test string) (*benchSession, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.sessions) >= maxSessions {
-		return nil
+		return nil, fmt.Sprintf("%d sessions are running", maxSessions)
+	}
+	host := sourceOf(peer)
+	n := 0
+	for _, s := range d.sessions {
+		if sourceOf(s.peer) == host {
+			n++
+		}
+	}
+	if n >= maxPerSource {
+		return nil, fmt.Sprintf("%d sessions from %s are running", maxPerSource, host)
 	}
 	d.nextID++
 	s := &benchSession{id: d.nextID, peer: peer, test: test, start: time.Now()}
 	d.sessions[s.id] = s
-	return s
+	return s, ""
+}
+
+// sourceOf is the address part of a session's peer, host:port.
+func sourceOf(peer string) string {
+	if host, _, err := net.SplitHostPort(peer); err == nil {
+		return host
+	}
+	return peer
 }
 
 func (d *daemon) endSession(s *benchSession, ok bool) {

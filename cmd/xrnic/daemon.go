@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -105,10 +105,16 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		servers = append([]benchCfg{{port: c.benchPort, params: c.bench}}, servers...)
 	}
 	benchLns := make([]net.Listener, len(servers))
+	var benchAddr netip.Addr
+	if len(servers) > 0 {
+		if benchAddr, err = benchListenAddr(c); err != nil {
+			return err
+		}
+	}
 	for i, b := range servers {
-		ln, err := net.Listen("tcp", ":"+strconv.Itoa(b.port))
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(benchAddr, uint16(b.port)).String())
 		if err != nil {
-			return fmt.Errorf("bench server: couldn't listen on TCP port %d: %w", b.port, unwrapOp(err))
+			return fmt.Errorf("bench server: couldn't listen on %v port %d: %w", benchAddr, b.port, unwrapOp(err))
 		}
 		cl.add(func() { ln.Close() })
 		benchLns[i] = ln

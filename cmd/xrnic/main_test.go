@@ -343,7 +343,7 @@ func TestPortsInUse(t *testing.T) {
 		want string
 	}{
 		{[]string{"--bench-port", anyPort, "--metrics", "", "--control", ""},
-			"bench server: couldn't listen on TCP port " + anyPort + ": address already in use"},
+			"bench server: couldn't listen on 127.0.0.1 port " + anyPort + ": address already in use"}, // lo's own address
 		{[]string{"--bench-port", "0", "--metrics", tcp.Addr().String(), "--control", ""},
 			"metrics: couldn't listen on " + tcp.Addr().String() + ": address already in use"},
 		{[]string{"--bench-port", "0", "--metrics", "", "--control", live}, "another xrnic daemon is listening"},

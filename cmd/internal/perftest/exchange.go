@@ -16,6 +16,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -36,6 +37,9 @@ const (
 	keyMsgSize    = 59
 	keyMsgSizeGID = 108
 	versionSize   = 16 // MAX_VERSION
+	// maxPending bounds what WatchPeer keeps of what the peer sends during
+	// a run: its next handshake, twice over.
+	maxPending = 2 * keyMsgSizeGID
 )
 
 // ErrPeer is wrapped by every error that means the other side broke off.
@@ -162,6 +166,18 @@ func (c *Conn) release() {
 	if c.cm != nil {
 		c.cm.release()
 	}
+}
+
+// peerAddr is the peer's IP address, when the exchange runs over TCP or
+// rdma_cm.
+func (c *Conn) peerAddr() netip.Addr {
+	if c.cm != nil {
+		return c.cm.peer.Addr().Unmap()
+	}
+	if ap, err := netip.ParseAddrPort(c.c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // peer is the peer's address.
@@ -358,8 +374,17 @@ func (c *Conn) WatchPeer(gone *atomic.Bool) (stop func()) {
 			n, err := c.c.Read(b[:])
 			if n > 0 {
 				c.mu.Lock()
-				c.pending = append(c.pending, b[:n]...)
+				over := len(c.pending)+n > maxPending
+				if !over {
+					c.pending = append(c.pending, b[:n]...)
+				}
 				c.mu.Unlock()
+				if over {
+					// An honest peer is at most its next handshake ahead;
+					// one that streams is ended rather than buffered.
+					gone.Store(true)
+					return
+				}
 			}
 			if err != nil {
 				if !errors.Is(err, os.ErrDeadlineExceeded) {

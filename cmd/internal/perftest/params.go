@@ -11,6 +11,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	flag "github.com/spf13/pflag"
 
@@ -151,6 +152,7 @@ const (
 	noPeakIters    = 20000
 	defJSONFile    = "perftest_out.json"
 	defCycleBuffer = 4096
+	maxCycleBuffer = 2 << 20 // the largest a peer may announce: a 2 MiB huge page
 	defCacheLine   = 64
 )
 
@@ -203,6 +205,14 @@ type Params struct {
 
 	// Warnings are the lines perftest prints while it parses.
 	Warnings []string
+
+	// Bounds for a peer that is not trusted, set by the daemon's bench server
+	// (no flags): ExchangeTimeout bounds each prompt exchange (0: 30 s, as for
+	// a client), and with PeerGIDIsConnPeer the GIDs the peer announces must
+	// be its connection's own address, so a client cannot aim the test's
+	// traffic at a third host.
+	ExchangeTimeout   time.Duration
+	PeerGIDIsConnPeer bool
 }
 
 // Server reports whether the parameters make this side the server.

@@ -29,5 +29,9 @@ func RunConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 		return &usageError{p.Test.Name, errors.New("-z and -R exchange over rdma_cm: this server's exchange is TCP")}
 	}
 	q := *p
-	return runConn(ctx, &q, out, errw, dev, func() {}, name, NewConn(c, !q.Server()))
+	conn := NewConn(c, !q.Server())
+	if q.ExchangeTimeout > 0 {
+		conn.Timeout = q.ExchangeTimeout
+	}
+	return runConn(ctx, &q, out, errw, dev, func() {}, name, conn)
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/netip"
 	"sync/atomic"
 
 	"github.com/xrnic/xrnic/nic/wire"
@@ -138,8 +139,11 @@ func (s *session) setup() error {
 		return err
 	}
 	s.cycleBuffer, s.cacheLine = max(s.cycleBuffer, rc), max(s.cacheLine, rl)
-	if s.cycleBuffer <= 0 || s.cycleBuffer > 1<<30 || s.cacheLine <= 0 || s.cacheLine > s.cycleBuffer {
-		return fmt.Errorf("%w sent cycle buffer %d, cache line %d", ErrPeer, rc, rl)
+	// perftest sends its page size, or the 2 MiB huge page with
+	// --use_hugepages; the buffer is at least this big per QP and half, so a
+	// larger value would let the peer size our memory.
+	if s.cycleBuffer <= 0 || s.cycleBuffer > maxCycleBuffer || s.cacheLine <= 0 || s.cacheLine > s.cycleBuffer {
+		return fmt.Errorf("%w sent cycle buffer %d, cache line %d (at most %d)", ErrPeer, rc, rl, maxCycleBuffer)
 	}
 
 	// check_mtu: ours (the -m request or the port's), then the smaller of the two.
@@ -370,12 +374,27 @@ func (s *session) unmap() {
 // shakeAll is the per-QP handshake loop.
 func (s *session) shakeAll() error {
 	for i := range s.my {
-		d, err := s.conn.HandShake(&s.my[i], false)
-		if err != nil {
+		if err := s.shake(i); err != nil {
 			return err
 		}
-		s.rem[i] = d
 	}
+	return nil
+}
+
+// shake is QP i's handshake: the peer's address and keys for it, checked
+// against the connection's peer when p.PeerGIDIsConnPeer.
+func (s *session) shake(i int) error {
+	d, err := s.conn.HandShake(&s.my[i], false)
+	if err != nil {
+		return err
+	}
+	if s.p.PeerGIDIsConnPeer {
+		gid, peer := netip.AddrFrom16(d.GID).Unmap(), s.conn.peerAddr()
+		if !peer.IsValid() || gid != peer {
+			return fmt.Errorf("%w (%v) announced GID %v for QP %d: not its own address", ErrPeer, s.conn.peer(), gid, i)
+		}
+	}
+	s.rem[i] = d
 	return nil
 }
 
@@ -405,11 +424,9 @@ func (s *session) destVerb() Verb {
 
 func (s *session) shakeAndPrintRemote() error {
 	for i := range s.my {
-		d, err := s.conn.HandShake(&s.my[i], false)
-		if err != nil {
+		if err := s.shake(i); err != nil {
 			return err
 		}
-		s.rem[i] = d
 		PrintDest(s.out, "remote", s.destVerb(), &s.rem[i])
 	}
 	return nil
