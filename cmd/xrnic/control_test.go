@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -15,9 +14,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 )
+
+// controlDaemon serves the control socket sock for a daemon whose device is
+// on a memory link, logging to logs, until the test ends.
+func controlDaemon(t *testing.T, logs io.Writer, sock string) *daemon {
+	t.Helper()
+	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(netip.MustParseAddr("192.0.2.31"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close(); la.Close(); lb.Close() })
+	d := &daemon{lg: &logger{w: logs}, l: la, dev: dev, pid: os.Getpid(), comm: "test"}
+	ln, err := listenControl(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	stop := d.serveControl(ln, &wg)
+	t.Cleanup(func() { stop(); wg.Wait() })
+	return d
+}
 
 // asNobody runs a python3 client of sock as the unprivileged user nobody and
 // returns what it printed: the reply, or ERR and the errno's name.
@@ -71,24 +95,9 @@ func TestControlSocketModes(t *testing.T) {
 	}
 	sock := filepath.Join(base, "run", "x.sock")
 
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(netip.MustParseAddr("192.0.2.31"))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close(); la.Close(); lb.Close() })
-	var logs bytes.Buffer
-	d := &daemon{lg: &logger{w: io.MultiWriter(&logs)}, l: la, dev: dev, pid: os.Getpid(), comm: "test"}
-	ln, err := listenControl(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	stop := d.serveControl(ln, &wg)
-	t.Cleanup(func() { stop(); wg.Wait() })
+	var logs testutil.SyncBuffer
+	d := controlDaemon(t, &logs, sock)
+	dev := d.dev
 
 	for path, want := range map[string]os.FileMode{filepath.Dir(sock): controlDirMode, sock: controlSockMode} {
 		fi, err := os.Stat(path)
@@ -123,24 +132,8 @@ func TestControlSocketModes(t *testing.T) {
 // sends nothing: at most maxControlConns are held (each for controlTimeout at
 // most); the next is closed at once, and a slot freed is served again.
 func TestControlSocketConnectionBound(t *testing.T) {
-	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(netip.MustParseAddr("192.0.2.32"))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close(); la.Close(); lb.Close() })
-	d := &daemon{lg: &logger{w: io.Discard}, l: la, dev: dev}
 	sock := filepath.Join(t.TempDir(), "x.sock")
-	ln, err := listenControl(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	stop := d.serveControl(ln, &wg)
-	t.Cleanup(func() { stop(); wg.Wait() })
+	dev := controlDaemon(t, io.Discard, sock).dev
 	var idle []net.Conn
 	t.Cleanup(func() {
 		for _, c := range idle {
