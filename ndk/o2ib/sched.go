@@ -1,0 +1,320 @@
+package o2ib
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/xrnic/xrnic/ndk"
+)
+
+// notified is the CQ's notification (kiblnd_cq_completion), on the adapter's
+// callback goroutine: the connection goes on the scheduler's list, holding a
+// reference while it waits there (O2-5).
+func (c *Conn) notified(error) {
+	if c.scheduled.Swap(true) {
+		return
+	}
+	c.addref()
+	ni := c.ni
+	ni.schedMu.Lock()
+	ni.schedQ = append(ni.schedQ, c)
+	ni.schedC.Signal()
+	ni.schedMu.Unlock()
+}
+
+// scheduler is kiblnd_scheduler: it takes connections off its list, handles
+// their completions, re-arms their CQs and drops the list's reference.
+func (ni *NI) scheduler() {
+	defer ni.wg.Done()
+	var rs [16]ndk.Result
+	for {
+		ni.schedMu.Lock()
+		for len(ni.schedQ) == 0 && !ni.stopped() {
+			ni.schedC.Wait()
+		}
+		if len(ni.schedQ) == 0 {
+			ni.schedMu.Unlock()
+			return
+		}
+		c := ni.schedQ[0]
+		ni.schedQ[0] = nil
+		ni.schedQ = ni.schedQ[1:]
+		ni.schedMu.Unlock()
+
+		c.scheduled.Store(false)
+		n := c.cq.GetResults(rs[:])
+		if n < len(rs) {
+			// Arm, then look again: what came between the poll and the arm
+			// fires nothing.
+			_ = c.cq.Arm(ndk.NotifyAny)
+			n += c.cq.GetResults(rs[n:])
+		}
+		for i := range rs[:n] {
+			c.complete(&rs[i])
+		}
+		if n > 0 {
+			c.notified(nil) // more may wait: back on the list, with a reference
+		}
+		c.decref() // O2-5
+	}
+}
+
+func (ni *NI) stopped() bool {
+	select {
+	case <-ni.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// complete handles one completion (kiblnd_complete).
+func (c *Conn) complete(r *ndk.Result) {
+	v := r.RequestContext &^ ctxMask
+	switch r.RequestContext & ctxMask {
+	case ctxRx:
+		c.rxDone(int(v), r)
+	case ctxTx:
+		c.txDone(int(v), r)
+	case ctxRDMA:
+		c.rdmaDone(v, r)
+	}
+	c.checkSends()
+}
+
+// rxDone is kiblnd_rx_complete: a flushed receive drops its reference
+// (O2-6); a message is handled and its buffer posted again, its credit
+// owed to the peer.
+func (c *Conn) rxDone(i int, r *ndk.Result) {
+	if err := r.Err(); err != nil {
+		if !errors.Is(err, ndk.ErrCanceled) {
+			c.closeFor(fmt.Errorf("o2ib: receive: %w", err), nil)
+		}
+		c.decref() // kiblnd_drop_rx
+		return
+	}
+	h, err := parse(c.msgBuf(i), int(r.BytesTransferred), c.ni.cfg.MaxRDMA)
+	if err != nil {
+		c.closeFor(err, func(s *Stats) { s.BadMsg++ })
+		c.decref()
+		return
+	}
+	c.mu.Lock()
+	if c.credits+int(h.credits) > c.maxCredits {
+		c.mu.Unlock()
+		c.closeFor(errors.New("o2ib: the peer returned credits it never had"), func(s *Stats) { s.Overrun++ })
+		c.decref()
+		return
+	}
+	c.credits += int(h.credits)
+	c.mu.Unlock()
+	if err := c.handle(h, c.msgBuf(i)[hdrLen:r.BytesTransferred]); err != nil {
+		c.closeFor(err, func(s *Stats) { s.BadMsg++ })
+		c.decref()
+		return
+	}
+	c.mu.Lock()
+	c.outCredits++
+	c.mu.Unlock()
+	c.postRx(i) // the buffer keeps its reference, posted again
+}
+
+// handle acts on a message (kiblnd_handle_rx).
+func (c *Conn) handle(h hdr, payload []byte) error {
+	ni := c.ni
+	switch h.typ {
+	case msgNoop:
+	case msgImmediate:
+		ni.recv <- Message{Conn: c, Data: append([]byte(nil), payload...)}
+	case msgPutReq:
+		s, ok := ni.slot()
+		if !ok {
+			c.reply(hdr{typ: msgNak, cookie: h.cookie})
+			return nil
+		}
+		c.mu.Lock()
+		c.lent[h.cookie] = lent{s, int(h.length)}
+		c.mu.Unlock()
+		c.reply(hdr{typ: msgPutAck, cookie: h.cookie, length: h.length, addr: ni.slotAddr(s), rkey: ni.slab.RemoteToken()})
+	case msgPutDone, msgGetDone:
+		c.mu.Lock()
+		l, ok := c.lent[h.cookie]
+		delete(c.lent, h.cookie)
+		c.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("%w: DONE for cookie %d, never lent", errBadMsg, h.cookie)
+		}
+		var data []byte
+		if h.typ == msgPutDone {
+			data = append([]byte(nil), ni.slotBytes(l.slot, l.length)...)
+		}
+		ni.free <- l.slot
+		if data != nil {
+			ni.recv <- Message{Conn: c, Data: data}
+		}
+	case msgGetReq:
+		var data []byte
+		if ni.cfg.OnGet != nil {
+			data = ni.cfg.OnGet(h.addr, int(h.length))
+		}
+		s, ok := ni.slot()
+		if len(data) != int(h.length) || !ok {
+			if ok {
+				ni.free <- s
+			}
+			c.reply(hdr{typ: msgNak, cookie: h.cookie})
+			return nil
+		}
+		copy(ni.slotBytes(s, len(data)), data)
+		c.mu.Lock()
+		c.lent[h.cookie] = lent{s, len(data)}
+		c.mu.Unlock()
+		c.reply(hdr{typ: msgGetAck, cookie: h.cookie, length: h.length, addr: ni.slotAddr(s), rkey: ni.slab.RemoteToken()})
+	case msgPutAck, msgGetAck, msgNak:
+		want := msgPutReq
+		if h.typ == msgGetAck {
+			want = msgGetReq
+		}
+		c.mu.Lock()
+		t, ok := c.waiting[h.cookie]
+		if !ok || (h.typ != msgNak && (t.h.typ != want || h.length != t.h.length)) {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: %d for cookie %d, not waiting", errBadMsg, h.typ, h.cookie)
+		}
+		if h.typ == msgNak {
+			delete(c.waiting, h.cookie)
+			c.mu.Unlock()
+			c.endTx(t, nil, ErrRefused)
+			return nil
+		}
+		sge := []ndk.SGE{ni.slotSGE(t.slot, int(h.length))}
+		var err error
+		if h.typ == msgPutAck {
+			err = c.qp.Write(ctxRDMA|h.cookie, sge, h.addr, h.rkey, 0)
+		} else {
+			err = c.qp.Read(ctxRDMA|h.cookie, sge, h.addr, h.rkey, 0)
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("o2ib: RDMA: %w", err)
+		}
+	}
+	return nil
+}
+
+// txDone is a message send's completion (kiblnd_tx_complete): a tx whose
+// last message it was ends.
+func (c *Conn) txDone(i int, r *ndk.Result) {
+	c.mu.Lock()
+	t := c.sent[i]
+	c.sent[i] = nil
+	c.txFree = append(c.txFree, i)
+	if t == nil {
+		c.mu.Unlock()
+		return
+	}
+	err := r.Err()
+	if err != nil && !t.ending {
+		delete(c.waiting, t.h.cookie) // a PUT or GET whose request failed
+	}
+	ends := t.ending || err != nil
+	c.mu.Unlock()
+	if err != nil && !errors.Is(err, ndk.ErrCanceled) {
+		c.closeFor(fmt.Errorf("o2ib: send: %w", err), nil)
+	}
+	if ends {
+		var data []byte
+		if t.h.typ == msgGetDone && err == nil {
+			data = t.data
+		}
+		c.endTx(t, data, err)
+	}
+}
+
+// rdmaDone is a PUT's WRITE or a GET's READ completing: the tx's DONE goes
+// out next, ahead of what is queued; a failure (the peer named memory it
+// does not have) closes the connection.
+func (c *Conn) rdmaDone(cookie uint64, r *ndk.Result) {
+	c.mu.Lock()
+	t, ok := c.waiting[cookie]
+	delete(c.waiting, cookie)
+	if !ok {
+		c.mu.Unlock()
+		return
+	}
+	if err := r.Err(); err != nil {
+		c.mu.Unlock()
+		if !errors.Is(err, ndk.ErrCanceled) {
+			c.closeFor(fmt.Errorf("o2ib: RDMA: %w", err), func(s *Stats) { s.RDMA++ })
+		}
+		c.endTx(t, nil, err)
+		return
+	}
+	if t.h.typ == msgGetReq {
+		copy(t.data, c.ni.slotBytes(t.slot, len(t.data)))
+		t.h = hdr{typ: msgGetDone, cookie: cookie}
+	} else {
+		t.h = hdr{typ: msgPutDone, cookie: cookie}
+	}
+	t.ending = true
+	c.queue = append([]*tx{t}, c.queue...)
+	c.mu.Unlock()
+}
+
+// connd is kiblnd_connd: it disconnects closing connections, dropping the
+// NI's reference once the disconnect is under way, and frees those whose
+// count reached zero (O2-7), away from the scheduler.
+func (ni *NI) connd() {
+	defer ni.wg.Done()
+	for {
+		select {
+		case c := <-ni.closing:
+			if c.cn == nil {
+				c.qp.Flush()
+				c.decref()
+				continue
+			}
+			// Disconnect flushes the QP; the NI's reference goes when it
+			// completes (or at once, answering the peer's).
+			if err := c.cn.Disconnect(func(error) { c.decref() }); !errors.Is(err, ndk.ErrPending) {
+				c.qp.Flush()
+				c.decref()
+			}
+		case c := <-ni.zombies:
+			c.free()
+		case <-ni.stop:
+			return
+		}
+	}
+}
+
+// free closes the connection's objects, successors first, and forgets it.
+func (c *Conn) free() {
+	if h := c.ni.testHookFree; h != nil {
+		h(c)
+	}
+	c.freeObjects(nil)
+	ni := c.ni
+	ni.mu.Lock()
+	delete(ni.conns, c)
+	ni.stats.Reaped++
+	ni.reaped.Broadcast()
+	ni.mu.Unlock()
+}
+
+// freeObjects closes what the connection made; it returns err.
+func (c *Conn) freeObjects(err error) error {
+	if c.cn != nil {
+		closeWait(c.cn.Close)
+	}
+	if c.qp != nil {
+		closeWait(c.qp.Close)
+	}
+	if c.mr != nil {
+		closeWait(c.mr.Close)
+	}
+	if c.cq != nil {
+		closeWait(c.cq.Close)
+	}
+	return err
+}
