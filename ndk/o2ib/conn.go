@@ -158,7 +158,6 @@ func (c *Conn) established() {
 		return
 	}
 	c.state = stEstablished
-	c.maxCredits = c.credits
 	c.mu.Unlock()
 	c.ni.count(func(s *Stats) { s.Established++ })
 	c.checkSends()

@@ -103,6 +103,9 @@ type NI struct {
 	// goroutine that dropped the last reference, and testHookFree when connd
 	// frees it (O2-7's tests).
 	testHookZero, testHookFree func(*Conn)
+	// testHookSched runs when the scheduler takes a connection off its list
+	// (O2-5's test).
+	testHookSched func(*Conn)
 }
 
 // New opens an NI on dev, listening on ap for peers' connections.
@@ -290,6 +293,7 @@ func (ni *NI) Connect(ctx context.Context, dst netip.AddrPort) (*Conn, error) {
 		var p []byte
 		if _, _, p, err = c.cn.GetConnectionData(); err == nil {
 			if c.credits, err = peerCredits(p); err == nil {
+				c.maxCredits = c.credits
 				err = c.cn.CompleteConnect(nil)
 			}
 		}
@@ -322,7 +326,9 @@ func (ni *NI) accept(cn *ndk.Connector) {
 		closeWait(cn.Close)
 		return
 	}
-	c.cn, c.credits = cn, credits
+	// Set before the Accept: the peer's first message may come before the
+	// Accept's completion.
+	c.cn, c.credits, c.maxCredits = cn, credits, credits
 	cn.SetDisconnectEvent(c.peerDisconnected)
 	err = cn.Accept(c.qp, 1, 1, ni.private(), func(err error) {
 		if err != nil {

@@ -30,12 +30,24 @@ func pair(t *testing.T, port uint16, cfg Config) (a, b *NI) {
 	if b, err = New(db, netip.AddrPortFrom(ipB, port), cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close() })
+	t.Cleanup(func() { closeNI(t, b) })
 	if a, err = New(da, netip.AddrPortFrom(ipA, port), cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.Close() })
+	t.Cleanup(func() { closeNI(t, a) })
 	return a, b
+}
+
+// closeNI closes ni, but does not hang a test that already failed (and may
+// have left a count above zero) for ever.
+func closeNI(t *testing.T, ni *NI) {
+	done := make(chan struct{})
+	go func() { ni.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hang):
+		t.Errorf("NI close blocked: %d connections never freed", ni.Conns())
+	}
 }
 
 func dial(t *testing.T, a *NI, port uint16) *Conn {

@@ -41,6 +41,9 @@ func (ni *NI) scheduler() {
 		ni.schedQ = ni.schedQ[1:]
 		ni.schedMu.Unlock()
 
+		if h := ni.testHookSched; h != nil {
+			h(c)
+		}
 		c.scheduled.Store(false)
 		n := c.cq.GetResults(rs[:])
 		if n < len(rs) {

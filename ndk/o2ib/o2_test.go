@@ -1,0 +1,188 @@
+package o2ib
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/internal/goid"
+)
+
+// waitReaped waits until ni has freed every connection.
+func waitReaped(t *testing.T, ni *NI) {
+	t.Helper()
+	for end := time.Now().Add(hang); ni.Conns() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d connections never freed", ni.Conns())
+		}
+	}
+}
+
+// O2-1: a connection starts with 1 + (number of posted receives) references:
+// its maker's and one per receive.
+func TestO2_1StartRefs(t *testing.T) {
+	a, _ := pair(t, 4710, Config{Credits: 6})
+	c := dial(t, a, 4710)
+	if n := c.Refs(); n != 1+6 {
+		t.Fatalf("an idle established connection holds %d references, want 1 + 6 receives", n)
+	}
+}
+
+// O2-2: a connect that fails (here the peer rejects: nothing listens on the
+// port) drops the maker's reference; the flushed receives drop theirs, and
+// connd frees the connection.
+func TestO2_2ConnectFailure(t *testing.T) {
+	a, _ := pair(t, 4711, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	if _, err := a.Connect(ctx, netip.AddrPortFrom(ipB, 4799)); err == nil {
+		t.Fatal("Connect to a port nobody listens on succeeded")
+	}
+	waitReaped(t, a)
+	if s := a.Stats(); s.Reaped != 1 || s.Established != 0 {
+		t.Fatalf("stats %+v, want one connection reaped, none established", s)
+	}
+}
+
+// O2-3: a receive whose post fails drops its reference (kiblnd_drop_rx): here
+// one more receive than the QP's receive queue holds.
+func TestO2_3FailedPostDropsRef(t *testing.T) {
+	a, _ := pair(t, 4712, Config{Credits: 4})
+	c := dial(t, a, 4712)
+	before := c.Refs()
+	c.addref()               // the extra buffer's own reference, as newConn counts it
+	c.postRx(a.txBufs() + 3) // a send buffer's index: the receive queue is full
+	if n := c.Refs(); n != before {
+		t.Fatalf("after a failed post: %d references, want %d", n, before)
+	}
+}
+
+// O2-4: each queued send holds a reference until it ends; sends queued and
+// not posted are dropped when the connection closes (their callbacks say
+// ErrClosed), posted ones end with their completions, and the count comes
+// back to zero.
+func TestO2_4QueuedSendsHoldRefs(t *testing.T) {
+	a, b := pair(t, 4713, Config{})
+	c := dial(t, a, 4713)
+	c.mu.Lock()
+	credits := c.credits
+	c.credits = 0 // the peer's receives are full, as far as c knows: nothing posts
+	c.mu.Unlock()
+	before := c.Refs()
+	const n = 3
+	ends := make(chan error, n)
+	for range n {
+		if err := c.Put([]byte("queued"), func(err error) { ends <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.Refs(); got != before+n {
+		t.Fatalf("%d sends queued: %d references, want %d", n, got, before+n)
+	}
+	c.Close()
+	for range n {
+		if err := waitErr(t, "queued send", ends); !errors.Is(err, ErrClosed) {
+			t.Fatalf("a queued send of a closed connection ended with %v, want ErrClosed", err)
+		}
+	}
+	waitReaped(t, a)
+	_ = credits
+	_ = b
+}
+
+// O2-5: a CQ event holds a reference while its connection waits for the
+// scheduler, dropped once the scheduler handled it.
+func TestO2_5CQEventHoldsRef(t *testing.T) {
+	a, b := pair(t, 4714, Config{})
+	c := dial(t, a, 4714)
+	idle := c.Refs()
+	var mu sync.Mutex
+	var seen []int
+	a.testHookSched = func(x *Conn) {
+		if x == c {
+			mu.Lock()
+			seen = append(seen, x.Refs())
+			mu.Unlock()
+		}
+	}
+	done := make(chan error, 1)
+	if err := c.Put([]byte("event"), func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(t, "put", done); err != nil {
+		t.Fatal(err)
+	}
+	recvMsg(t, b)
+	for end := time.Now().Add(hang); c.Refs() != idle; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("references %d after the send, want %d again", c.Refs(), idle)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) == 0 {
+		t.Fatal("the scheduler never took the connection")
+	}
+	for _, n := range seen {
+		// The event's reference, and the send's while it was queued or posted.
+		if n < idle+1 {
+			t.Fatalf("the scheduler took the connection with %d references, want the event's on top of %d", n, idle)
+		}
+	}
+}
+
+// O2-6: a disconnect (the peer's, here) flushes every posted receive, each
+// dropping its reference, so the count reaches zero and the connection is
+// freed.
+func TestO2_6DisconnectFlushesReceives(t *testing.T) {
+	a, b := pair(t, 4715, Config{})
+	c := dial(t, a, 4715)
+	var peer *Conn
+	for end := time.Now().Add(hang); peer == nil; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		for x := range b.conns {
+			peer = x
+		}
+		b.mu.Unlock()
+		if time.Now().After(end) {
+			t.Fatal("the passive side's connection never appeared")
+		}
+	}
+	for end := time.Now().Add(hang); b.Stats().Established == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the passive side never established")
+		}
+	}
+	peer.Close()
+	waitReaped(t, a)
+	waitReaped(t, b)
+	if c.Refs() != 0 || peer.Refs() != 0 {
+		t.Fatalf("counts %d and %d after the disconnect, want 0", c.Refs(), peer.Refs())
+	}
+}
+
+// O2-7: the last reference hands the connection to connd, which frees it on
+// its own goroutine: not on the one that dropped the reference (the
+// scheduler's, or a callback's).
+func TestO2_7LastRefToReaper(t *testing.T) {
+	a, _ := pair(t, 4716, Config{})
+	type ev struct{ zero, free uint64 }
+	got := make(chan ev, 4)
+	var zeroAt uint64
+	a.testHookZero = func(*Conn) { zeroAt = goid.ID() }
+	a.testHookFree = func(*Conn) { got <- ev{zeroAt, goid.ID()} }
+	c := dial(t, a, 4716)
+	c.Close()
+	select {
+	case e := <-got:
+		if e.zero == 0 || e.zero == e.free {
+			t.Fatalf("freed on goroutine %d, the one that dropped the last reference (%d)", e.free, e.zero)
+		}
+	case <-time.After(hang):
+		t.Fatal("never freed")
+	}
+	waitReaped(t, a)
+}
