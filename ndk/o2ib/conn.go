@@ -35,6 +35,7 @@ type Conn struct {
 	cn   *ndk.Connector
 
 	scheduled atomic.Bool // on the scheduler's list
+	starving  bool        // waiting for an own RDMA buffer (under the NI's pools.mu)
 
 	mu         sync.Mutex
 	state      int
@@ -223,7 +224,7 @@ func (c *Conn) finishAborted(q []*tx) {
 // endTx finishes a send: its callback, its slot back, its reference (O2-4).
 func (c *Conn) endTx(t *tx, data []byte, err error) {
 	if t.slot >= 0 {
-		c.ni.free <- t.slot
+		c.ni.release(t.slot)
 		t.slot = -1
 	}
 	if t.done != nil {
@@ -321,7 +322,7 @@ func (c *Conn) checkSends() {
 func (c *Conn) prepareLocked(t *tx) bool {
 	switch t.h.typ {
 	case msgPutReq, msgGetReq:
-		s, ok := c.ni.slot()
+		s, ok := c.ni.takeOwn(c)
 		if !ok {
 			return false
 		}

@@ -31,7 +31,7 @@ type Config struct {
 	Credits   int // receives a connection posts, which its peer may fill: 8
 	MsgSize   int // a message buffer, header included: 4096
 	MaxRDMA   int // the largest PUT or GET: 1 MiB
-	RDMASlots int // buffers of MaxRDMA the NI lends to PUTs and GETs: 8
+	RDMASlots int // buffers of MaxRDMA for the NI's own PUTs and GETs, and as many for its peers': 8
 	// OnGet serves a peer's GET of length bytes named key: the bytes, or nil
 	// to refuse. It runs on the scheduler goroutine and must not block.
 	OnGet func(key uint64, length int) []byte
@@ -79,8 +79,8 @@ type NI struct {
 	ad   *ndk.Adapter
 	pd   *ndk.PD
 	slab *ndk.MR
-	buf  []byte   // the slab's memory: RDMASlots x MaxRDMA
-	free chan int // free slab slots
+	buf  []byte // the slab's memory: 2 x RDMASlots x MaxRDMA
+	pools
 	lst  *ndk.Listener
 	addr netip.Addr // the listener's: connections go out from it too
 	recv chan Message
@@ -115,7 +115,7 @@ func New(dev *verbs.Device, ap netip.AddrPort, cfg Config) (*NI, error) {
 	if err != nil {
 		return nil, err
 	}
-	ni := &NI{cfg: cfg, ad: ad, free: make(chan int, cfg.RDMASlots), recv: make(chan Message, 1024),
+	ni := &NI{cfg: cfg, ad: ad, recv: make(chan Message, 1024),
 		zombies: make(chan *Conn, 1024), closing: make(chan *Conn, 1024), stop: make(chan struct{}),
 		conns: map[*Conn]struct{}{}}
 	ni.schedC = sync.NewCond(&ni.schedMu)
@@ -136,7 +136,7 @@ func (ni *NI) open(ap netip.AddrPort) error {
 	if ni.pd, err = ni.ad.CreatePD(nil); err != nil {
 		return err
 	}
-	if ni.buf, err = verbs.MapBuffer(ni.cfg.RDMASlots * ni.cfg.MaxRDMA); err != nil {
+	if ni.buf, err = verbs.MapBuffer(2 * ni.cfg.RDMASlots * ni.cfg.MaxRDMA); err != nil {
 		return err
 	}
 	if ni.slab, err = ni.pd.CreateMR(false, nil); err != nil {
@@ -145,9 +145,7 @@ func (ni *NI) open(ap netip.AddrPort) error {
 	if err := ni.slab.Register(ni.buf, ndk.AllowLocalWrite|ndk.AllowRemoteRead|ndk.AllowRemoteWrite, nil); err != nil {
 		return err
 	}
-	for i := range ni.cfg.RDMASlots {
-		ni.free <- i
-	}
+	ni.pools.init(ni.cfg.RDMASlots)
 	if ni.lst, err = ni.ad.CreateListener(ni.incoming, nil); err != nil {
 		return err
 	}
@@ -229,16 +227,6 @@ func closeWait(close func(func(error)) error) error {
 		return <-ch
 	}
 	return err
-}
-
-// slot lends an RDMA buffer, if one is free.
-func (ni *NI) slot() (int, bool) {
-	select {
-	case i := <-ni.free:
-		return i, true
-	default:
-		return 0, false
-	}
 }
 
 func (ni *NI) slotBytes(i, n int) []byte { return ni.buf[i*ni.cfg.MaxRDMA : i*ni.cfg.MaxRDMA+n] }

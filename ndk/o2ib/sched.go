@@ -129,16 +129,10 @@ func (c *Conn) handle(h hdr, payload []byte) error {
 	case msgNoop:
 	case msgImmediate:
 		ni.recv <- Message{Conn: c, Data: append([]byte(nil), payload...)}
-	case msgPutReq:
-		s, ok := ni.slot()
-		if !ok {
-			c.reply(hdr{typ: msgNak, cookie: h.cookie})
-			return nil
-		}
-		c.mu.Lock()
-		c.lent[h.cookie] = lent{s, int(h.length)}
-		c.mu.Unlock()
-		c.reply(hdr{typ: msgPutAck, cookie: h.cookie, length: h.length, addr: ni.slotAddr(s), rkey: ni.slab.RemoteToken()})
+	case msgPutReq, msgGetReq:
+		if s, ok := ni.takeLent(c, h); ok {
+			c.lendTo(h, s)
+		} // else parked: served when a lent buffer comes back
 	case msgPutDone, msgGetDone:
 		c.mu.Lock()
 		l, ok := c.lent[h.cookie]
@@ -151,28 +145,10 @@ func (c *Conn) handle(h hdr, payload []byte) error {
 		if h.typ == msgPutDone {
 			data = append([]byte(nil), ni.slotBytes(l.slot, l.length)...)
 		}
-		ni.free <- l.slot
+		ni.release(l.slot)
 		if data != nil {
 			ni.recv <- Message{Conn: c, Data: data}
 		}
-	case msgGetReq:
-		var data []byte
-		if ni.cfg.OnGet != nil {
-			data = ni.cfg.OnGet(h.addr, int(h.length))
-		}
-		s, ok := ni.slot()
-		if len(data) != int(h.length) || !ok {
-			if ok {
-				ni.free <- s
-			}
-			c.reply(hdr{typ: msgNak, cookie: h.cookie})
-			return nil
-		}
-		copy(ni.slotBytes(s, len(data)), data)
-		c.mu.Lock()
-		c.lent[h.cookie] = lent{s, len(data)}
-		c.mu.Unlock()
-		c.reply(hdr{typ: msgGetAck, cookie: h.cookie, length: h.length, addr: ni.slotAddr(s), rkey: ni.slab.RemoteToken()})
 	case msgPutAck, msgGetAck, msgNak:
 		want := msgPutReq
 		if h.typ == msgGetAck {
@@ -203,6 +179,35 @@ func (c *Conn) handle(h hdr, payload []byte) error {
 		}
 	}
 	return nil
+}
+
+// lendTo answers a peer's PUT_REQ or GET_REQ with lent buffer s: its
+// address and key (PUT_ACK, GET_ACK), or a NAK for a GET of nothing.
+func (c *Conn) lendTo(h hdr, s int) {
+	ni := c.ni
+	ack := msgPutAck
+	if h.typ == msgGetReq {
+		var data []byte
+		if ni.cfg.OnGet != nil {
+			data = ni.cfg.OnGet(h.addr, int(h.length))
+		}
+		if len(data) != int(h.length) {
+			ni.release(s)
+			c.reply(hdr{typ: msgNak, cookie: h.cookie})
+			return
+		}
+		copy(ni.slotBytes(s, len(data)), data)
+		ack = msgGetAck
+	}
+	c.mu.Lock()
+	if c.state == stClosing {
+		c.mu.Unlock()
+		ni.release(s)
+		return
+	}
+	c.lent[h.cookie] = lent{s, int(h.length)}
+	c.mu.Unlock()
+	c.reply(hdr{typ: ack, cookie: h.cookie, length: h.length, addr: ni.slotAddr(s), rkey: ni.slab.RemoteToken()})
 }
 
 // txDone is a message send's completion (kiblnd_tx_complete): a tx whose
@@ -297,6 +302,17 @@ func (c *Conn) free() {
 		h(c)
 	}
 	c.freeObjects(nil)
+	// Buffers lent to the peer's transfers that never got their DONE.
+	c.mu.Lock()
+	var ls []lent
+	for k, l := range c.lent {
+		ls = append(ls, l)
+		delete(c.lent, k)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		c.ni.release(l.slot)
+	}
 	ni := c.ni
 	ni.mu.Lock()
 	delete(ni.conns, c)
