@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/testutil"
+	"github.com/xrnic/xrnic/internal/testutil/memdev"
 	"github.com/xrnic/xrnic/ndk/o2ib"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/testenv"
@@ -62,6 +63,7 @@ type o2ibLoad struct {
 	bad      []string
 	bytes    int64
 	received int
+	base     uint64 // the next connection id run gives
 }
 
 func (l *o2ibLoad) check(m o2ib.Message) {
@@ -103,13 +105,16 @@ func getObject(key uint64, n int) []byte { return o2ibMsg(1<<32|key, key, n) }
 // returns the connections' send results: nil for every message when
 // nothing closes them.
 func (l *o2ibLoad) run(ctx context.Context, conns []*o2ib.Conn, msgs, inflight int) (sent int64, errs []error) {
+	base := l.base
+	l.base += uint64(len(conns))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for ci, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(ci), 7))
+			id := base + uint64(ci) // the connection's id in its messages
+			r := rand.New(rand.NewPCG(id, 7))
 			sem := make(chan struct{}, inflight)
 			var inner sync.WaitGroup
 			for seq := range msgs {
@@ -123,7 +128,7 @@ func (l *o2ibLoad) run(ctx context.Context, conns []*o2ib.Conn, msgs, inflight i
 				if seq%10 == 9 {
 					n := o2ibSize(r)
 					into := make([]byte, max(n, 16))
-					key := uint64(ci*msgs + seq)
+					key := id*uint64(msgs) + uint64(seq)
 					err = c.Get(key, into, func(d []byte, err error) {
 						if err == nil && !bytes.Equal(d, getObject(key, len(into))) {
 							err = errors.New("a GET's bytes differ")
@@ -138,7 +143,7 @@ func (l *o2ibLoad) run(ctx context.Context, conns []*o2ib.Conn, msgs, inflight i
 						inner.Done()
 					})
 				} else {
-					data := o2ibMsg(uint64(ci), uint64(seq), o2ibSize(r))
+					data := o2ibMsg(id, uint64(seq), o2ibSize(r))
 					err = c.Put(data, func(err error) {
 						mu.Lock()
 						errs = append(errs, err)
@@ -270,5 +275,126 @@ func TestO2ibVethWorkload(t *testing.T) {
 		if s := ni.Stats(); s.BadMsg+s.Overrun+s.RDMA != 0 {
 			t.Errorf("connections closed for bad input: %+v", s)
 		}
+	}
+}
+
+// serverConn waits until ni has established n connections in all.
+func serverConn(t *testing.T, ni *o2ib.NI, n int) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); ni.Stats().Established < uint64(n); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d connections established on the server side", ni.Stats().Established, n)
+		}
+	}
+}
+
+// runGuarded runs the workload and fails the test if a send never completes.
+func (l *o2ibLoad) runGuarded(ctx context.Context, conns []*o2ib.Conn, msgs, inflight int) (int64, []error) {
+	type res struct {
+		n    int64
+		errs []error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		n, errs := l.run(ctx, conns, msgs, inflight)
+		ch <- res{n, errs}
+	}()
+	select {
+	case r := <-ch:
+		return r.n, r.errs
+	case <-time.After(60 * time.Second):
+		l.t.Fatal("a send never completed (its connection was closed under it)")
+	}
+	return 0, nil
+}
+
+func waitNoConns(t *testing.T, nis ...*o2ib.NI) {
+	t.Helper()
+	for _, ni := range nis {
+		for end := time.Now().Add(30 * time.Second); ni.Conns() > 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%d connections never reached zero and were never freed", ni.Conns())
+			}
+		}
+	}
+}
+
+// TestO2ibTeardownUnderLoad closes connections while traffic flows on them,
+// from either side at a random moment, round after round (seed logged): every
+// send completes once (with ErrClosed or a flush where its connection went),
+// nothing arrives twice or corrupted, and every connection's count reaches
+// zero and connd frees it.
+func TestO2ibTeardownUnderLoad(t *testing.T) {
+	da, db := memdev.Pair(t, netip.MustParseAddr("192.0.2.51"), netip.MustParseAddr("192.0.2.52"))
+	l := &o2ibLoad{t: t, seen: map[[2]uint64]bool{}}
+	l.servers = openNIs(t, da, netip.MustParseAddr("192.0.2.51"), 5300, 1)
+	l.clients = openNIs(t, db, netip.MustParseAddr("192.0.2.52"), 5400, 1)
+	srv, cli := l.servers[0], l.clients[0]
+	defer func() {
+		cli.Close()
+		srv.Close()
+	}()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go l.serve(srv, stop, &wg)
+	defer func() { close(stop); wg.Wait() }()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const rounds, perRound = 8, 3
+	var failed, ok int
+	for round := range rounds {
+		var conns []*o2ib.Conn
+		for range perRound {
+			c, err := cli.Connect(ctx, netip.AddrPortFrom(netip.MustParseAddr("192.0.2.51"), 5300))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		serverConn(t, srv, (round+1)*perRound)
+		// The closer: a random connection, from a random side, after a
+		// random delay; then the others at the round's end.
+		victim := r.IntN(perRound)
+		delay := time.Duration(r.IntN(20)) * time.Millisecond
+		fromServer := r.IntN(2) == 1
+		go func() {
+			time.Sleep(delay)
+			if fromServer {
+				local, _ := conns[victim].Addrs()
+				for _, sc := range srv.Connections() {
+					if _, peer := sc.Addrs(); peer == local {
+						sc.Close()
+					}
+				}
+			} else {
+				conns[victim].Close()
+			}
+		}()
+		_, errs := l.runGuarded(ctx, conns, 60, 4)
+		for _, err := range errs {
+			if err == nil {
+				ok++
+			} else {
+				failed++
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		waitNoConns(t, cli, srv)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.bad) > 0 {
+		t.Fatalf("%d bad deliveries: %v", len(l.bad), l.bad[:min(5, len(l.bad))])
+	}
+	t.Logf("%d rounds: %d sends and GETs done, %d ended by their connection's close; %d messages checked",
+		rounds, ok, failed, l.received)
+	if failed == 0 {
+		t.Error("no send was cut by a close: the test did not close under load")
 	}
 }

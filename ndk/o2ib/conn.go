@@ -3,6 +3,7 @@ package o2ib
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -65,6 +66,26 @@ type tx struct {
 	slot   int    // the RDMA slot it borrowed, or -1
 	done   func([]byte, error)
 	ending bool // its last message is posted: done when that send completes
+	// Under the connection's mu: work requests of it in flight (its message
+	// or its RDMA); aborted by a close, it ends once they completed; ended
+	// makes sure it ends once.
+	posted  int
+	aborted bool
+	ended   bool
+}
+
+// endLocked reports whether t should end now, and marks it ended: it has not
+// ended yet and nothing of it is in flight (O2-4: posted sends wait for
+// their completion).
+func (c *Conn) endLocked(t *tx) bool {
+	if t.ended || t.posted > 0 {
+		return false
+	}
+	t.ended = true
+	if !t.ending {
+		delete(c.waiting, t.h.cookie)
+	}
+	return true
 }
 
 func (ni *NI) txBufs() int { return ni.cfg.Credits + 4 }
@@ -136,6 +157,17 @@ func (c *Conn) decref() {
 	}
 }
 
+// Addrs are the connection's local and peer addresses (invalid before its
+// connector has them).
+func (c *Conn) Addrs() (local, peer netip.AddrPort) {
+	if c.cn == nil {
+		return
+	}
+	local, _ = c.cn.GetLocalAddress()
+	peer, _ = c.cn.GetPeerAddress()
+	return local, peer
+}
+
 // Refs is the connection's reference count.
 func (c *Conn) Refs() int { return int(c.refs.Load()) }
 
@@ -204,13 +236,20 @@ func (c *Conn) closeFor(why error, count func(*Stats)) {
 }
 
 // abortLocked takes the queued sends (O2-4: not posted, they are dropped) and
-// the PUTs and GETs waiting for their peer.
+// the PUTs and GETs waiting for their peer with nothing in flight; those
+// with a message or RDMA in flight end at its completion, which the close's
+// flush brings.
 func (c *Conn) abortLocked() []*tx {
 	q := append(c.queue, nil)[:len(c.queue)]
 	c.queue = nil
-	for k, t := range c.waiting {
-		q = append(q, t)
-		delete(c.waiting, k)
+	for _, t := range q {
+		t.ended = true
+	}
+	for _, t := range c.waiting {
+		t.aborted = true
+		if c.endLocked(t) {
+			q = append(q, t)
+		}
 	}
 	return q
 }
@@ -351,13 +390,14 @@ func (c *Conn) postMsgLocked(t *tx) {
 		n += copy(b[hdrLen:], t.data)
 	}
 	c.sent[i] = t
+	t.posted++
 	if err := c.qp.Send(ctxTx|uint64(i), []ndk.SGE{c.msgSGE(i, n)}, 0); err != nil {
 		// The QP is failing: its flush ends the connection; this send ends now.
 		c.sent[i] = nil
 		c.txFree = append(c.txFree, i)
-		if !t.ending {
-			delete(c.waiting, t.h.cookie)
+		t.posted--
+		if c.endLocked(t) {
+			go c.endTx(t, nil, fmt.Errorf("o2ib: send: %w", err))
 		}
-		go c.endTx(t, nil, fmt.Errorf("o2ib: send: %w", err))
 	}
 }

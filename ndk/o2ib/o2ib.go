@@ -171,6 +171,17 @@ func (ni *NI) Conns() int {
 	return len(ni.conns)
 }
 
+// Connections are the NI's connections not yet freed.
+func (ni *NI) Connections() []*Conn {
+	ni.mu.Lock()
+	defer ni.mu.Unlock()
+	cs := make([]*Conn, 0, len(ni.conns))
+	for c := range ni.conns {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
 // Close closes every connection, waits until connd freed them all, and closes
 // the NI.
 func (ni *NI) Close() error {

@@ -160,18 +160,29 @@ func (c *Conn) handle(h hdr, payload []byte) error {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: %d for cookie %d, not waiting", errBadMsg, h.typ, h.cookie)
 		}
+		if t.aborted {
+			c.mu.Unlock() // its close ends it
+			return nil
+		}
 		if h.typ == msgNak {
-			delete(c.waiting, h.cookie)
+			t.aborted = true
+			end := c.endLocked(t)
 			c.mu.Unlock()
-			c.endTx(t, nil, ErrRefused)
+			if end {
+				c.endTx(t, nil, ErrRefused)
+			}
 			return nil
 		}
 		sge := []ndk.SGE{ni.slotSGE(t.slot, int(h.length))}
 		var err error
+		t.posted++
 		if h.typ == msgPutAck {
 			err = c.qp.Write(ctxRDMA|h.cookie, sge, h.addr, h.rkey, 0)
 		} else {
 			err = c.qp.Read(ctxRDMA|h.cookie, sge, h.addr, h.rkey, 0)
+		}
+		if err != nil {
+			t.posted--
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -221,16 +232,18 @@ func (c *Conn) txDone(i int, r *ndk.Result) {
 		c.mu.Unlock()
 		return
 	}
+	t.posted--
 	err := r.Err()
-	if err != nil && !t.ending {
-		delete(c.waiting, t.h.cookie) // a PUT or GET whose request failed
+	if err != nil {
+		t.aborted = true
 	}
-	ends := t.ending || err != nil
+	// A request (PUT_REQ, GET_REQ) that went out waits for its answer.
+	end := (t.ending || t.aborted) && c.endLocked(t)
 	c.mu.Unlock()
 	if err != nil && !errors.Is(err, ndk.ErrCanceled) {
 		c.closeFor(fmt.Errorf("o2ib: send: %w", err), nil)
 	}
-	if ends {
+	if end {
 		var data []byte
 		if t.h.typ == msgGetDone && err == nil {
 			data = t.data
@@ -245,19 +258,25 @@ func (c *Conn) txDone(i int, r *ndk.Result) {
 func (c *Conn) rdmaDone(cookie uint64, r *ndk.Result) {
 	c.mu.Lock()
 	t, ok := c.waiting[cookie]
-	delete(c.waiting, cookie)
 	if !ok {
 		c.mu.Unlock()
 		return
 	}
-	if err := r.Err(); err != nil {
+	t.posted--
+	err := r.Err()
+	if err != nil || t.aborted {
+		t.aborted = true
+		end := c.endLocked(t)
 		c.mu.Unlock()
-		if !errors.Is(err, ndk.ErrCanceled) {
+		if err != nil && !errors.Is(err, ndk.ErrCanceled) {
 			c.closeFor(fmt.Errorf("o2ib: RDMA: %w", err), func(s *Stats) { s.RDMA++ })
 		}
-		c.endTx(t, nil, err)
+		if end {
+			c.endTx(t, nil, cmpErr(err, ErrClosed))
+		}
 		return
 	}
+	delete(c.waiting, cookie)
 	if t.h.typ == msgGetReq {
 		copy(t.data, c.ni.slotBytes(t.slot, len(t.data)))
 		t.h = hdr{typ: msgGetDone, cookie: cookie}
@@ -267,6 +286,14 @@ func (c *Conn) rdmaDone(cookie uint64, r *ndk.Result) {
 	t.ending = true
 	c.queue = append([]*tx{t}, c.queue...)
 	c.mu.Unlock()
+}
+
+// cmpErr is err, or def when err is nil.
+func cmpErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
 }
 
 // connd is kiblnd_connd: it disconnects closing connections, dropping the
