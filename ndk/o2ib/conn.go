@@ -38,18 +38,21 @@ type Conn struct {
 	scheduled atomic.Bool // on the scheduler's list
 	starving  bool        // waiting for an own RDMA buffer (under the NI's pools.mu)
 
-	mu         sync.Mutex
-	state      int
-	why        error
-	credits    int            // messages the peer's receives can take
-	outCredits int            // receives posted again, not yet returned
-	txFree     []int          // free send buffers
-	sent       []*tx          // by send buffer: the tx whose message it holds
-	maxCredits int            // the peer's receives: credits never exceed them
-	queue      []*tx          // queued, not posted (O2-4)
-	waiting    map[uint64]*tx // PUTs and GETs waiting for the peer, by cookie
-	lent       map[uint64]lent
-	cookie     uint64
+	mu    sync.Mutex
+	state int
+	// connecting: the connect or accept has not completed; a close meanwhile
+	// sets closeAfter, and the completion hands the connection back to connd.
+	connecting, closeAfter bool
+	why                    error
+	credits                int            // messages the peer's receives can take
+	outCredits             int            // receives posted again, not yet returned
+	txFree                 []int          // free send buffers
+	sent                   []*tx          // by send buffer: the tx whose message it holds
+	maxCredits             int            // the peer's receives: credits never exceed them
+	queue                  []*tx          // queued, not posted (O2-4)
+	waiting                map[uint64]*tx // PUTs and GETs waiting for the peer, by cookie
+	lent                   map[uint64]lent
+	cookie                 uint64
 }
 
 // lent is an RDMA slot this side lent to a peer's PUT (the sink) or GET (the
@@ -93,7 +96,7 @@ func (ni *NI) txBufs() int { return ni.cfg.Credits + 4 }
 // newConn makes a connection's CQ, QP and buffers and posts its receives
 // (kiblnd_create_conn): it starts with 1 + Credits references (O2-1).
 func (ni *NI) newConn() (*Conn, error) {
-	c := &Conn{ni: ni, waiting: map[uint64]*tx{}, lent: map[uint64]lent{}}
+	c := &Conn{ni: ni, waiting: map[uint64]*tx{}, lent: map[uint64]lent{}, connecting: true}
 	cfg := &ni.cfg
 	n := cfg.Credits + ni.txBufs()
 	c.sent = make([]*tx, n)
@@ -186,8 +189,13 @@ func (c *Conn) postRx(i int) {
 // maker's reference becomes the NI's, dropped by connd after the disconnect.
 func (c *Conn) established() {
 	c.mu.Lock()
+	c.connecting = false
 	if c.state != stConnecting {
+		after := c.closeAfter
 		c.mu.Unlock()
+		if after { // closed while connecting: disconnect now
+			c.ni.closing <- c
+		}
 		return
 	}
 	c.state = stEstablished
@@ -200,8 +208,14 @@ func (c *Conn) established() {
 // reference goes, and its QP is flushed so that its receives drop theirs.
 func (c *Conn) fail(why error) {
 	c.mu.Lock()
+	c.connecting = false
 	if c.state == stClosing {
+		after := c.closeAfter
 		c.mu.Unlock()
+		if after { // closed while connecting, and never connected
+			c.qp.Flush()
+			c.decref()
+		}
 		return
 	}
 	c.state, c.why = stClosing, why
@@ -218,10 +232,13 @@ func (c *Conn) fail(why error) {
 // ErrClosed, and connd disconnects it and drops the NI's reference.
 func (c *Conn) Close() { c.closeFor(ErrClosed, nil) }
 
-// closeFor closes with a reason; count, when not nil, counts it.
+// closeFor closes with a reason; count, when not nil, counts it. A
+// connection still connecting closes too (a peer may misbehave before its
+// Accept completes): connd's disconnect drops the maker's reference, and the
+// connect's own completion then finds it closing.
 func (c *Conn) closeFor(why error, count func(*Stats)) {
 	c.mu.Lock()
-	if c.state != stEstablished {
+	if c.state == stClosing {
 		c.mu.Unlock()
 		return
 	}

@@ -104,8 +104,10 @@ type NI struct {
 	// frees it (O2-7's tests).
 	testHookZero, testHookFree func(*Conn)
 	// testHookSched runs when the scheduler takes a connection off its list
-	// (O2-5's test).
+	// (O2-5's test); testHookAck may rewrite a PUT_ACK or GET_ACK before it
+	// goes (a hostile peer's, in the bad-input test).
 	testHookSched func(*Conn)
+	testHookAck   func(*hdr)
 }
 
 // New opens an NI on dev, listening on ap for peers' connections.

@@ -218,7 +218,11 @@ func (c *Conn) lendTo(h hdr, s int) {
 	}
 	c.lent[h.cookie] = lent{s, int(h.length)}
 	c.mu.Unlock()
-	c.reply(hdr{typ: ack, cookie: h.cookie, length: h.length, addr: ni.slotAddr(s), rkey: ni.slab.RemoteToken()})
+	a := hdr{typ: ack, cookie: h.cookie, length: h.length, addr: ni.slotAddr(s), rkey: ni.slab.RemoteToken()}
+	if ni.testHookAck != nil {
+		ni.testHookAck(&a)
+	}
+	c.reply(a)
 }
 
 // txDone is a message send's completion (kiblnd_tx_complete): a tx whose
@@ -304,6 +308,13 @@ func (ni *NI) connd() {
 	for {
 		select {
 		case c := <-ni.closing:
+			c.mu.Lock()
+			if c.connecting {
+				c.closeAfter = true // its connect's completion sends it back
+				c.mu.Unlock()
+				continue
+			}
+			c.mu.Unlock()
 			if c.cn == nil {
 				c.qp.Flush()
 				c.decref()
