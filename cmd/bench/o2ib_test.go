@@ -398,3 +398,99 @@ func TestO2ibTeardownUnderLoad(t *testing.T) {
 		t.Error("no send was cut by a close: the test did not close under load")
 	}
 }
+
+// TestO2ibPeerDeath deletes the peer's link while traffic flows both ways
+// over AF_XDP: the sends in flight fail once the QPs' retries run out, the
+// connections close, every count reaches zero and connd frees them all, on
+// both sides, with every send completed once.
+func TestO2ibPeerDeath(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{NoIPv6: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var da, db *verbs.Device
+	for _, e := range []struct {
+		ep  *testenv.Endpoint
+		dev **verbs.Device
+	}{{&p.A, &da}, {&p.B, &db}} {
+		if err := e.ep.Do(func() (err error) {
+			*e.dev, err = verbs.Open(verbs.Options{Interface: e.ep.Name, LinkKind: link.KindAFXDP})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { (*e.dev).Close() })
+	}
+	l := &o2ibLoad{t: t, seen: map[[2]uint64]bool{}}
+	l.servers = openNIs(t, da, p.A.IPv4, 5500, 1)
+	l.clients = openNIs(t, db, p.B.IPv4, 5600, 1)
+	srv, cli := l.servers[0], l.clients[0]
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go l.serve(srv, stop, &wg)
+	go l.serve(cli, stop, &wg)
+	var conns []*o2ib.Conn
+	for range 2 {
+		c, err := cli.Connect(ctx, netip.AddrPortFrom(p.A.IPv4, 5500))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	serverConn(t, srv, 2)
+	back := srv.Connections() // the server's side sends too
+	start := time.Now()
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		h, err := p.B.NS.NewHandle()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer h.Close()
+		if lk, err := h.LinkByName(p.B.Name); err == nil {
+			h.LinkDel(lk)
+		}
+	}()
+	res := make(chan []error, 2)
+	for _, cs := range [][]*o2ib.Conn{conns, back} {
+		go func() {
+			_, errs := l.run(ctx, cs, 100_000, 4) // until the link goes
+			res <- errs
+		}()
+	}
+	failed := 0
+	for range 2 {
+		select {
+		case errs := <-res:
+			for _, err := range errs {
+				if err != nil {
+					failed++
+				}
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatal("sends still pending 90 s after the peer's link went")
+		}
+	}
+	for _, c := range append(conns, back...) {
+		c.Close()
+	}
+	waitNoConns(t, cli, srv)
+	t.Logf("the link went after 100 ms; all connections freed %v later, %d sends failed", time.Since(start).Round(time.Millisecond), failed)
+	close(stop)
+	wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.bad) > 0 {
+		t.Fatalf("bad deliveries: %v", l.bad[:min(5, len(l.bad))])
+	}
+	if failed == 0 {
+		t.Fatal("no send failed: the link's deletion did not cut the traffic")
+	}
+	for _, ni := range []*o2ib.NI{cli, srv} {
+		if err := ni.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}

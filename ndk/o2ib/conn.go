@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/xrnic/xrnic/ndk"
 )
@@ -44,6 +45,7 @@ type Conn struct {
 	// sets closeAfter, and the completion hands the connection back to connd.
 	connecting, closeAfter bool
 	why                    error
+	heard                  time.Time      // the peer's last message, or the connection's start
 	credits                int            // messages the peer's receives can take
 	outCredits             int            // receives posted again, not yet returned
 	txFree                 []int          // free send buffers
@@ -199,6 +201,7 @@ func (c *Conn) established() {
 		return
 	}
 	c.state = stEstablished
+	c.heard = time.Now()
 	c.mu.Unlock()
 	c.ni.count(func(s *Stats) { s.Established++ })
 	c.checkSends()
@@ -416,5 +419,16 @@ func (c *Conn) postMsgLocked(t *tx) {
 		if c.endLocked(t) {
 			go c.endTx(t, nil, fmt.Errorf("o2ib: send: %w", err))
 		}
+	}
+}
+
+// checkTimeout closes the connection when it waits on a peer that has said
+// nothing for the NI's Timeout (kiblnd_check_conns, run by connd).
+func (c *Conn) checkTimeout(now time.Time) {
+	c.mu.Lock()
+	stale := c.state == stEstablished && (len(c.queue) > 0 || len(c.waiting) > 0) && now.Sub(c.heard) > c.ni.cfg.Timeout
+	c.mu.Unlock()
+	if stale {
+		c.closeFor(ErrTimeout, func(s *Stats) { s.TimedOut++ })
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/xrnic/xrnic/ndk"
 	"github.com/xrnic/xrnic/verbs"
@@ -35,6 +36,10 @@ type Config struct {
 	// OnGet serves a peer's GET of length bytes named key: the bytes, or nil
 	// to refuse. It runs on the scheduler goroutine and must not block.
 	OnGet func(key uint64, length int) []byte
+	// Timeout closes a connection with sends waiting on its peer that has
+	// heard nothing from it this long (kiblnd_check_conns): a dead peer's,
+	// whose QP has nothing in flight to fail. 10 s.
+	Timeout time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -50,6 +55,9 @@ func (c *Config) setDefaults() {
 	if c.RDMASlots <= 0 {
 		c.RDMASlots = 8
 	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
 }
 
 // Errors.
@@ -57,6 +65,7 @@ var (
 	ErrClosed  = fmt.Errorf("o2ib: connection closed: %w", verbs.ErrClosed)
 	ErrRefused = errors.New("o2ib: the peer refused the request")
 	ErrTooLong = fmt.Errorf("o2ib: message longer than MaxRDMA: %w", verbs.ErrInvalid)
+	ErrTimeout = fmt.Errorf("o2ib: the peer said nothing for Config.Timeout: %w", verbs.ErrUnreachable)
 )
 
 // Message is a message a peer sent, as NI.Recv delivers it. A plain value;
@@ -70,6 +79,7 @@ type Message struct {
 type Stats struct {
 	Established, Reaped   uint64
 	BadMsg, Overrun, RDMA uint64 // connections closed for what their peer did
+	TimedOut              uint64 // connections closed for their peer's silence
 }
 
 // NI is one network interface of the layer: an ndk adapter, its PD, an RDMA

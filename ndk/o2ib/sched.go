@@ -3,6 +3,7 @@ package o2ib
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/xrnic/xrnic/ndk"
 )
@@ -110,6 +111,7 @@ func (c *Conn) rxDone(i int, r *ndk.Result) {
 		return
 	}
 	c.credits += int(h.credits)
+	c.heard = time.Now()
 	c.mu.Unlock()
 	if err := c.handle(h, c.msgBuf(i)[hdrLen:r.BytesTransferred]); err != nil {
 		c.closeFor(err, func(s *Stats) { s.BadMsg++ })
@@ -305,8 +307,14 @@ func cmpErr(err, def error) error {
 // count reached zero (O2-7), away from the scheduler.
 func (ni *NI) connd() {
 	defer ni.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
+		case now := <-tick.C:
+			for _, c := range ni.Connections() {
+				c.checkTimeout(now)
+			}
 		case c := <-ni.closing:
 			c.mu.Lock()
 			if c.connecting {
@@ -320,12 +328,14 @@ func (ni *NI) connd() {
 				c.decref()
 				continue
 			}
-			// Disconnect flushes the QP; the NI's reference goes when it
-			// completes (or at once, answering the peer's).
-			if err := c.cn.Disconnect(func(error) { c.decref() }); !errors.Is(err, ndk.ErrPending) {
+			// Disconnect flushes the QP and sends the DREQ; the NI's
+			// reference goes at once, as kiblnd_connd drops it after
+			// rdma_disconnect: a dead peer's DREP may never come, and the
+			// connector's close cancels the wait for it.
+			if err := c.cn.Disconnect(nil); err != nil && !errors.Is(err, ndk.ErrPending) {
 				c.qp.Flush()
-				c.decref()
 			}
+			c.decref()
 		case c := <-ni.zombies:
 			c.free()
 		case <-ni.stop:
