@@ -105,8 +105,10 @@ func getObject(key uint64, n int) []byte { return o2ibMsg(1<<32|key, key, n) }
 // returns the connections' send results: nil for every message when
 // nothing closes them.
 func (l *o2ibLoad) run(ctx context.Context, conns []*o2ib.Conn, msgs, inflight int) (sent int64, errs []error) {
+	l.mu.Lock()
 	base := l.base
 	l.base += uint64(len(conns))
+	l.mu.Unlock()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for ci, c := range conns {
