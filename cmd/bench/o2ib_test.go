@@ -173,6 +173,24 @@ func (l *o2ibLoad) run(ctx context.Context, conns []*o2ib.Conn, msgs, inflight i
 	return sent, errs
 }
 
+// vethDevices opens an AF_XDP device on each end of p.
+func vethDevices(t *testing.T, p *testenv.Pair) (da, db *verbs.Device) {
+	t.Helper()
+	for _, e := range []struct {
+		ep  *testenv.Endpoint
+		dev **verbs.Device
+	}{{&p.A, &da}, {&p.B, &db}} {
+		if err := e.ep.Do(func() (err error) {
+			*e.dev, err = verbs.Open(verbs.Options{Interface: e.ep.Name, LinkKind: link.KindAFXDP})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { (*e.dev).Close() })
+	}
+	return da, db
+}
+
 // openNIs opens n NIs on dev at addr, ports from port on.
 func openNIs(t *testing.T, dev *verbs.Device, addr netip.Addr, port uint16, n int) []*o2ib.NI {
 	t.Helper()
@@ -210,19 +228,7 @@ func TestO2ibVethWorkload(t *testing.T) {
 		t.Fatalf("write_bw result line %q", lines[len(lines)-2])
 	}
 
-	var da, db *verbs.Device
-	for _, e := range []struct {
-		ep  *testenv.Endpoint
-		dev **verbs.Device
-	}{{&p.A, &da}, {&p.B, &db}} {
-		if err := e.ep.Do(func() (err error) {
-			*e.dev, err = verbs.Open(verbs.Options{Interface: e.ep.Name, LinkKind: link.KindAFXDP})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*e.dev).Close() })
-	}
+	da, db := vethDevices(t, p)
 	l := &o2ibLoad{t: t, seen: map[[2]uint64]bool{}}
 	l.servers = openNIs(t, da, p.A.IPv4, 5100, 2)
 	l.clients = openNIs(t, db, p.B.IPv4, 5200, 2)
@@ -410,19 +416,7 @@ func TestO2ibPeerDeath(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{NoIPv6: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var da, db *verbs.Device
-	for _, e := range []struct {
-		ep  *testenv.Endpoint
-		dev **verbs.Device
-	}{{&p.A, &da}, {&p.B, &db}} {
-		if err := e.ep.Do(func() (err error) {
-			*e.dev, err = verbs.Open(verbs.Options{Interface: e.ep.Name, LinkKind: link.KindAFXDP})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { (*e.dev).Close() })
-	}
+	da, db := vethDevices(t, p)
 	l := &o2ibLoad{t: t, seen: map[[2]uint64]bool{}}
 	l.servers = openNIs(t, da, p.A.IPv4, 5500, 1)
 	l.clients = openNIs(t, db, p.B.IPv4, 5600, 1)
