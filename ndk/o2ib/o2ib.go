@@ -27,7 +27,7 @@ import (
 	"github.com/xrnic/xrnic/verbs"
 )
 
-// Config sizes an NI. Zero fields take the defaults.
+// Config sizes an NI. A plain value; zero fields take the defaults.
 type Config struct {
 	Credits   int // receives a connection posts, which its peer may fill: 8
 	MsgSize   int // a message buffer, header included: 4096
