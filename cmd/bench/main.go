@@ -67,12 +67,32 @@ var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw
 	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong [options] [server], bench rping -s|-c [options], bench udaddy [-s server] [options], " +
 	"or bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
 
+// helpText is what bench, bench -h and bench --help print: the tests.
+const helpText = `Usage: bench TEST [options] [server]
+
+perftest's tests, flag for flag (bench TEST -h lists a test's options):
+  write_bw, read_bw, send_bw, atomic_bw        bandwidth
+  write_lat, read_lat, send_lat, atomic_lat    latency
+rdma-core's examples:
+  rc_pingpong [options] [server]               ibv_rc_pingpong
+  rping -s|-c [options]                        rping (--ndk: over the ndk layer)
+  udaddy [-s server] [options]                 udaddy
+xrnic's own:
+  link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]
+                                               the raw data path's baseline
+`
+
 // run runs one command: a perftest test, rc_pingpong or the link baseline.
+// No command, -h, --help or help prints the list of them.
 func run(ctx context.Context, args []string, out, errw io.Writer) error {
 	if len(args) == 0 {
-		return errUsage
+		_, err := io.WriteString(out, helpText)
+		return err
 	}
 	switch args[0] {
+	case "-h", "--help", "help":
+		_, err := io.WriteString(out, helpText)
+		return err
 	case "link":
 		return runLink(args, out)
 	case "rc_pingpong":

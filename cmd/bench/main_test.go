@@ -27,7 +27,7 @@ func runBench(args ...string) (string, error) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{nil, {"nope_bw"}, {"link", "--nope"}, {"link", "--xdp-mode", "turbo"}} {
+	for _, args := range [][]string{{"nope_bw"}, {"-x"}, {"link", "--nope"}, {"link", "--xdp-mode", "turbo"}} {
 		if _, err := runBench(args...); !errors.Is(err, errUsage) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
 		}
@@ -51,6 +51,13 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestHelpAndVersion(t *testing.T) {
+	// A newcomer's first command: the list of tests, and exit 0.
+	for _, args := range [][]string{nil, {"-h"}, {"--help"}, {"help"}} {
+		out, err := runBench(args...)
+		if err != nil || !strings.Contains(out, "write_bw, read_bw, send_bw, atomic_bw") || !strings.Contains(out, "rc_pingpong") {
+			t.Errorf("bench %q: %v\n%s", args, err, out)
+		}
+	}
 	out, err := runBench("send_lat", "-h")
 	if err != nil || !strings.Contains(out, "bench send_lat -d <iface> <host>") || !strings.Contains(out, "--inline_size") {
 		t.Errorf("send_lat -h: %v\n%s", err, out)
