@@ -297,7 +297,8 @@ func (c *Conn) peerDisconnected() { c.closeFor(ErrClosed, nil) }
 
 // Put sends data to the peer: inline when it fits a message, else by the
 // peer's buffer and an RDMA WRITE. done runs once the peer has it (or the
-// connection failed), on the scheduler goroutine.
+// connection failed), on the scheduler goroutine; data must not change
+// until then.
 func (c *Conn) Put(data []byte, done func(error)) error {
 	fin := func(_ []byte, err error) {
 		if done != nil {
