@@ -15,6 +15,19 @@ import (
 // or another error (failed, no callback follows).
 var ErrPending = errors.New("ndk: pending")
 
+// Await makes a call that takes a completion callback (a close, Disconnect,
+// Register, ...) and returns its result however it comes: at once, or
+// through the callback when the call returned ErrPending. It blocks, so it
+// must not run inside a callback of the same adapter (that callback's
+// goroutine is the one that would deliver the result).
+func Await(call func(done func(error)) error) error {
+	ch := make(chan error, 1)
+	if err := call(func(err error) { ch <- err }); !errors.Is(err, ErrPending) {
+		return err
+	}
+	return <-ch
+}
+
 // Errors. Each wraps a sentinel of the verbs vocabulary, except ErrRefused and
 // ErrCanceled, which are NDK's own statuses.
 var (

@@ -34,8 +34,8 @@ const (
 // benchListenAddr is the address the bench servers listen on: --bench-listen,
 // or the interface's first IPv4 address, else its first global IPv6 one.
 func benchListenAddr(c config) (netip.Addr, error) {
-	if c.benchListen != "" {
-		return netip.MustParseAddr(c.benchListen), nil // parse checked it
+	if c.benchListen.IsValid() {
+		return c.benchListen, nil
 	}
 	ifi, err := net.InterfaceByName(c.iface)
 	if err != nil {

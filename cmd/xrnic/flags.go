@@ -39,14 +39,14 @@ type config struct {
 	control   string     // unix socket path; "" = none
 	interval  time.Duration
 
-	// The bench servers' exposure (see benchFlagsHelp).
-	benchListen string        // the address they listen on; "" = the interface's own
+	// The bench servers' exposure (see --bench-listen's help).
+	benchListen netip.Addr    // the address they listen on; invalid = the interface's own
 	benchLimit  time.Duration // the longest a session runs
 	benchAnyGID bool          // clients may announce GIDs other than their address
 
 	// Raw flag values, before checking.
-	kindS, modeS, benchTest, benchOpts string
-	serverS                            []string
+	kindS, modeS, benchTest, benchOpts, benchListenS string
+	serverS                                          []string
 }
 
 // benchCfg is one more bench server: its port and the server side's options.
@@ -70,7 +70,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.StringVar(&c.benchTest, "bench-test", defaultBenchTest, "the test the bench server runs for its clients")
 	fs.StringVar(&c.benchOpts, "bench-opts", "", `bench options of the server side, as for "bench TEST -d IFACE" (e.g. "-s 1M -q 2")`)
 	fs.StringArrayVar(&c.serverS, "bench-server", nil, `one more bench server, TEST:PORT[:OPTIONS] (e.g. "read_bw:18516:-s 1M"); repeatable`)
-	fs.StringVar(&c.benchListen, "bench-listen", "", `address the bench servers listen on (default: the interface's own; "0.0.0.0" or "::" opens them on every interface). They have no authentication: any client that reaches one gets a session with QPs, memory and traffic to its own address, 64 at most, 4 per source address, set up within 5 s and ended after --bench-session-limit`)
+	fs.StringVar(&c.benchListenS, "bench-listen", "", `address the bench servers listen on (default: the interface's own; "0.0.0.0" or "::" opens them on every interface). They have no authentication: any client that reaches one gets a session with QPs, memory and traffic to its own address, 64 at most, 4 per source address, set up within 5 s and ended after --bench-session-limit`)
 	fs.DurationVar(&c.benchLimit, "bench-session-limit", 10*time.Minute, "the longest a bench session runs before the daemon ends it")
 	fs.BoolVar(&c.benchAnyGID, "bench-any-gid", false, "let a bench client announce GIDs other than its own address (its test traffic then goes wherever it says)")
 	fs.StringVar(&c.control, "control", "", `control socket, mode 0600, for root and the daemon's user only: it shows every session's keys and addresses (default `+controlDir+`/IFACE.sock; "" turns it off)`)
@@ -140,9 +140,9 @@ func parse(args []string) (config, error) {
 	if !fs.Changed("control") {
 		c.control = defaultControl(c.iface)
 	}
-	if c.benchListen != "" {
-		if _, err := netip.ParseAddr(c.benchListen); err != nil {
-			return c, fmt.Errorf("--bench-listen %q: want an IP address", c.benchListen)
+	if c.benchListenS != "" {
+		if c.benchListen, err = netip.ParseAddr(c.benchListenS); err != nil {
+			return c, fmt.Errorf("--bench-listen %q: want an IP address", c.benchListenS)
 		}
 	}
 	if c.benchLimit <= 0 {

@@ -136,17 +136,6 @@ type Adapter struct {
 	pdErr  error
 }
 
-// closeSync closes an ndk object and waits for a pending close: ND's Release
-// returns when the object is gone.
-func closeSync(close func(func(error)) error) error {
-	ch := make(chan error, 1)
-	err := close(func(err error) { ch <- err })
-	if errors.Is(err, ndk.ErrPending) {
-		return <-ch
-	}
-	return err
-}
-
 // Query is IND2Adapter::Query.
 func (a *Adapter) Query() (ndk.AdapterInfo, error) { return a.a.QueryAdapterInfo() }
 
@@ -157,7 +146,7 @@ func (a *Adapter) Close() error {
 	}
 	a.pdOnce.Do(func() {}) // waits for a creation under way, and prevents one after
 	if a.pdv != nil {
-		closeSync(a.pdv.Close)
+		ndk.Await(a.pdv.Close)
 	}
 	err := a.a.Close()
 	live.Add(-1)
@@ -223,7 +212,7 @@ func (c *CompletionQueue) GetResults(rs []ndk.Result) int { return c.cq.GetResul
 
 // Close releases the CQ; a pending Notify completes with ErrCanceled.
 func (c *CompletionQueue) Close() error {
-	err := closeSync(c.cq.Close)
+	err := ndk.Await(c.cq.Close)
 	c.fired(ndk.ErrCanceled)
 	return err
 }
@@ -276,7 +265,7 @@ func (m *MemoryRegion) LocalToken() uint32               { return m.mr.LocalToke
 func (m *MemoryRegion) RemoteToken() uint32              { return m.mr.RemoteToken() }
 func (m *MemoryRegion) Addr() uint64                     { return m.mr.Addr() }
 func (m *MemoryRegion) SGE(off uint64, n uint32) ndk.SGE { return m.mr.SGE(off, n) }
-func (m *MemoryRegion) Close() error                     { return closeSync(m.mr.Close) }
+func (m *MemoryRegion) Close() error                     { return ndk.Await(m.mr.Close) }
 
 // QueuePair is IND2QueuePair: ndk's QP, its requests as they are.
 type QueuePair struct{ *ndk.QP }
@@ -305,7 +294,7 @@ func (a *Adapter) CreateQueuePair(o ndk.QPOptions, rcq, icq *CompletionQueue) (*
 }
 
 // Close releases the QP once its requests are flushed.
-func (q *QueuePair) Close() error { return closeSync(q.QP.Close) }
+func (q *QueuePair) Close() error { return ndk.Await(q.QP.Close) }
 
 // Connector is IND2Connector. A connector from CreateConnector is used either
 // for Connect or, through Listener.GetConnectionRequest, for an incoming one.
@@ -461,7 +450,7 @@ func (c *Connector) Close() error {
 	c.mu.Unlock()
 	var err error
 	if nc != nil {
-		err = closeSync(nc.Close)
+		err = ndk.Await(nc.Close)
 	}
 	if ov != nil {
 		ov.complete(ndk.ErrCanceled)
@@ -557,10 +546,10 @@ func (l *Listener) Close() error {
 	l.mu.Unlock()
 	for _, nc := range waiting {
 		nc.Reject(nil)
-		closeSync(nc.Close)
+		ndk.Await(nc.Close)
 	}
 	for _, a := range asks {
 		a.ov.complete(ndk.ErrCanceled)
 	}
-	return closeSync(l.l.Close)
+	return ndk.Await(l.l.Close)
 }

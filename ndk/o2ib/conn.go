@@ -338,17 +338,9 @@ func (c *Conn) queueTx(t *tx) error {
 	return nil
 }
 
-// reply queues a message of the protocol's own (ACK, NAK, DONE, NOOP).
-func (c *Conn) reply(h hdr) {
-	c.mu.Lock()
-	if c.state == stClosing {
-		c.mu.Unlock()
-		return
-	}
-	c.addref()
-	c.queue = append(c.queue, &tx{h: h, slot: -1, ending: true})
-	c.mu.Unlock()
-}
+// reply queues a message of the protocol's own (ACK, NAK): on a closing
+// connection there is no one to answer.
+func (c *Conn) reply(h hdr) { _ = c.queueTx(&tx{h: h, slot: -1, ending: true}) }
 
 // checkSends posts what the credits allow (kiblnd_check_sends_locked).
 func (c *Conn) checkSends() {

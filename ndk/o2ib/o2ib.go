@@ -203,13 +203,9 @@ func (ni *NI) Close() error {
 		return ErrClosed
 	}
 	ni.done = true
-	cs := make([]*Conn, 0, len(ni.conns))
-	for c := range ni.conns {
-		cs = append(cs, c)
-	}
 	ni.mu.Unlock()
 	ni.lst.ControlConnectEvents(true) // no new connections while the old go
-	for _, c := range cs {
+	for _, c := range ni.Connections() {
 		c.Close()
 	}
 	ni.mu.Lock()
@@ -228,28 +224,18 @@ func (ni *NI) Close() error {
 
 func (ni *NI) closeObjects() {
 	if ni.lst != nil {
-		closeWait(ni.lst.Close)
+		ndk.Await(ni.lst.Close)
 	}
 	if ni.slab != nil {
-		closeWait(ni.slab.Close)
+		ndk.Await(ni.slab.Close)
 	}
 	if ni.pd != nil {
-		closeWait(ni.pd.Close)
+		ndk.Await(ni.pd.Close)
 	}
 	if ni.buf != nil {
 		_ = verbs.UnmapBuffer(ni.buf)
 		ni.buf = nil
 	}
-}
-
-// closeWait closes an ndk object and waits for its completion.
-func closeWait(close func(func(error)) error) error {
-	ch := make(chan error, 1)
-	err := close(func(err error) { ch <- err })
-	if errors.Is(err, ndk.ErrPending) {
-		return <-ch
-	}
-	return err
 }
 
 func (ni *NI) slotBytes(i, n int) []byte { return ni.buf[i*ni.cfg.MaxRDMA : i*ni.cfg.MaxRDMA+n] }
@@ -334,7 +320,7 @@ func (ni *NI) accept(cn *ndk.Connector) {
 	}
 	if err != nil {
 		cn.Reject(nil)
-		closeWait(cn.Close)
+		ndk.Await(cn.Close)
 		return
 	}
 	// Set before the Accept: the peer's first message may come before the

@@ -97,25 +97,28 @@ func (c *Conn) rxDone(i int, r *ndk.Result) {
 		c.decref() // kiblnd_drop_rx
 		return
 	}
+	// A peer's fault closes the connection; the buffer is not posted again.
+	refuse := func(err error, count func(*Stats)) {
+		c.closeFor(err, count)
+		c.decref() // kiblnd_drop_rx
+	}
+	badMsg := func(s *Stats) { s.BadMsg++ }
 	h, err := parse(c.msgBuf(i), int(r.BytesTransferred), c.ni.cfg.MaxRDMA)
 	if err != nil {
-		c.closeFor(err, func(s *Stats) { s.BadMsg++ })
-		c.decref()
+		refuse(err, badMsg)
 		return
 	}
 	c.mu.Lock()
 	if c.credits+int(h.credits) > c.maxCredits {
 		c.mu.Unlock()
-		c.closeFor(errors.New("o2ib: the peer returned credits it never had"), func(s *Stats) { s.Overrun++ })
-		c.decref()
+		refuse(errors.New("o2ib: the peer returned credits it never had"), func(s *Stats) { s.Overrun++ })
 		return
 	}
 	c.credits += int(h.credits)
 	c.heard = time.Now()
 	c.mu.Unlock()
 	if err := c.handle(h, c.msgBuf(i)[hdrLen:r.BytesTransferred]); err != nil {
-		c.closeFor(err, func(s *Stats) { s.BadMsg++ })
-		c.decref()
+		refuse(err, badMsg)
 		return
 	}
 	c.mu.Lock()
@@ -352,11 +355,8 @@ func (c *Conn) free() {
 	c.freeObjects(nil)
 	// Buffers lent to the peer's transfers that never got their DONE.
 	c.mu.Lock()
-	var ls []lent
-	for k, l := range c.lent {
-		ls = append(ls, l)
-		delete(c.lent, k)
-	}
+	ls := c.lent
+	c.lent = map[uint64]lent{}
 	c.mu.Unlock()
 	for _, l := range ls {
 		c.ni.release(l.slot)
@@ -372,16 +372,16 @@ func (c *Conn) free() {
 // freeObjects closes what the connection made; it returns err.
 func (c *Conn) freeObjects(err error) error {
 	if c.cn != nil {
-		closeWait(c.cn.Close)
+		ndk.Await(c.cn.Close)
 	}
 	if c.qp != nil {
-		closeWait(c.qp.Close)
+		ndk.Await(c.qp.Close)
 	}
 	if c.mr != nil {
-		closeWait(c.mr.Close)
+		ndk.Await(c.mr.Close)
 	}
 	if c.cq != nil {
-		closeWait(c.cq.Close)
+		ndk.Await(c.cq.Close)
 	}
 	return err
 }

@@ -37,9 +37,7 @@ func (ni *NI) takeOwn(c *Conn) (int, bool) {
 	p := &ni.pools
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n := len(p.own); n > 0 {
-		s := p.own[n-1]
-		p.own = p.own[:n-1]
+	if s, ok := pop(&p.own); ok {
 		return s, true
 	}
 	if !c.starving {
@@ -55,9 +53,7 @@ func (ni *NI) takeLent(c *Conn, h hdr) (int, bool) {
 	p := &ni.pools
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n := len(p.lend); n > 0 {
-		s := p.lend[n-1]
-		p.lend = p.lend[:n-1]
+	if s, ok := pop(&p.lend); ok {
 		return s, true
 	}
 	c.addref()
@@ -96,4 +92,15 @@ func (ni *NI) release(s int) {
 		c.checkSends()
 		c.decref()
 	}
+}
+
+// pop takes the last free slot of a pool.
+func pop(pool *[]int) (int, bool) {
+	n := len(*pool)
+	if n == 0 {
+		return 0, false
+	}
+	s := (*pool)[n-1]
+	*pool = (*pool)[:n-1]
+	return s, true
 }

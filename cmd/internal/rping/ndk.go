@@ -129,12 +129,7 @@ func (n *nping) setup(ctx context.Context) error {
 // closeAll closes what was made, successors first, each close waited for.
 func (n *nping) closeAll() {
 	for i := len(n.closers) - 1; i >= 0; i-- {
-		done, ch := errCh()
-		err := n.closers[i](done)
-		if errors.Is(err, ndk.ErrPending) {
-			err = <-ch
-		}
-		if err != nil {
+		if err := ndk.Await(n.closers[i]); err != nil {
 			n.printf(n.errw, "close: %v\n", err)
 		}
 	}
