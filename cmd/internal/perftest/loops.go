@@ -123,62 +123,82 @@ func (s *session) advance(addr *uint64, size, cnt, prim uint64) {
 
 func (s *session) setSendWRs(size uint64) {
 	p := s.p
-	n := p.QPs
+	n, pl := p.QPs, p.PostList
 	w := &s.w
-	w.send = make([]verbs.SendWR, n)
-	w.sge = make([]verbs.SGE, n)
+	w.send = make([]verbs.SendWR, n*pl)
+	w.sge = make([]verbs.SGE, n*pl)
 	w.myAddr = make([]uint64, n)
 	w.remAddr = make([]uint64, n)
 	w.scnt = make([]uint64, n)
 	w.ccnt = make([]uint64, n)
+	walk := p.Test.Kind == BW && s.cycles(size)
 	for i := range n {
 		w.myAddr[i] = s.mr.Addr() + uint64(i)*s.buffSize
 		w.remAddr[i] = s.rem[i].VAddr
-		w.sge[i] = verbs.SGE{Addr: w.myAddr[i], Length: uint32(size), LKey: s.mr.LKey()}
-		wr := &w.send[i]
-		wr.WRID = uint64(i)
-		wr.SGL = w.sge[i : i+1]
-		if p.CQMod == 1 {
-			wr.Flags = verbs.SendSignaled
-		}
-		switch p.Test.Verb {
-		case VerbWrite:
-			wr.Opcode = verbs.WRRDMAWrite
-		case VerbRead:
-			wr.Opcode = verbs.WRRDMARead
-		case VerbSend:
-			wr.Opcode = verbs.WRSend
-		case VerbAtomic:
-			wr.Opcode = verbs.WRAtomicFetchAdd
-			wr.CompareAdd = atomicAdd
-			if p.AtomicType == CmpAndSwap {
-				wr.Opcode = verbs.WRAtomicCmpSwp
-				wr.CompareAdd, wr.Swap = 0, atomicSwap
+		for j := range pl {
+			k := i*pl + j
+			w.sge[k] = verbs.SGE{Addr: w.myAddr[i], Length: uint32(size), LKey: s.mr.LKey()}
+			wr := &w.send[k]
+			wr.WRID = uint64(i)
+			wr.SGL = w.sge[k : k+1]
+			if p.CQMod == 1 || pl > 1 && (j+1)%p.CQMod == 0 {
+				wr.Flags = verbs.SendSignaled
 			}
-		}
-		if p.Test.Verb != VerbSend {
-			wr.RemoteAddr, wr.RKey = s.rem[i].VAddr, s.rem[i].RKey
-		}
-		if i < len(s.ud) {
-			wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ud[i].ah, s.ud[i].qpn, s.ud[i].qkey
-		}
-		if (p.Test.Verb == VerbSend || p.Test.Verb == VerbWrite) && size <= uint64(s.inline) {
-			wr.Flags |= verbs.SendInline
+			switch p.Test.Verb {
+			case VerbWrite:
+				wr.Opcode = verbs.WRRDMAWrite
+			case VerbRead:
+				wr.Opcode = verbs.WRRDMARead
+			case VerbSend:
+				wr.Opcode = verbs.WRSend
+			case VerbAtomic:
+				wr.Opcode = verbs.WRAtomicFetchAdd
+				wr.CompareAdd = atomicAdd
+				if p.AtomicType == CmpAndSwap {
+					wr.Opcode = verbs.WRAtomicCmpSwp
+					wr.CompareAdd, wr.Swap = 0, atomicSwap
+				}
+			}
+			if p.Test.Verb != VerbSend {
+				wr.RemoteAddr, wr.RKey = s.rem[i].VAddr, s.rem[i].RKey
+			}
+			if j > 0 && walk {
+				// A list's WRs lie one after another (ctx_set_send_reg_wqes).
+				w.sge[k].Addr = w.sge[k-1].Addr
+				s.advance(&w.sge[k].Addr, size, uint64(j-1), w.myAddr[i])
+				if p.Test.Verb != VerbSend {
+					wr.RemoteAddr = w.send[k-1].RemoteAddr
+					s.advance(&wr.RemoteAddr, size, uint64(j-1), w.remAddr[i])
+				}
+			}
+			if i < len(s.ud) {
+				wr.AH, wr.RemoteQPN, wr.RemoteQKey = s.ud[i].ah, s.ud[i].qpn, s.ud[i].qkey
+			}
+			if (p.Test.Verb == VerbSend || p.Test.Verb == VerbWrite) && size <= uint64(s.inline) {
+				wr.Flags |= verbs.SendInline
+			}
 		}
 	}
 }
 
-// postRecvs is ctx_set_recv_wqes: rx_depth receives of size bytes per QP.
+// postRecvs is ctx_set_recv_wqes: rx_depth receives of size bytes per QP
+// (with an SRQ, rx_depth/QPs for each QP's slot), in lists of
+// --recv_post_list.
 func (s *session) postRecvs(size uint64) error {
 	p := s.p
-	n := p.QPs
+	n, rpl := p.QPs, p.RecvPostList
 	w := &s.w
-	w.recv = make([]verbs.RecvWR, n)
-	w.rsge = make([]verbs.SGE, n)
+	w.recv = make([]verbs.RecvWR, n*rpl)
+	w.rsge = make([]verbs.SGE, n*rpl)
 	w.rxAddr = make([]uint64, n)
 	w.rcnt = make([]uint64, n)
 	w.rposted = make([]uint64, n)
 	w.unused = make([]uint64, n)
+	perQP := p.RxDepth / rpl
+	if s.srq != nil {
+		perQP /= n
+	}
+	walk := p.Test.Kind == BW && s.cycles(size)
 	for i := range n {
 		w.rxAddr[i] = s.mr.Addr() + uint64(n+i)*s.buffSize
 		length := uint32(size)
@@ -186,19 +206,62 @@ func (s *session) postRecvs(size uint64) error {
 			w.rxAddr[i] += uint64(s.cacheLine - udAddition)
 			length += udAddition
 		}
-		w.rsge[i] = verbs.SGE{Addr: w.rxAddr[i], Length: length, LKey: s.mr.LKey()}
-		w.recv[i] = verbs.RecvWR{WRID: uint64(i), SGL: w.rsge[i : i+1]}
-		for j := range p.RxDepth {
-			if _, err := s.qps[i].PostRecv(w.recv[i : i+1]); err != nil {
+		for j := range rpl {
+			k := i*rpl + j
+			w.rsge[k] = verbs.SGE{Addr: w.rxAddr[i], Length: length, LKey: s.mr.LKey()}
+			if j > 0 && walk {
+				w.rsge[k].Addr = w.rsge[k-1].Addr
+				s.advance(&w.rsge[k].Addr, size, uint64(j), w.rxAddr[i])
+			}
+			w.recv[k] = verbs.RecvWR{WRID: uint64(i), SGL: w.rsge[k : k+1]}
+		}
+		for j := range perQP {
+			if err := s.postRecvList(i); err != nil {
 				return fmt.Errorf("couldn't post recv QP %d: counter=%d: %w", i, j, err)
 			}
-			if p.Test.Kind == BW && s.cycles(size) {
+			if rpl == 1 && walk {
 				s.advance(&w.rsge[i].Addr, size, uint64(j), w.rxAddr[i])
 			}
 		}
-		w.rsge[i].Addr = w.rxAddr[i]
-		w.rposted[i] = uint64(p.RxDepth)
+		w.rsge[i*rpl].Addr = w.rxAddr[i]
+		w.rposted[i] = uint64(perQP * rpl)
 	}
+	return nil
+}
+
+// postRecvList posts QP slot i's receive list, to the SRQ if there is one.
+func (s *session) postRecvList(i int) error {
+	rpl := s.p.RecvPostList
+	l := s.w.recv[i*rpl : (i+1)*rpl]
+	var err error
+	if s.srq != nil {
+		_, err = s.srq.PostRecv(l)
+		counts.srqRecvs.Add(uint64(len(l)))
+	} else {
+		_, err = s.qps[i].PostRecv(l)
+	}
+	if len(l) > 1 {
+		counts.recvLists.Add(1)
+	}
+	return err
+}
+
+// repost is the receive loops' refill (run_iter_bw_server, run_iter_bi):
+// slot q's list goes back once a list's worth of its receives completed.
+func (s *session) repost(q int, size uint64, walk bool, more bool) error {
+	w, rpl := &s.w, uint64(s.p.RecvPostList)
+	w.unused[q]++
+	if !more || w.unused[q] < rpl {
+		return nil
+	}
+	if err := s.postRecvList(q); err != nil {
+		return fmt.Errorf("couldn't post recv QP %d rcnt=%d: %w", q, w.rcnt[q], err)
+	}
+	w.unused[q] -= rpl
+	if walk && rpl == 1 {
+		s.advance(&w.rsge[q].Addr, size, w.rposted[q], w.rxAddr[q])
+	}
+	w.rposted[q] += rpl
 	return nil
 }
 
@@ -218,14 +281,20 @@ func (s *session) side() string {
 // postSend posts one WR, waiting while the send queue is full (unsignaled WRs
 // leave it as their ACKs arrive).
 func (s *session) postSend(i int) error {
+	pl := s.p.PostList
+	l := s.w.send[i*pl : (i+1)*pl]
 	for {
-		_, err := s.qps[i].PostSend(s.w.send[i : i+1])
+		n, err := s.qps[i].PostSend(l)
 		if err == nil {
+			if pl > 1 {
+				counts.sendLists.Add(1)
+			}
 			return nil
 		}
 		if !errors.Is(err, verbs.ErrQueueFull) {
 			return fmt.Errorf("couldn't post send: qp %d scnt=%d: %w", i, s.w.scnt[i], err)
 		}
+		l = l[n:] // a list goes in as far as the queue has room
 		if s.halted() {
 			return s.aborted()
 		}
@@ -252,7 +321,7 @@ type bwLoop struct {
 	s                         *session
 	nq                        int
 	dur, noPeak, walk, remote bool
-	iters, tot, cqMod, tx     uint64
+	iters, tot, cqMod, tx, pl uint64
 	size                      uint64
 	res                       bwResult
 	base                      time.Time
@@ -263,7 +332,7 @@ type bwLoop struct {
 func (s *session) newBWLoop(size uint64) bwLoop {
 	p := s.p
 	l := bwLoop{s: s, nq: p.QPs, dur: p.DurationMode(), noPeak: p.NoPeak, walk: s.cycles(size),
-		remote: p.Test.Verb != VerbSend, iters: p.Iters, cqMod: uint64(p.CQMod), tx: uint64(p.TxDepth), size: size}
+		remote: p.Test.Verb != VerbSend, iters: p.Iters, cqMod: uint64(p.CQMod), tx: uint64(p.TxDepth), pl: uint64(p.PostList), size: size}
 	l.tot = l.iters * uint64(l.nq)
 	l.res = bwResult{samples: newSamples(l.tot, p.NoPeak)}
 	l.base = time.Now()
@@ -279,10 +348,12 @@ func (s *session) newBWLoop(size uint64) bwLoop {
 // signalled.
 func (l *bwLoop) postSends() error {
 	s, w := l.s, &l.s.w
+	pl := l.pl
 	for i := 0; i < l.nq; i++ {
-		wr := &w.send[i]
-		for (w.scnt[i] < l.iters || l.dur) && w.scnt[i]+1 <= l.tx+w.ccnt[i] {
-			if l.cqMod > 1 && w.scnt[i]%l.cqMod == 0 && !(!l.dur && w.scnt[i] == l.iters-1) {
+		wr := &w.send[i*int(pl)]
+		for (w.scnt[i] < l.iters || l.dur) && w.scnt[i]+pl <= l.tx+w.ccnt[i] {
+			// A post list's WRs keep the flags and addresses setSendWRs gave them.
+			if pl == 1 && l.cqMod > 1 && w.scnt[i]%l.cqMod == 0 && !(!l.dur && w.scnt[i] == l.iters-1) {
 				wr.Flags &^= verbs.SendSignaled
 			}
 			if !l.noPeak {
@@ -294,15 +365,15 @@ func (l *bwLoop) postSends() error {
 			if err := s.postSend(i); err != nil {
 				return err
 			}
-			if l.walk {
+			if l.walk && pl == 1 {
 				s.advance(&w.sge[i].Addr, l.size, w.scnt[i], w.myAddr[i])
 				if l.remote {
 					s.advance(&wr.RemoteAddr, l.size, w.scnt[i], w.remAddr[i])
 				}
 			}
-			w.scnt[i]++
-			l.totscnt++
-			if w.scnt[i]%l.cqMod == l.cqMod-1 || (!l.dur && w.scnt[i] == l.iters-1) {
+			w.scnt[i] += pl
+			l.totscnt += pl
+			if pl == 1 && (w.scnt[i]%l.cqMod == l.cqMod-1 || (!l.dur && w.scnt[i] == l.iters-1)) {
 				wr.Flags |= verbs.SendSignaled
 			}
 		}
@@ -373,7 +444,7 @@ func (s *session) runBW(size uint64) (bwResult, error) {
 				if s.halted() {
 					return l.res, s.aborted()
 				}
-				runtime.Gosched()
+				s.idle(s.scq)
 			}
 		} else if s.halted() {
 			return l.res, s.aborted()
@@ -393,6 +464,7 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 	tot := iters * uint64(nq)
 	res := bwResult{samples: newSamples(1, true)}
 	walk := s.cycles(size)
+	rpl := uint64(p.RecvPostList)
 	base := time.Now()
 	var dc *durClock
 	defer func() { dc.stop() }()
@@ -416,26 +488,18 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 			}
 			w.rcnt[q]++
 			rcnt++
-			w.unused[q]++
 			if dc.sampling() {
 				sampled++
 			}
-			if (dur || w.rposted[q]+1 <= iters) && w.unused[q] >= 1 {
-				if _, err := s.qps[q].PostRecv(w.recv[q : q+1]); err != nil {
-					return res, fmt.Errorf("couldn't post recv QP %d rcnt=%d: %w", q, w.rcnt[q], err)
-				}
-				w.unused[q]--
-				if walk {
-					s.advance(&w.rsge[q].Addr, size, w.rposted[q], w.rxAddr[q])
-				}
-				w.rposted[q]++
+			if err := s.repost(int(q), size, walk, dur || w.rposted[q]+rpl <= iters); err != nil {
+				return res, err
 			}
 		}
 		if ne == 0 {
 			if s.halted() {
 				return res, s.aborted()
 			}
-			runtime.Gosched()
+			s.idle(s.rcq)
 		} else {
 			s.progress.add(uint64(ne))
 		}
@@ -457,6 +521,7 @@ func (s *session) runBi(size uint64) (bwResult, error) {
 	l := s.newBWLoop(size)
 	defer l.dc.stop()
 	l.remote = false // as before the loops shared code: only the local address walks here
+	rpl := uint64(s.p.RecvPostList)
 	var totrcnt uint64
 	for l.totscnt < l.tot || l.totccnt < l.tot || totrcnt < l.tot || (l.dur && !l.dc.ended()) {
 		if err := l.postSends(); err != nil {
@@ -473,14 +538,9 @@ func (s *session) runBi(size uint64) (bwResult, error) {
 				}
 				w.rcnt[q]++
 				totrcnt++
-				if (l.dur || w.rposted[q]+1 <= l.iters) && !(l.dur && l.dc.ended()) {
-					if _, err := s.qps[q].PostRecv(w.recv[q : q+1]); err != nil {
-						return l.res, fmt.Errorf("couldn't post recv QP %d rcnt=%d: %w", q, w.rcnt[q], err)
-					}
-					if l.walk {
-						s.advance(&w.rsge[q].Addr, size, w.rposted[q], w.rxAddr[q])
-					}
-					w.rposted[q]++
+				more := (l.dur || w.rposted[q]+rpl <= l.iters) && !(l.dur && l.dc.ended())
+				if err := s.repost(int(q), size, l.walk, more); err != nil {
+					return l.res, err
 				}
 			}
 			idle = idle && ne == 0
@@ -496,10 +556,55 @@ func (s *session) runBi(size uint64) (bwResult, error) {
 			if s.halted() {
 				return l.res, s.aborted()
 			}
-			runtime.Gosched()
+			s.idle(s.scq, s.rcq)
 		}
 	}
 	return l.finish(), nil
+}
+
+// gap is --latency_gap: a spin of that many microseconds before each post,
+// outside the measured time, as perftest's.
+func (s *session) gap() {
+	if s.p.LatencyGap > 0 {
+		for end := time.Now().Add(time.Duration(s.p.LatencyGap) * time.Microsecond); time.Now().Before(end); {
+		}
+	}
+}
+
+// warmUp is perform_warm_up: a round of tx_depth WRs on every QP, each
+// signalled here, and their completions, before the measurement.
+func (s *session) warmUp() error {
+	p, w := s.p, &s.w
+	pl := p.PostList
+	for i := range p.QPs {
+		l := w.send[i*pl : (i+1)*pl]
+		flags := make([]verbs.SendFlags, pl)
+		for j := range l {
+			flags[j] = l[j].Flags
+			l[j].Flags |= verbs.SendSignaled
+		}
+		n := 0
+		for range max(p.TxDepth/pl, 1) {
+			if err := s.postSend(i); err != nil {
+				return fmt.Errorf("couldn't post send during warm up: %w", err)
+			}
+			n += pl
+		}
+		for n > 0 {
+			wc, _, err := s.pollOne(s.scq, nil, nil)
+			if err != nil {
+				return err
+			}
+			if wc.Status != verbs.WCStatus(0) {
+				return fmt.Errorf("problems with warm up: %w", wcError(s.side(), wc, 0, 0))
+			}
+			n--
+		}
+		for j := range l {
+			l[j].Flags = flags[j]
+		}
+	}
+	return nil
 }
 
 // latResult is what a latency loop measured: post times, or in duration mode the
@@ -540,7 +645,11 @@ func (s *session) pollOne(c *verbs.CQ, dc *durClock, linger *time.Time) (wc *ver
 		if linger != nil && s.haltedLinger(linger) || linger == nil && s.halted() {
 			return nil, false, s.aborted()
 		}
-		runtime.Gosched()
+		if dc != nil {
+			runtime.Gosched() // a duration run must see its clock end
+		} else {
+			s.idle(c)
+		}
 	}
 }
 
@@ -602,6 +711,7 @@ loop:
 			}
 		}
 		if scnt < iters || dur {
+			s.gap()
 			if !dur {
 				res.posted[scnt] = int64(time.Since(base))
 			}
@@ -657,6 +767,7 @@ func (s *session) runLat() (latResult, error) {
 	}
 	var scnt uint64
 	for scnt < iters || (dur && !dc.ended()) {
+		s.gap()
 		if !dur {
 			res.posted[scnt] = int64(time.Since(base))
 		}
@@ -725,13 +836,14 @@ func (s *session) runLatSend(size uint64) (latResult, error) {
 					res.iters++
 				}
 				if dur || rcnt+rxDepth <= iters {
-					if _, err := s.qps[0].PostRecv(s.w.recv[:1]); err != nil {
+					if err := s.postRecvList(int(wc.WRID)); err != nil {
 						return res, fmt.Errorf("couldn't post recv: rcnt=%d: %w", rcnt, err)
 					}
 				}
 			}
 		}
 		if scnt < iters || (dur && !dc.ended()) {
+			s.gap()
 			if !dur {
 				res.posted[scnt] = int64(time.Since(base))
 			}

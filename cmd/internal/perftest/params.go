@@ -138,6 +138,7 @@ const (
 	maxInlineUD    = 884 // MAX_INLINE_UD
 	udAddition     = 40  // UD_ADDITION: the GRH before a UD message
 	defQKey        = 0x11111111
+	defRetryCount  = 7
 	ucMaxRx        = 16000 // UC_MAX_RX
 	maxSize        = 8388608
 	minIter        = 5
@@ -202,6 +203,22 @@ type Params struct {
 	Progress    string // --progress auto|on|off
 	Help        bool   // -h
 	Version     bool   // -V
+
+	UseEvent     bool    // -e: sleep on a completion channel instead of spinning
+	PostList     int     // -l: WRs per ibv_post_send
+	RecvPostList int     // --recv_post_list: receive WRs per post
+	UseSRQ       bool    // --use-srq: the receivers share an SRQ (SEND tests)
+	ReportBoth   bool    // --report-both: -b prints both sides' results apart
+	SL           int     // -S: service level (no field of a RoCEv2 frame carries it)
+	TClass       int     // --tclass: the GRH's traffic class (IPv4 TOS / IPv6 class)
+	RetryCount   int     // --retry_count
+	LimitBW      float64 // -w: fail when the bandwidth ends below this (Gb/s)
+	LimitMsgRate float64 // -y: fail when the message rate ends below this (Mpps)
+	NoXchgVer    bool    // --dont_xchg_versions
+	OutputOnly   string  // --output: bandwidth, message_rate or latency: print that figure alone
+	WarmUp       bool    // --perform_warm_up
+	WaitDestroy  int     // --wait_destroy: seconds before the resources go
+	LatencyGap   int     // --latency_gap: microseconds between latency iterations
 
 	// Warnings are the lines perftest prints while it parses.
 	Warnings []string
@@ -293,7 +310,127 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.StringVar(&p.Progress, "progress", "auto", "progress line on stderr during long runs: auto, on or off")
 	fs.BoolVarP(&p.Help, "help", "h", false, "show this help")
 	fs.BoolVarP(&p.Version, "version", "V", false, "print the perftest version bench speaks")
+	fs.BoolVarP(&p.UseEvent, "events", "e", false, "sleep on CQ events instead of polling")
+	fs.IntP("vector", "X", 0, "completion vector (xrnic has one: 0)")
+	if t.Kind == BW {
+		fs.IntVarP(&p.PostList, "post_list", "l", 1, "post lists of this many WRs")
+		fs.IntVar(&p.RecvPostList, "recv_post_list", 1, "post lists of this many receive WRs")
+		fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b, print each side's results apart")
+		fs.Float64VarP(&p.LimitBW, "limit_bw", "w", 0, "fail if the average bandwidth is below this")
+		fs.Float64VarP(&p.LimitMsgRate, "limit_msgrate", "y", 0, "fail if the message rate (Mpps) is below this")
+	} else {
+		fs.IntVar(&p.LatencyGap, "latency_gap", 0, "microseconds to wait between latency iterations")
+	}
+	fs.BoolVar(&p.UseSRQ, "use-srq", false, "the receive side uses an SRQ (SEND tests)")
+	fs.IntVarP(&p.SL, "sl", "S", 0, "service level (RoCEv2 frames carry none: accepted, 0..15)")
+	fs.IntVar(&p.TClass, "tclass", 0, "traffic class of the GRH (IPv4 TOS)")
+	fs.IntVar(&p.RetryCount, "retry_count", defRetryCount, "retry count of rdma_cm's connection (-R)")
+	fs.BoolVar(&p.NoXchgVer, "dont_xchg_versions", false, "do not exchange versions with the peer")
+	fs.StringVar(&p.OutputOnly, "output", "", "print only this figure: bandwidth, message_rate (BW) or latency (LAT)")
+	if t.Verb != VerbSend {
+		fs.BoolVar(&p.WarmUp, "perform_warm_up", false, "post a round of WRs before the measurement")
+	}
+	fs.IntVar(&p.WaitDestroy, "wait_destroy", 0, "seconds to wait before destroying the resources")
+	fs.Int("pkey_index", 0, "P_Key index (xrnic has one: 0)")
+	fs.String("force-link", "Ethernet", "link layer (xrnic is Ethernet)")
+	fs.Bool("use_old_post_send", false, "post with ibv_post_send (bench always does)")
+	fs.Bool("disable_pcie_relaxed", false, "no PCIe relaxed ordering (xrnic has no PCIe)")
+	for i := range refused {
+		r := &refused[i]
+		if r.applies != nil && !r.applies(t) {
+			continue
+		}
+		if r.arg {
+			fs.StringP(r.name, r.short, "", "refused: "+r.why)
+		} else {
+			fs.BoolP(r.name, r.short, false, "refused: "+r.why)
+		}
+	}
 	return fs
+}
+
+// A refusedOption is a perftest option bench recognizes and refuses, saying why
+// (perftest's own message where it has one). README's option table is
+// checked against this list and the accepted flags.
+type refusedOption struct {
+	name, short string
+	arg         bool
+	why         string
+	applies     func(Test) bool // nil: every test
+}
+
+func bwOnly(t Test) bool  { return t.Kind == BW }
+func latOnly(t Test) bool { return t.Kind == Lat }
+
+const rawEth = "a raw Ethernet option: bench has no raw_ethernet tests"
+
+var refused = []refusedOption{
+	{"report-cycles", "C", false, "bench measures with the monotonic clock, not CPU cycles", latOnly},
+	{"mcg", "g", false, "xrnic has no multicast groups", nil},
+	{"MGID", "M", true, "xrnic has no multicast groups", nil},
+	{"dualport", "O", false, "xrnic devices have one port", nil},
+	{"report-per-port", "", false, "xrnic devices have one port", nil},
+	{"report-counters", "W", true, "no hardware counters files (the daemon's metrics have xrnic's)", nil},
+	{"tos", "T", true, "TOS only valid for rdma_cm based QP and RawEth QP (bench's rdma_cm has no TOS option; --tclass sets it)", nil},
+	{"hop_limit", "L", true, "Hop limit only valid for RawEth QP", nil},
+	{"flow_label", "", true, rawEth, nil},
+	{"cpu_util", "", false, "bench does not report CPU utilization", nil},
+	{"dlid", "", true, "an InfiniBand LID: xrnic is RoCE", nil},
+	{"inline_recv", "", true, "xrnic has no inline receive", nil},
+	{"mmap", "", true, "bench's buffers are its own memory", nil},
+	{"mmap-offset", "", true, "bench's buffers are its own memory", nil},
+	{"mr_per_qp", "", false, "bench registers one MR for all QPs", nil},
+	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)", nil},
+	{"use_hugepages", "", false, "bench's buffers are not huge pages", nil},
+	{"reversed", "", false, "the server does not send in bench", bwOnly},
+	{"run_infinitely", "", false, "bench runs for -n iterations or -D seconds", bwOnly},
+	{"burst_size", "", true, "no rate limiter in bench", bwOnly},
+	{"typical_pkt_size", "", true, "no rate limiter in bench", bwOnly},
+	{"rate_limit", "", true, "no rate limiter in bench", bwOnly},
+	{"rate_units", "", true, "no rate limiter in bench", bwOnly},
+	{"rate_limit_type", "", true, "no rate limiter in bench", bwOnly},
+	{"use_ooo", "", false, "xrnic does not place out-of-order data", nil},
+	{"use_cuda", "", true, "CUDA not supported (no GPU memory)", nil},
+	{"use_cuda_bus_id", "", true, "CUDA not supported (no GPU memory)", nil},
+	{"use_cuda_dmabuf", "", false, "CUDA not supported (no GPU memory)", nil},
+	{"use_rocm", "", true, "ROCm not supported (no GPU memory)", nil},
+	{"log_dci_streams", "", true, "a DC option: xrnic has no DC transport", nil},
+	{"log_active_dci_streams", "", true, "a DC option: xrnic has no DC transport", nil},
+	{"aes_xts", "", false, "aes_xts not supported", nil},
+	{"encrypt_on_tx", "", false, "aes_xts not supported", nil},
+	{"sig_before", "", false, "aes_xts not supported", nil},
+	{"aes_block_size", "", true, "aes_xts not supported", nil},
+	{"kek_path", "", true, "aes_xts not supported", nil},
+	{"credentials_path", "", true, "aes_xts not supported", nil},
+	{"data_enc_keys_number", "", true, "aes_xts not supported", nil},
+	{"data_enc_key_app_path", "", true, "aes_xts not supported", nil},
+	{"source_mac", "B", true, rawEth, nil},
+	{"dest_mac", "E", true, rawEth, nil},
+	{"dest_ip", "J", true, rawEth, nil},
+	{"source_ip", "j", true, rawEth, nil}, // getopt_long takes this one, not rdma_cm's --source_ip
+	{"dest_port", "K", true, rawEth, nil},
+	{"source_port", "k", true, rawEth, nil},
+	{"ethertype", "Y", true, rawEth, nil},
+	{"server", "Z", false, rawEth, nil},
+	{"client", "P", false, rawEth, nil},
+	{"mac_fwd", "v", false, rawEth, nil},
+	{"use_rss", "G", false, rawEth, nil},
+	{"remote_mac", "", true, rawEth, nil},
+	{"local_mac", "", true, rawEth, nil},
+	{"remote_ip", "", true, rawEth, nil},
+	{"local_ip", "", true, rawEth, nil},
+	{"remote_port", "", true, rawEth, nil},
+	{"local_port", "", true, rawEth, nil},
+	{"tcp", "", false, rawEth, nil},
+	{"raw_ipv6", "", false, rawEth, nil},
+	{"promiscuous", "", false, rawEth, nil},
+	{"sniffer", "", false, rawEth, nil},
+	{"raw_mcast", "", false, rawEth, nil},
+	{"flows", "", true, rawEth, nil},
+	{"flows_burst", "", true, rawEth, nil},
+	{"reply_every", "", true, rawEth, nil},
+	{"vlan_en", "", false, rawEth, nil},
+	{"vlan_pcp", "", true, rawEth, nil},
 }
 
 // finish applies defaults and perftest's checks and dependencies.
@@ -429,6 +566,9 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 			return fmt.Errorf("invalid atomic type %q: choose from {CMP_AND_SWAP,FETCH_AND_ADD}", a)
 		}
 	}
+	if err := p.finishExtra(fs); err != nil {
+		return err
+	}
 	if p.OutJSONFile == "" {
 		return errors.New("--out_json_file needs a file name")
 	}
@@ -436,6 +576,67 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 		return errors.New("no device: give -d <interface> (or --local to run both sides on lo)")
 	}
 	return p.forceDependencies()
+}
+
+// finishExtra checks the options beyond the basic ones, with perftest's messages.
+func (p *Params) finishExtra(fs *flag.FlagSet) error {
+	for i := range refused {
+		if r := &refused[i]; fs.Lookup(r.name) != nil && fs.Changed(r.name) {
+			return fmt.Errorf("--%s: %s", r.name, r.why)
+		}
+	}
+	if l, _ := fs.GetString("force-link"); l != "Ethernet" {
+		if l == "IB" {
+			return errors.New("--force-link IB: xrnic is an Ethernet (RoCE) device")
+		}
+		return fmt.Errorf("invalid link type %q: choose from {IB,Ethernet}", l)
+	}
+	if p.Test.Verb == VerbWrite && (p.UseEvent || fs.Changed("vector")) {
+		return errors.New("events feature not available on WRITE verb")
+	}
+	if v, _ := fs.GetInt("vector"); v != 0 {
+		return fmt.Errorf("completion vector %d: xrnic devices have one (0)", v)
+	}
+	if k, _ := fs.GetInt("pkey_index"); k != 0 {
+		return fmt.Errorf("P_Key index %d: xrnic devices have one P_Key (index 0)", k)
+	}
+	if fs.Lookup("post_list") == nil {
+		p.PostList, p.RecvPostList = 1, 1 // latency tests have no lists
+	}
+	switch {
+	case p.PostList < 1:
+		return fmt.Errorf("send post list size %d must be positive", p.PostList)
+	case p.RecvPostList < 1:
+		return fmt.Errorf("receive post list size %d must be positive", p.RecvPostList)
+	case p.SL < 0 || p.SL > 15:
+		return fmt.Errorf("service level %d outside 0..15", p.SL)
+	case p.TClass < 0 || p.TClass > 255:
+		return fmt.Errorf("traffic class %d outside 0..255", p.TClass)
+	case p.RetryCount < 0 || p.RetryCount > 7:
+		return fmt.Errorf("retry count %d outside 0..7", p.RetryCount)
+	case p.LimitBW < 0:
+		return errors.New("invalid Minimum BW Limit")
+	case p.LimitMsgRate < 0:
+		return errors.New("invalid Minimum msgRate Limit")
+	case p.LatencyGap < 0:
+		return fmt.Errorf("latency gap time %d must not be negative", p.LatencyGap)
+	case p.WaitDestroy < 0:
+		return fmt.Errorf("wait_destroy %d must not be negative", p.WaitDestroy)
+	}
+	switch p.OutputOnly {
+	case "":
+	case "bandwidth", "message_rate":
+		if p.Test.Kind != BW {
+			return errors.New("output verbosity level for LAT can be: latency")
+		}
+	case "latency":
+		if p.Test.Kind != Lat {
+			return errors.New("output verbosity level for BW can be: bandwidth, message_rate")
+		}
+	default:
+		return errors.New("invalid verbosity level output flag. Please use bandwidth, latency, message_rate")
+	}
+	return nil
 }
 
 // connHelp is perftest's usage line for -c, per verb.
@@ -465,7 +666,10 @@ func parseConn(c string, v Verb) (ConnType, error) {
 			return 0, errors.New("UD connection only possible in SEND verb")
 		}
 		return ConnUD, nil
-	case "XRC", "DC", "SRD", "RawEth":
+	case "XRC":
+		// What perftest says when ibv_open_xrcd fails, as on rxe.
+		return 0, errors.New("error opening XRC domain: xrnic has no XRC (couldn't create XRC resources)")
+	case "DC", "SRD", "RawEth":
 		return 0, fmt.Errorf("connection type %s: not supported by xrnic (RC, UC and UD are)", c)
 	}
 	return 0, fmt.Errorf("invalid connection type %q: please choose from {RC,UC,UD,XRC,DC,SRD}", c)
@@ -503,8 +707,9 @@ func (p *Params) forceDependencies() error {
 			p.RxDepth = int(min(p.Iters, ucMaxRx))
 		}
 	}
-	// UD keeps its CQ moderation: its messages are never large.
-	if p.Size > msgSizeCQMod && !p.All && p.Conn != ConnUD {
+	// UD keeps its CQ moderation: its messages are never large; so do events
+	// (perftest: many processes with events lose some otherwise).
+	if p.Size > msgSizeCQMod && !p.All && p.Conn != ConnUD && !p.UseEvent {
 		if !p.reqCQMod {
 			p.CQMod = 1
 		} else if p.CQMod > 1 {
@@ -530,6 +735,32 @@ func (p *Params) forceDependencies() error {
 	}
 	if t.Kind == Lat && (p.Duplex || p.QPs > 1) {
 		return errors.New("bidirectional and multiple QPs are only available in BW tests")
+	}
+	if p.UseSRQ && t.Verb != VerbSend {
+		return errors.New("using SRQ only available in SEND tests")
+	}
+	if p.UseSRQ && p.QPs > p.RxDepth {
+		return errors.New("using SRQ depth should be greater than number of QPs")
+	}
+	if p.PostList > 1 {
+		if !p.DurationMode() && p.Iters%uint64(p.PostList) != 0 {
+			return errors.New("number of iterations must be a multiple of post list size")
+		}
+		if !p.reqCQMod {
+			p.CQMod = p.PostList
+			p.Warnings = append(p.Warnings, resultLine+"Post List requested - CQ moderation will be the size of the post list\n")
+		} else if p.PostList%p.CQMod != 0 {
+			return errors.New("post list size must be a multiple of CQ moderation")
+		}
+		if p.PostList > p.TxDepth {
+			return fmt.Errorf("post list size %d is larger than the tx depth %d", p.PostList, p.TxDepth)
+		}
+	}
+	if p.RecvPostList > 1 && !p.DurationMode() && p.Iters%uint64(p.RecvPostList) != 0 {
+		return errors.New("number of iterations must be a multiple of receive post list size")
+	}
+	if p.DurationMode() && p.UseEvent {
+		return errors.New("duration mode doesn't work with events")
 	}
 	if p.DurationMode() {
 		// perftest 6.06 turns the peak off silently here and below; later

@@ -55,18 +55,30 @@ func PrintTestInfo(w io.Writer, p *Params, in Info) {
 		if p.Duplex {
 			b.WriteString("Bidirectional ")
 		}
+		if p.PostList > 1 {
+			b.WriteString("Post List ")
+		}
 		b.WriteString("BW ")
 	} else {
 		b.WriteString("Latency ")
 	}
 	b.WriteString("Test\n")
+	if p.UseEvent {
+		fmt.Fprintf(&b, " Test with events. Using %s_comp0\n", in.Device)
+	}
 	fmt.Fprintf(&b, " Dual-port       : %s\t\tDevice         : %s\n", "OFF", in.Device)
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : %s\n", p.QPs, "IB")
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", p.Conn, "OFF")
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : %s\n", p.Conn, onOff(p.UseSRQ))
 	fmt.Fprintf(&b, " PCIe relax order: %s\n", "Unsupported")
 	fmt.Fprintf(&b, " ibv_wr* API     : %s\n", "OFF")
 	if !p.Server() || p.Duplex {
 		fmt.Fprintf(&b, " TX depth        : %d\n", p.TxDepth)
+	}
+	if p.PostList > 1 {
+		fmt.Fprintf(&b, " Post List       : %d\n", p.PostList)
+	}
+	if p.RecvPostList > 1 {
+		fmt.Fprintf(&b, " Recv Post List  : %d\n", p.RecvPostList)
 	}
 	if p.Test.Verb.hasRecvComp() && (p.Server() || p.Duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", p.RxDepth)
@@ -353,13 +365,22 @@ func jsonTestInfo(p *Params, in Info) string {
 	var b strings.Builder
 	b.WriteString("\"test_info\": {\n")
 	fmt.Fprintf(&b, "\"test\": \"%s\",\n", testName(p))
+	if p.UseEvent {
+		fmt.Fprintf(&b, "\"Test with events\": \"Using_%s_comp0\",\n", in.Device)
+	}
 	fmt.Fprintf(&b, "\"Dual_port\": \"%s\",\n\"Device\": \"%s\",\n", "OFF", in.Device)
 	fmt.Fprintf(&b, "\"Number_of_qps\": %d,\n\"Transport_type\": \"%s\",\n", p.QPs, "IB")
-	fmt.Fprintf(&b, "\"Connection_type\": \"%s\",\n\"Using_SRQ\": \"%s\",\n", p.Conn, "OFF")
+	fmt.Fprintf(&b, "\"Connection_type\": \"%s\",\n\"Using_SRQ\": \"%s\",\n", p.Conn, onOff(p.UseSRQ))
 	fmt.Fprintf(&b, " \"PCIe_relax_order\": \"%s\",\n", "Unsupported")
 	fmt.Fprintf(&b, "\"ibv_wr_API\": \"%s\",\n", "OFF")
 	if !p.Server() || p.Duplex {
 		fmt.Fprintf(&b, "\"TX_depth\": %d,\n", p.TxDepth)
+	}
+	if p.PostList > 1 {
+		fmt.Fprintf(&b, "\"Post_List\": %d,\n", p.PostList)
+	}
+	if p.RecvPostList > 1 {
+		fmt.Fprintf(&b, "\"Recv_Post_List\": %d,\n", p.RecvPostList)
 	}
 	if p.Test.Verb.hasRecvComp() && (p.Server() || p.Duplex) {
 		fmt.Fprintf(&b, "\"RX_depth\": %d,\n", p.RxDepth)

@@ -123,7 +123,10 @@ func linkLog(w io.Writer) func(string, ...any) {
 
 // runConn runs a side over an open device and connection, and closes both.
 func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Device, closeDev func(), name string, c *Conn) (err error) {
-	s := &session{ctx: ctx, p: p, out: out, errw: errw, dev: dev, name: name, conn: c, ctxErr: ctx.Err}
+	s := &session{ctx: ctx, p: p, out: out, figOut: out, errw: errw, dev: dev, name: name, conn: c, ctxErr: ctx.Err}
+	if p.OutputOnly != "" {
+		s.out = io.Discard // --output: the figure alone
+	}
 	stop := context.AfterFunc(ctx, func() {
 		s.stop.Store(true)
 		c.Close()
@@ -131,6 +134,12 @@ func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 	defer func() {
 		stop()
 		c.Close()
+		if p.WaitDestroy > 0 && err == nil {
+			select { // --wait_destroy: the resources stay a while
+			case <-time.After(time.Duration(p.WaitDestroy) * time.Second):
+			case <-ctx.Done():
+			}
+		}
 		s.close()
 		c.release()
 		closeDev()
@@ -147,6 +156,9 @@ func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 		return err
 	}
 	if err := s.flow(); err != nil {
+		return err
+	}
+	if err := s.limits(); err != nil {
 		return err
 	}
 	if p.DumpBuffer != "" {
@@ -235,7 +247,50 @@ func (s *session) writeJSON(text string) error {
 
 func (s *session) printBW(my BWReport, rem *BWReport) error {
 	io.WriteString(s.out, BWLine(s.p.ReportGbits, my, rem))
+	avg, rate := my.Avg, my.MsgRate
+	if rem != nil {
+		avg, rate = avg+rem.Avg, rate+rem.MsgRate
+	}
+	switch s.p.OutputOnly {
+	case "bandwidth":
+		fmt.Fprintf(s.figOut, "%f\n", avg)
+	case "message_rate":
+		fmt.Fprintf(s.figOut, "%f\n", rate)
+	}
+	// -w and -y: print_full_bw_report checks the run's total (both sides with -b).
+	if s.p.Duplex == (rem != nil) {
+		s.belowBW = s.belowBW || s.p.LimitBW > 0 && avg < s.p.LimitBW
+		s.belowRate = s.belowRate || s.p.LimitMsgRate > 0 && rate < s.p.LimitMsgRate
+	}
 	return s.writeJSON(JSONBW(s.p, s.info(), my, rem))
+}
+
+// printBoth is --report-both: after a bidirectional run, each side's results
+// apart.
+func (s *session) printBoth(my, rem BWReport) {
+	if !s.p.ReportBoth || !s.p.Duplex {
+		return
+	}
+	for _, r := range []struct {
+		title string
+		rep   BWReport
+	}{{"Local", my}, {"Remote", rem}} {
+		io.WriteString(s.out, resultLine+"\n "+r.title+" results: \n")
+		PrintBWHeader(s.out, s.p.ReportGbits)
+		io.WriteString(s.out, BWLine(s.p.ReportGbits, r.rep, nil))
+	}
+}
+
+// limits is the end of perftest's main: a bandwidth or message rate below -w
+// or -y fails the run.
+func (s *session) limits() error {
+	switch {
+	case s.belowBW:
+		return errors.New("BW result is below bw limit")
+	case s.belowRate:
+		return errors.New("msg rate is below msg_rate limit")
+	}
+	return nil
 }
 
 func (s *session) bwReport(r bwResult, size uint64) BWReport {
@@ -276,11 +331,21 @@ func (s *session) flowRDMABW() error {
 			}
 		}
 		var r bwResult
-		err := s.watch(func() (err error) { r, err = s.runBW(size); return err })
+		err := s.watch(func() (err error) {
+			if p.WarmUp {
+				if err := s.warmUp(); err != nil {
+					return err
+				}
+			}
+			r, err = s.runBW(size)
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		if p.Duplex {
+		if p.Duplex && p.All {
+			// Only -a runs handshake after each size (perftest's RUN_ALL,
+			// version >= 4.6); a single size goes straight to the reports.
 			if err := s.sync(true); err != nil {
 				return err
 			}
@@ -298,6 +363,9 @@ func (s *session) flowRDMABW() error {
 		}
 		if err := s.printBW(last, &rem); err != nil {
 			return err
+		}
+		if !p.All {
+			s.printBoth(last, rem)
 		}
 	}
 	PrintResultLine(s.out)
@@ -359,6 +427,9 @@ func (s *session) flowSendBW() error {
 			if err := s.printBW(my, &rem); err != nil {
 				return err
 			}
+			if !p.All {
+				s.printBoth(my, rem)
+			}
 		}
 		if p.All {
 			if err := s.sync(true); err != nil {
@@ -389,6 +460,9 @@ func (s *session) printLat(r latResult, size uint64) error {
 		PrintLatHeader(s.out, false)
 	}
 	io.WriteString(s.out, LatLine(rep))
+	if p.OutputOnly == "latency" {
+		fmt.Fprintf(s.figOut, "%f\n", rep.Avg)
+	}
 	return s.writeJSON(JSONLat(p, s.info(), rep))
 }
 

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,4 +387,94 @@ func TestProgressLine(t *testing.T) {
 	if !strings.Contains(out.String(), "t_avg[usec]    tps average") {
 		t.Errorf("duration table:\n%s", out.String())
 	}
+}
+
+// TestLocalEventsListsSRQ: -e sleeps on the completion channel, -l and
+// --recv_post_list post lists, --use-srq feeds the receivers from an SRQ;
+// each shows in perftest's header and in what the run did.
+func TestLocalEventsListsSRQ(t *testing.T) {
+	type counter struct {
+		name string
+		c    *atomic.Uint64
+	}
+	ev := counter{"events", &counts.events}
+	sl := counter{"send lists", &counts.sendLists}
+	rl := counter{"receive lists", &counts.recvLists}
+	srq := counter{"SRQ receives", &counts.srqRecvs}
+	for _, c := range []struct {
+		test   string
+		args   []string
+		header []string
+		used   []counter
+	}{
+		{"send_bw", []string{"-e", "-n", "200"}, []string{"Test with events. Using lo_comp0"}, []counter{ev}},
+		{"send_bw", []string{"-e", "-b", "-q", "2", "-n", "200"}, []string{"Send Bidirectional BW Test"}, []counter{ev}},
+		{"read_bw", []string{"-e", "-q", "2", "-n", "200"}, []string{"Test with events"}, []counter{ev}},
+		{"atomic_bw", []string{"-e", "-n", "200"}, []string{"Test with events"}, []counter{ev}},
+		{"send_lat", []string{"-e", "-n", "100"}, []string{"Test with events"}, []counter{ev}},
+		{"read_lat", []string{"-e", "-n", "100"}, []string{"Test with events"}, []counter{ev}},
+		{"atomic_lat", []string{"-e", "-n", "100"}, []string{"Test with events"}, []counter{ev}},
+		{"write_bw", []string{"-l", "4", "-n", "200", "-s", "4096"},
+			[]string{"RDMA_Write Post List BW Test", " Post List       : 4", " CQ Moderation   : 4", "Post List requested - CQ moderation will be the size of the post list"}, []counter{sl}},
+		{"read_bw", []string{"-l", "8", "-Q", "4", "-q", "2", "-n", "400"}, []string{" Post List       : 8", " CQ Moderation   : 4"}, []counter{sl}},
+		{"send_bw", []string{"-l", "4", "--recv_post_list", "4", "-q", "2", "-n", "200", "-s", "1024"},
+			[]string{" Post List       : 4"}, []counter{sl, rl}},
+		{"send_bw", []string{"--use-srq", "-q", "4", "-n", "200"}, []string{"Using SRQ      : ON"}, []counter{srq}},
+		{"send_bw", []string{"--use-srq", "-b", "-q", "2", "-n", "200", "-e"}, []string{"Using SRQ      : ON"}, []counter{srq, ev}},
+		{"send_lat", []string{"--use-srq", "-n", "100"}, []string{"Using SRQ      : ON"}, []counter{srq}},
+		{"send_bw", []string{"-c", "UD", "--use-srq", "-n", "200"}, []string{"Using SRQ      : ON"}, []counter{srq}},
+	} {
+		t.Run(c.test+strings.Join(c.args, ""), func(t *testing.T) {
+			before := make([]uint64, len(c.used))
+			for i, u := range c.used {
+				before[i] = u.c.Load()
+			}
+			out := runLocalTest(t, c.test, c.args...)
+			for _, h := range c.header {
+				if !strings.Contains(out, h) {
+					t.Errorf("no %q in:\n%s", h, out)
+				}
+			}
+			for i, u := range c.used {
+				if u.c.Load() == before[i] {
+					t.Errorf("%s: no %s", c.args, u.name)
+				}
+			}
+			rows := 0
+			for _, l := range strings.Split(out, "\n") {
+				if f := strings.Fields(l); len(f) >= 5 && reNumber.MatchString(f[0]) && reNumber.MatchString(f[1]) {
+					rows++
+				}
+			}
+			if rows != 1 {
+				t.Errorf("%d result lines:\n%s", rows, out)
+			}
+		})
+	}
+}
+
+// TestLocalReportOptions: --report-both, --output, -w and -y, and
+// --dont_xchg_versions with perftest's meaning.
+func TestLocalReportOptions(t *testing.T) {
+	out := runLocalTest(t, "write_bw", "-b", "--report-both", "-n", "100", "-s", "4096")
+	if !strings.Contains(out, resultLine+"\n Local results: \n"+resultLine+resultFmt) ||
+		!strings.Contains(out, resultLine+"\n Remote results: \n"+resultLine+resultFmt) {
+		t.Errorf("--report-both:\n%s", out)
+	}
+	for _, c := range []struct{ test, flag string }{{"write_bw", "bandwidth"}, {"send_bw", "message_rate"}, {"send_lat", "latency"}} {
+		out := runLocalTest(t, c.test, "--output", c.flag, "-n", "100")
+		if !regexp.MustCompile(`^\d+\.\d{6}\n$`).MatchString(out) {
+			t.Errorf("%s --output %s printed %q, want the figure alone", c.test, c.flag, out)
+		}
+	}
+	for _, lim := range [][]string{{"-w", "1e9"}, {"-y", "1e6"}} {
+		p := mustParse(t, "write_bw", append([]string{"--local", "--progress", "off", "-n", "50"}, lim...)...)
+		err := Run(context.Background(), p, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "below") {
+			t.Errorf("write_bw %s: %v, want the limit's failure", lim, err)
+		}
+	}
+	runLocalTest(t, "write_bw", "-w", "0.001", "-y", "0.000001", "-n", "50")
+	runLocalTest(t, "read_bw", "--dont_xchg_versions", "--perform_warm_up", "-n", "50")
+	runLocalTest(t, "send_lat", "--latency_gap", "50", "-n", "20")
 }

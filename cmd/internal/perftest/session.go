@@ -13,7 +13,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/verbs"
@@ -35,13 +37,14 @@ const (
 // session is one side of a running test. It belongs to the goroutine that runs
 // the test; stop may be set from any goroutine.
 type session struct {
-	ctx  context.Context
-	p    *Params
-	out  io.Writer
-	errw io.Writer
-	dev  *verbs.Device
-	name string // the device as the header names it
-	conn *Conn
+	ctx    context.Context
+	p      *Params
+	out    io.Writer
+	figOut io.Writer // where --output's figure goes (out is then io.Discard)
+	errw   io.Writer
+	dev    *verbs.Device
+	name   string // the device as the header names it
+	conn   *Conn
 
 	cycleBuffer, cacheLine int
 	mtu                    verbs.MTU
@@ -55,6 +58,8 @@ type session struct {
 	mr       *verbs.MR
 	buffSize uint64 // BUFF_SIZE(size, cycle_buffer): one QP's half of buf
 	scq, rcq *verbs.CQ
+	ch       *verbs.CompChannel // -e: the CQs' completion channel
+	srq      *verbs.SRQ         // --use-srq, on the sides that receive
 	qps      []*verbs.QP
 	cm       *cmQPs   // -R: the rdma_cm IDs that own qps
 	ud       []udPeer // UD: where each QP's SENDs go
@@ -64,8 +69,13 @@ type session struct {
 
 	stop     atomic.Bool // set when the run must end: cancelled, or the peer left
 	peerGone atomic.Bool
+	// haltCtx ends a wait on ch when the run must end (watch cancels it).
+	haltCtx  context.Context
 	ctxErr   func() error
 	progress *progress
+
+	belowBW, belowRate bool // -w, -y: a result fell below the limit
+
 }
 
 // udPeer is a UD QP's destination: perftest's ctx->ah, rem_qpn and remote_qkey.
@@ -126,9 +136,12 @@ func (s *session) setup() error {
 	s.gid = gids[s.gidIndex]
 
 	// exchange_versions, check_version_compatibility, check_sys_data.
-	_, rv, err := s.conn.XchgVersions(Version)
-	if err != nil {
-		return err
+	rv := 6.06
+	if !p.NoXchgVer {
+		var err error
+		if _, rv, err = s.conn.XchgVersions(Version); err != nil {
+			return err
+		}
 	}
 	if rv < 5.70 {
 		return fmt.Errorf("the other side runs perftest %.2f: not compatible with versions older than 5.70", rv)
@@ -237,17 +250,39 @@ func (s *session) createBase() error {
 	}
 	scqe := p.TxDepth * p.QPs
 	rcqe := p.RxDepth * p.QPs
-	if s.scq, err = s.dev.CreateCQ(max(scqe, 1), verbs.CQOptions{}); err != nil {
+	var o verbs.CQOptions
+	if p.UseEvent {
+		s.ch = verbs.NewCompChannel()
+		o.Channel = s.ch
+	}
+	if s.scq, err = s.dev.CreateCQ(max(scqe, 1), o); err != nil {
 		return err
 	}
-	s.rcq, err = s.dev.CreateCQ(max(rcqe, 1), verbs.CQOptions{})
-	return err
+	if s.rcq, err = s.dev.CreateCQ(max(rcqe, 1), o); err != nil {
+		return err
+	}
+	if p.UseEvent {
+		// As perftest's main, once before the test; idle re-arms.
+		if err := s.scq.ReqNotify(false); err != nil {
+			return fmt.Errorf("couldn't request CQ notification: %w", err)
+		}
+		if err := s.rcq.ReqNotify(false); err != nil {
+			return fmt.Errorf("couldn't request CQ notification: %w", err)
+		}
+	}
+	// perftest's srq_exists: the SRQ is made where receives are posted.
+	if p.UseSRQ && (p.Test.Kind == Lat || p.Server() || p.Duplex) {
+		if s.srq, err = s.pd.CreateSRQ(verbs.SRQAttr{MaxWR: uint32(p.RxDepth), MaxSGE: 1}); err != nil {
+			return fmt.Errorf("couldn't create SRQ: %w", err)
+		}
+	}
+	return nil
 }
 
 // qpInitAttr is the test's QP: its type, its depths, one SGE, the inline size.
 func (s *session) qpInitAttr() verbs.QPInitAttr {
 	p := s.p
-	return verbs.QPInitAttr{Type: p.Conn.qpType(), SendCQ: s.scq, RecvCQ: s.rcq,
+	return verbs.QPInitAttr{Type: p.Conn.qpType(), SendCQ: s.scq, RecvCQ: s.rcq, SRQ: s.srq,
 		Cap: verbs.QPCap{MaxSendWR: uint32(p.TxDepth), MaxRecvWR: uint32(p.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1,
 			MaxInlineData: uint32(s.inline)}}
 }
@@ -340,6 +375,9 @@ func (s *session) close() {
 	for _, qp := range s.qps {
 		_ = qp.Destroy().Wait()
 	}
+	if s.srq != nil {
+		_ = s.srq.Destroy().Wait()
+	}
 	if s.mr != nil {
 		_ = s.mr.Dereg().Wait()
 	}
@@ -351,6 +389,9 @@ func (s *session) close() {
 	}
 	if s.pd != nil {
 		_ = s.pd.Dealloc().Wait()
+	}
+	if s.ch != nil {
+		_ = s.ch.Close()
 	}
 }
 
@@ -455,9 +496,63 @@ func (s *session) aborted() error {
 // which the measurement loops check whenever they find nothing to do).
 func (s *session) watch(fn func() error) error {
 	stopWatch := s.conn.WatchPeer(&s.peerGone)
+	if s.ch != nil {
+		// A loop asleep on the channel (-e) wakes when the run must end.
+		ctx, cancel := context.WithCancel(s.ctx)
+		s.haltCtx = ctx
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(10 * time.Millisecond)
+			defer t.Stop()
+			for !s.halted() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+			cancel()
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	err := fn()
 	stopWatch()
 	return err
+}
+
+// idle is what a loop does when a poll found nothing: yield the processor, or
+// with -e sleep on the completion channel until one of cqs has a completion.
+// The CQs are re-armed and looked at again first, so that a completion pushed
+// before the arm is not slept through (ibv_req_notify_cq(3)).
+func (s *session) idle(cqs ...*verbs.CQ) {
+	if s.ch == nil {
+		runtime.Gosched()
+		return
+	}
+	for _, c := range cqs {
+		_ = c.ReqNotify(false)
+	}
+	for _, c := range cqs {
+		if c.Len() > 0 {
+			return
+		}
+	}
+	ctx := s.haltCtx
+	if ctx == nil {
+		ctx = s.ctx
+	}
+	if c, err := s.ch.GetEvent(ctx); err == nil {
+		c.AckEvents(1)
+		counts.events.Add(1)
+	}
+}
+
+// counts are what the package's tests read to see an option at work: the
+// events -e slept on, the lists -l and --recv_post_list posted, the receives
+// posted to an SRQ.
+var counts struct {
+	events, sendLists, recvLists, srqRecvs atomic.Uint64
 }
 
 // halted reports whether the measurement must end early.
