@@ -288,10 +288,11 @@ func clockMisread(out string) bool {
 	if strings.Contains(out, "Can't produce a report") {
 		return true
 	}
-	m := bwResult.FindStringSubmatch(out)
-	if m == nil {
+	all := bwResult.FindAllStringSubmatch(out, -1)
+	if all == nil {
 		return false
 	}
+	m := all[len(all)-1] // with -a, the largest size (2 bytes may well show 0.00)
 	peak, _ := strconv.ParseFloat(m[3], 64)
 	avg, _ := strconv.ParseFloat(m[4], 64)
 	if peak == 0 {
@@ -317,10 +318,11 @@ func writeSpan(pkts []rocePacket) time.Duration {
 
 func parseBW(t *testing.T, who, out string) bwLine {
 	t.Helper()
-	m := bwResult.FindStringSubmatch(out)
-	if m == nil {
+	all := bwResult.FindAllStringSubmatch(out, -1)
+	if all == nil {
 		t.Fatalf("%s printed no bandwidth result:\n%s", who, out)
 	}
+	m := all[len(all)-1] // with -a, the largest size: the one a server prints too
 	var l bwLine
 	l.text = strings.TrimRight(m[0], " ")
 	l.size, _ = strconv.ParseUint(m[1], 10, 64)

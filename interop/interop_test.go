@@ -25,8 +25,19 @@ func TestInterop(t *testing.T) {
 		t.Run(fmt.Sprintf("mtu%d", mtu), func(t *testing.T) {
 			g := boot(t, mtu)
 			for _, size := range []int{1, 4096, 1 << 20} {
-				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_server", size), func(t *testing.T) { pingpong(t, g, size, true) })
-				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_client", size), func(t *testing.T) { pingpong(t, g, size, false) })
+				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_server", size), func(t *testing.T) { pingpong(t, g, "rc_pingpong", size, "", true) })
+				t.Run(fmt.Sprintf("rc_pingpong/size%d/xrnic_client", size), func(t *testing.T) { pingpong(t, g, "rc_pingpong", size, "", false) })
+			}
+			// The other examples: UC, UD (a message of one MTU, the GRH before
+			// it), and several RC QPs receiving from one SRQ.
+			for _, c := range []struct {
+				kind  string
+				size  int
+				extra string
+			}{{"uc_pingpong", 65536, ""}, {"ud_pingpong", mtu, ""}, {"srq_pingpong", 4096, "-q 4"}, {"srq_pingpong", 1, "-q 8 -e"}} {
+				n := fmt.Sprintf("%s/size%d%s", c.kind, c.size, strings.ReplaceAll(c.extra, " ", ""))
+				t.Run(n+"/xrnic_server", func(t *testing.T) { pingpong(t, g, c.kind, c.size, c.extra, true) })
+				t.Run(n+"/xrnic_client", func(t *testing.T) { pingpong(t, g, c.kind, c.size, c.extra, false) })
 			}
 			t.Run("rping/xrnic_server", func(t *testing.T) { rpingPair(t, g, true, 0, false) })
 			t.Run("rping/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, 0, false) })
@@ -50,23 +61,29 @@ func TestInterop(t *testing.T) {
 				t.Run("rping_first_mad_lost/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, -1, false) })
 				t.Run("rping_peer_gone_mid_handshake/xrnic_server", func(t *testing.T) { rpingPeerGone(t, g) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
-				for _, c := range perftestCases {
-					n := caseName(c.test, c.args)
-					t.Run(n+"/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
-					t.Run(n+"/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })
-				}
+			}
+			for _, c := range perftestCases {
+				n := caseName(c.test, c.args)
+				t.Run(n+"/xrnic_server", func(t *testing.T) { perftestPair(t, g, c.test, c.args, true) })
+				t.Run(n+"/xrnic_client", func(t *testing.T) { perftestPair(t, g, c.test, c.args, false) })
 			}
 		})
 	}
 }
 
-// caseName names a perftest case: the test, and its connection type unless RC
-// ("send_bw_UD").
+// caseName names a perftest case: the test, then its options but the size and
+// iterations ("send_bw_-c_UD_-b").
 func caseName(test, args string) string {
-	if c := fieldAfter(args, "-c"); c != "" {
-		return test + "_" + c
+	n := test
+	f := strings.Fields(args)
+	for i := 0; i < len(f); i++ {
+		if f[i] == "-s" || f[i] == "-n" {
+			i++
+			continue
+		}
+		n += "_" + f[i]
 	}
-	return test
+	return n
 }
 
 // artifactName is the test's name as a file name.
@@ -260,9 +277,10 @@ func recovery(t *testing.T, all []frame) (naks, resent int) {
 	return naks, resent
 }
 
-// rc_pingpong's lines (rdma-core libibverbs/examples/rc_pingpong.c).
+// The examples' lines (rdma-core libibverbs/examples/*_pingpong.c); ud_pingpong
+// ends its local line's PSN with a colon.
 var (
-	ppAddr  = regexp.MustCompile(`(?m)^  (local|remote) address:\s+LID (0x[0-9a-f]{4}), QPN (0x[0-9a-f]{6}), PSN (0x[0-9a-f]{6}), GID (\S+)$`)
+	ppAddr  = regexp.MustCompile(`(?m)^  (local|remote) address:\s+LID (0x[0-9a-f]{4}), QPN (0x[0-9a-f]{6}), PSN (0x[0-9a-f]{6})[,:] GID (\S+)$`)
 	ppBytes = regexp.MustCompile(`(?m)^(\d+) bytes in ([\d.]+) seconds = ([\d.]+) Mbit/sec$`)
 	ppIters = regexp.MustCompile(`(?m)^(\d+) iters in ([\d.]+) seconds = ([\d.]+) usec/iter$`)
 )
@@ -275,30 +293,36 @@ func pingpongIters(size int) int {
 	return 100
 }
 
-// pingpong runs ibv_rc_pingpong -g 1 in the guest against bench rc_pingpong, both
-// with buffer validation: the guest's -c, and bench's --chk, which checks every
-// byte of every message against what rc_pingpong puts on the wire.
-func pingpong(t *testing.T, g *guest, size int, xrnicServer bool) {
+// pingpong runs ibv_KIND -g 1 in the guest against bench KIND, both with
+// buffer validation: the guest's -c, and bench's --chk, which checks every byte
+// of every message against what the example puts on the wire.
+func pingpong(t *testing.T, g *guest, kind string, size int, extra string, xrnicServer bool) {
 	name := artifactName(t)
 	iters := pingpongIters(size)
-	args := fmt.Sprintf("-g 1 -s %d -n %d -m %d -c", size, iters, g.mtu)
-	bench := append([]string{suite.bench, "rc_pingpong", "-d", ifXrnic}, strings.Fields(args)...)
-	guestCmd := "ibv_rc_pingpong -d " + guestDev + " " + args
+	args := fmt.Sprintf("-g 1 -s %d -n %d -c %s", size, iters, extra)
+	if kind != "ud_pingpong" { // ud_pingpong has no -m: its messages fit one MTU
+		args += fmt.Sprintf(" -m %d", g.mtu)
+	}
+	bench := append([]string{suite.bench, kind, "-d", ifXrnic}, strings.Fields(args)...)
+	guestCmd := "ibv_" + kind + " -d " + guestDev + " " + args
 
-	// rc_pingpong's server prints nothing before its client connects: play
+	// The examples' servers print nothing before their client connects: play
 	// waits for bench's listening socket instead.
 	c, xOut, gOut := play(t, g, name, bench, guestCmd, xrnicServer, "", nil)
 
-	// rc_pingpong -c reports bad data on stdout and still exits 0.
+	// -c reports bad data on stdout and still exits 0.
 	if strings.Contains(gOut, "invalid data") {
-		t.Errorf("ibv_rc_pingpong found invalid data:\n%s", gOut)
+		t.Errorf("ibv_%s found invalid data:\n%s", kind, gOut)
 	}
-	// The exchange: each side's remote line is the other's local line.
-	xa, ga := ppAddrs(t, "bench", xOut), ppAddrs(t, "ibv_rc_pingpong", gOut)
+	// The exchange: each side's remote lines are the other's local lines.
+	xa, ga := ppAddrs(t, "bench", xOut), ppAddrs(t, "ibv_"+kind, gOut)
 	if xa["remote"] != ga["local"] || ga["remote"] != xa["local"] {
-		t.Errorf("address lines disagree:\n bench:           %v\n ibv_rc_pingpong: %v", xa, ga)
+		t.Errorf("address lines disagree:\n bench:  %v\n ibv_%s: %v", xa, kind, ga)
 	}
-	for who, out := range map[string]string{"bench": xOut, "ibv_rc_pingpong": gOut} {
+	if qps := strings.Count(xa["local"], "\n"); kind == "srq_pingpong" && fmt.Sprintf("-q %d", qps) != fieldsPrefix(extra, "-q") {
+		t.Errorf("bench printed %d local addresses for %q", qps, extra)
+	}
+	for who, out := range map[string]string{"bench": xOut, "ibv_" + kind: gOut} {
 		b, it := ppBytes.FindStringSubmatch(out), ppIters.FindStringSubmatch(out)
 		if b == nil || it == nil {
 			t.Errorf("%s printed no result lines:\n%s", who, out)
@@ -316,12 +340,21 @@ func pingpong(t *testing.T, g *guest, size int, xrnicServer bool) {
 	}
 }
 
-// ppAddrs returns rc_pingpong's address lines by side.
+// fieldsPrefix returns "flag value" from args, or "".
+func fieldsPrefix(args, flag string) string {
+	if v := fieldAfter(args, flag); v != "" {
+		return flag + " " + v
+	}
+	return ""
+}
+
+// ppAddrs returns the examples' address lines by side, each side's lines one
+// per QP.
 func ppAddrs(t *testing.T, who, out string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	for _, l := range ppAddr.FindAllStringSubmatch(out, -1) {
-		m[l[1]] = strings.Join(l[2:], " ")
+		m[l[1]] += strings.Join(l[2:], " ") + "\n"
 	}
 	if len(m) != 2 {
 		t.Fatalf("%s printed no local and remote address lines:\n%s", who, out)

@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"sync"
 
@@ -31,6 +32,9 @@ type Options struct {
 	// Logf reports the link choice and the start and stop of the device's
 	// goroutines.
 	Logf func(format string, args ...any)
+	// Pcap, when set, receives every frame the device sends and receives, in
+	// pcap format (link.Capture); Close flushes it. The writer is the caller's.
+	Pcap io.Writer
 }
 
 // Device is an RDMA device registered with the package (struct ib_device as its
@@ -54,6 +58,7 @@ type Device struct {
 	eng     *engine.Device
 	link    link.Link
 	ownLink bool
+	capture *link.Capture // Options.Pcap
 	logf    func(string, ...any)
 
 	watchStop context.CancelFunc // nil when the link is not watched
@@ -89,6 +94,16 @@ func Open(o Options) (*Device, error) {
 			return nil, err
 		}
 		d.ownLink = true
+	}
+	if o.Pcap != nil {
+		c, err := link.NewCapture(l, o.Pcap, d.ownLink)
+		if err != nil {
+			if d.ownLink {
+				l.Close()
+			}
+			return nil, err
+		}
+		l, d.capture = c, c
 	}
 	d.link = l
 	gids := o.GIDs
@@ -180,7 +195,9 @@ func (d *Device) stopWatch() {
 
 func (d *Device) closeLink() {
 	if d.ownLink {
-		d.link.Close()
+		d.link.Close() // a capture flushes as it closes
+	} else if d.capture != nil {
+		_ = d.capture.Flush()
 	}
 }
 

@@ -64,7 +64,7 @@ func main() {
 }
 
 var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw, read_bw, send_bw, atomic_bw, " +
-	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong [options] [server], bench rping -s|-c [options], bench udaddy [-s server] [options], " +
+	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong [options] [server], bench rping -s|-c [options], bench udaddy [-s server] [options], " +
 	"or bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
 
 // helpText is what bench, bench -h and bench --help print: the tests.
@@ -75,6 +75,9 @@ perftest's tests, flag for flag (bench TEST -h lists a test's options):
   write_lat, read_lat, send_lat, atomic_lat    latency
 rdma-core's examples:
   rc_pingpong [options] [server]               ibv_rc_pingpong
+  uc_pingpong [options] [server]               ibv_uc_pingpong
+  ud_pingpong [options] [server]               ibv_ud_pingpong
+  srq_pingpong [options] [server]              ibv_srq_pingpong
   rping -s|-c [options]                        rping (--ndk: over the ndk layer)
   udaddy [-s server] [options]                 udaddy
 xrnic's own:
@@ -82,7 +85,8 @@ xrnic's own:
                                                the raw data path's baseline
 `
 
-// run runs one command: a perftest test, rc_pingpong or the link baseline.
+// run runs one command: a perftest test, an rdma-core example or the link
+// baseline.
 // No command, -h, --help or help prints the list of them.
 func run(ctx context.Context, args []string, out, errw io.Writer) error {
 	if len(args) == 0 {
@@ -95,8 +99,8 @@ func run(ctx context.Context, args []string, out, errw io.Writer) error {
 		return err
 	case "link":
 		return runLink(args, out)
-	case "rc_pingpong":
-		return runPingpong(ctx, args[1:], out, errw)
+	case "rc_pingpong", "uc_pingpong", "ud_pingpong", "srq_pingpong":
+		return runPingpong(ctx, pingpong.Kind(args[0]), args[1:], out, errw)
 	case "rping":
 		return runRping(ctx, args[1:], out, errw)
 	case "udaddy":
@@ -120,14 +124,15 @@ func run(ctx context.Context, args []string, out, errw io.Writer) error {
 	return perftest.Run(ctx, p, out, errw)
 }
 
-// runPingpong is ibv_rc_pingpong.
-func runPingpong(ctx context.Context, args []string, out, errw io.Writer) error {
-	p, err := pingpong.Parse(args)
+// runPingpong is ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong or
+// ibv_srq_pingpong.
+func runPingpong(ctx context.Context, k pingpong.Kind, args []string, out, errw io.Writer) error {
+	p, err := pingpong.Parse(k, args)
 	if err != nil {
 		return err
 	}
 	if p.Help {
-		pingpong.Usage(out)
+		pingpong.Usage(out, k)
 		return nil
 	}
 	return pingpong.Run(ctx, p, out, errw)

@@ -192,10 +192,16 @@ func TestLinkRun(t *testing.T) {
 // in B's; it returns both outputs and results.
 func runPairOnVeth(t *testing.T, ctx context.Context, p *testenv.Pair, args []string, ready string) (sout, cout string, serr, cerr error) {
 	t.Helper()
+	return runPairOnVethArgs(t, ctx, p, args, args, ready)
+}
+
+// runPairOnVethArgs is runPairOnVeth with each side's own arguments.
+func runPairOnVethArgs(t *testing.T, ctx context.Context, p *testenv.Pair, sa, ca []string, ready string) (sout, cout string, serr, cerr error) {
+	t.Helper()
 	readyCh := make(chan struct{})
 	var so, co bytes.Buffer
 	sres, cres := make(chan error, 1), make(chan error, 1)
-	sargs := append([]string(nil), args...)
+	sargs := append([]string(nil), sa...)
 	sargs[2] = p.A.Name
 	if err := p.A.NS.Go(func() {
 		sres <- run(ctx, sargs, &signalWriter{w: &so, needle: ready, ch: readyCh}, io.Discard)
@@ -207,7 +213,7 @@ func runPairOnVeth(t *testing.T, ctx context.Context, p *testenv.Pair, args []st
 	case err := <-sres:
 		t.Fatalf("server: %v\n%s", err, so.String())
 	}
-	cargs := append([]string(nil), args...)
+	cargs := append([]string(nil), ca...)
 	cargs[2] = p.B.Name
 	cargs = append(cargs, p.A.IPv4.String())
 	if err := p.B.NS.Go(func() { cres <- run(ctx, cargs, &co, io.Discard) }); err != nil {

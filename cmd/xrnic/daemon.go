@@ -148,7 +148,20 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 	})
 	// The engine resolves neighbours in this thread's namespace (a test runs the
 	// daemon on a thread that entered one), off the verbs' goroutines.
-	dev, err := verbs.Open(verbs.Options{Link: l, Logf: d.lg.printf})
+	o := verbs.Options{Link: l, Logf: d.lg.printf}
+	if c.pcap != "" {
+		f, err := os.Create(c.pcap)
+		if err != nil {
+			return fmt.Errorf("--pcap: %w", err)
+		}
+		cl.add(func() {
+			if err := f.Close(); err != nil {
+				d.lg.printf("--pcap: %v", err)
+			}
+		})
+		o.Pcap = f
+	}
+	dev, err := verbs.Open(o)
 	if err != nil {
 		return fmt.Errorf("device on %s: %w", c.iface, err)
 	}

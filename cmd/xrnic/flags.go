@@ -38,6 +38,7 @@ type config struct {
 	servers   []benchCfg // --bench-server: more bench servers, each on its own port
 	control   string     // unix socket path; "" = none
 	interval  time.Duration
+	pcap      string // --pcap: record the device's frames here; "" = no
 
 	// The bench servers' exposure (see --bench-listen's help).
 	benchListen netip.Addr    // the address they listen on; invalid = the interface's own
@@ -75,6 +76,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.BoolVar(&c.benchAnyGID, "bench-any-gid", false, "let a bench client announce GIDs other than its own address (its test traffic then goes wherever it says)")
 	fs.StringVar(&c.control, "control", "", `control socket, mode 0600, for root and the daemon's user only: it shows every session's keys and addresses (default `+controlDir+`/IFACE.sock; "" turns it off)`)
 	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
+	fs.StringVar(&c.pcap, "pcap", "", "record every frame the device sends and receives to this pcap file, as ibdump does (tcpdump on the interface misses what XDP redirects)")
 	fs.BoolP("help", "h", false, "show this help")
 	return fs
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -124,4 +125,17 @@ func OpenLoopbackDevices(pairs [][2]string) (srv, cli *Side, err error) {
 		return nil, nil, err
 	}
 	return srv, cli, nil
+}
+
+// CreatePcap creates the file of a command's --pcap option; "" is none (nil,
+// nil). The caller closes it after the device it records.
+func CreatePcap(path string) (*os.File, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--pcap: %w", err)
+	}
+	return f, nil
 }

@@ -426,7 +426,8 @@ func (s *session) portSpace() rdmacm.PortSpace {
 // connParam is what perftest's route and connect-request handlers pass to
 // rdma_connect and rdma_accept.
 func (s *session) connParam() rdmacm.ConnParam {
-	cp := rdmacm.ConnParam{RetryCount: retryCount, RNRRetryCount: retryCount}
+	rc := uint8(s.p.RetryCount) // --retry_count: the test's rdma_cm connections (perftest's rdma_cm_connect)
+	cp := rdmacm.ConnParam{RetryCount: rc, RNRRetryCount: rc}
 	if v := s.p.Test.Verb; v == VerbRead || v == VerbAtomic {
 		cp.ResponderResources, cp.InitiatorDepth = uint8(s.outReads), uint8(s.outReads)
 	}

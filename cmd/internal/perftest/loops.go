@@ -466,6 +466,7 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 	walk := s.cycles(size)
 	rpl := uint64(p.RecvPostList)
 	base := time.Now()
+	alive := s.newAliveCheck(base)
 	var dc *durClock
 	defer func() { dc.stop() }()
 	first := true
@@ -499,6 +500,9 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 			if s.halted() {
 				return res, s.aborted()
 			}
+			if err := alive.check(rcnt, tot); err != nil {
+				return res, err
+			}
 			s.idle(s.rcq)
 		} else {
 			s.progress.add(uint64(ne))
@@ -514,6 +518,37 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 	return res, nil
 }
 
+// aliveCheck is perftest's check_alive for an unreliable receiver (UD, UC) in
+// iterations mode: a lost message is never sent again, so a receiver that got
+// nothing new for a whole period (60 s, checked every 60 s) gives up.
+type aliveCheck struct {
+	on        bool
+	next      time.Time
+	lastCount uint64
+}
+
+// aliveEvery is check_alive's alarm(60).
+var aliveEvery = 60 * time.Second
+
+func (s *session) newAliveCheck(now time.Time) aliveCheck {
+	on := (s.p.Conn == ConnUD || s.p.Conn == ConnUC) && !s.p.DurationMode()
+	return aliveCheck{on: on, next: now.Add(aliveEvery)}
+}
+
+// check is called when a poll found nothing, with the receives so far.
+func (a *aliveCheck) check(got, want uint64) error {
+	if !a.on || got >= want {
+		return nil
+	}
+	if now := time.Now(); now.After(a.next) {
+		if got == a.lastCount {
+			return fmt.Errorf("did not get Message for 120 Seconds, exiting.. Total Received=%d, Total Iters Required=%d", got, want)
+		}
+		a.lastCount, a.next = got, now.Add(aliveEvery)
+	}
+	return nil
+}
+
 // runBi is run_iter_bi for SEND: both sides send as run_iter_bw does and
 // receive as run_iter_bw_server does, in one loop; the report counts the sends.
 func (s *session) runBi(size uint64) (bwResult, error) {
@@ -522,6 +557,7 @@ func (s *session) runBi(size uint64) (bwResult, error) {
 	defer l.dc.stop()
 	l.remote = false // as before the loops shared code: only the local address walks here
 	rpl := uint64(s.p.RecvPostList)
+	alive := s.newAliveCheck(l.base)
 	var totrcnt uint64
 	for l.totscnt < l.tot || l.totccnt < l.tot || totrcnt < l.tot || (l.dur && !l.dc.ended()) {
 		if err := l.postSends(); err != nil {
@@ -555,6 +591,9 @@ func (s *session) runBi(size uint64) (bwResult, error) {
 		if idle {
 			if s.halted() {
 				return l.res, s.aborted()
+			}
+			if err := alive.check(totrcnt, l.tot); err != nil {
+				return l.res, err
 			}
 			s.idle(s.scq, s.rcq)
 		}

@@ -33,9 +33,18 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, w := range p.Warnings {
 		io.WriteString(out, w)
 	}
-	dev, err := verbs.Open(verbs.Options{Interface: p.Device, LinkKind: p.LinkKind,
+	o := verbs.Options{Interface: p.Device, LinkKind: p.LinkKind,
 		Logf:   linkLog(errw),
-		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}})
+		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
+	pcap, err := oob.CreatePcap(p.Pcap)
+	if err != nil {
+		return err
+	}
+	if pcap != nil {
+		defer pcap.Close() // after the device, which flushes it
+		o.Pcap = pcap
+	}
+	dev, err := verbs.Open(o)
 	if err != nil {
 		return fmt.Errorf("device %s: %w", p.Device, err)
 	}

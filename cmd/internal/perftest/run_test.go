@@ -478,3 +478,32 @@ func TestLocalReportOptions(t *testing.T) {
 	runLocalTest(t, "read_bw", "--dont_xchg_versions", "--perform_warm_up", "-n", "50")
 	runLocalTest(t, "send_lat", "--latency_gap", "50", "-n", "20")
 }
+
+// TestAliveCheck: an unreliable receiver gives up after a whole period without
+// a new message (perftest's check_alive), not while messages keep coming, and
+// never for RC.
+func TestAliveCheck(t *testing.T) {
+	old := aliveEvery
+	aliveEvery = 20 * time.Millisecond
+	defer func() { aliveEvery = old }()
+	s := &session{p: &Params{Conn: ConnUC}}
+	a := s.newAliveCheck(time.Now())
+	for got := uint64(1); got <= 3; got++ { // progress in every period
+		time.Sleep(25 * time.Millisecond)
+		if err := a.check(got, 10); err != nil {
+			t.Fatalf("with progress: %v", err)
+		}
+	}
+	time.Sleep(25 * time.Millisecond)
+	if err := a.check(3, 10); err == nil || !strings.Contains(err.Error(), "Total Received=3, Total Iters Required=10") {
+		t.Errorf("without progress: %v", err)
+	}
+	if err := a.check(10, 10); err != nil {
+		t.Errorf("all received: %v", err)
+	}
+	s.p.Conn = ConnRC
+	rc := s.newAliveCheck(time.Now().Add(-time.Hour))
+	if err := rc.check(0, 10); err != nil {
+		t.Errorf("RC: %v", err)
+	}
+}

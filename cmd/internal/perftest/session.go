@@ -332,7 +332,7 @@ func (s *session) connect() error {
 		if verbs.GID(rem.GID).IsIPv4Mapped() != s.gid.IsIPv4Mapped() {
 			return errors.New("found incompatibility issue with GID types: try a different IP version (-x)")
 		}
-		av := verbs.AV{DGID: rem.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: 0xFF, Port: 1}
+		av := verbs.AV{DGID: rem.GID, SGIDIndex: uint8(s.gidIndex), HopLimit: 0xFF, TrafficClass: uint8(p.TClass), Port: 1}
 		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
 			MaxDestRdAtomic: uint8(my.OutReads), MinRNRTimer: minRNRTimer}, AV: av}
 		mask := verbs.AttrState

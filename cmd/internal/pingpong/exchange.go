@@ -136,23 +136,48 @@ var ExchangeTimeout = 30 * time.Second
 // ClientExchange is pp_client_exch_dest once connected: it writes my message,
 // reads the server's, writes "done" and closes c. It returns the server's Dest.
 func ClientExchange(c net.Conn, my *Dest) (Dest, error) {
-	defer c.Close()
-	m, err := my.Message()
+	rem, err := ClientExchangeN(c, []Dest{*my})
 	if err != nil {
 		return Dest{}, err
+	}
+	return rem[0], nil
+}
+
+// ClientExchangeN is ClientExchange for several QPs, as srq_pingpong's: every
+// message of my, then as many of the server's, then "done".
+func ClientExchangeN(c net.Conn, my []Dest) ([]Dest, error) {
+	defer c.Close()
+	out, err := messages(my)
+	if err != nil {
+		return nil, err
 	}
 	setDeadline(c)
-	if _, err := c.Write(m); err != nil {
-		return Dest{}, fmt.Errorf("couldn't send local address: %w", peerErr(c, err, 0, 0))
+	if _, err := c.Write(out); err != nil {
+		return nil, fmt.Errorf("couldn't send local address: %w", peerErr(c, err, 0, 0))
 	}
-	rem, err := readDest(c)
-	if err != nil {
-		return Dest{}, err
+	rem := make([]Dest, len(my))
+	for i := range rem {
+		if rem[i], err = readDest(c); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := c.Write(doneMsg); err != nil {
-		return Dest{}, fmt.Errorf("couldn't write \"done\": %w", peerErr(c, err, 0, 0))
+		return nil, fmt.Errorf("couldn't write \"done\": %w", peerErr(c, err, 0, 0))
 	}
 	return rem, nil
+}
+
+// messages are the address messages of my, one after another.
+func messages(my []Dest) ([]byte, error) {
+	out := make([]byte, 0, len(my)*MsgSize)
+	for i := range my {
+		m, err := my[i].Message()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	return out, nil
 }
 
 // readDest reads and parses the peer's address message.
@@ -173,29 +198,42 @@ func readDest(c net.Conn) (Dest, error) {
 // RTS there, before it answers), writes my message, reads "done" and closes c.
 // It returns the client's Dest.
 func ServerExchange(c net.Conn, my *Dest, connect func(rem *Dest) error) (Dest, error) {
+	rem, err := ServerExchangeN(c, []Dest{*my}, func(r []Dest) error { return connect(&r[0]) })
+	if err != nil {
+		return Dest{}, err
+	}
+	return rem[0], nil
+}
+
+// ServerExchangeN is ServerExchange for several QPs, as srq_pingpong's: as
+// many of the client's messages as my has, connect, every message of my, then
+// "done".
+func ServerExchangeN(c net.Conn, my []Dest, connect func(rem []Dest) error) ([]Dest, error) {
 	defer c.Close()
-	m, err := my.Message()
+	out, err := messages(my)
 	if err != nil {
-		return Dest{}, err
+		return nil, err
 	}
 	setDeadline(c)
-	rem, err := readDest(c)
-	if err != nil {
-		return Dest{}, err
+	rem := make([]Dest, len(my))
+	for i := range rem {
+		if rem[i], err = readDest(c); err != nil {
+			return nil, err
+		}
 	}
-	if err := connect(&rem); err != nil {
-		return Dest{}, fmt.Errorf("couldn't connect to remote QP: %w", err)
+	if err := connect(rem); err != nil {
+		return nil, fmt.Errorf("couldn't connect to remote QP: %w", err)
 	}
 	setDeadline(c)
-	if _, err := c.Write(m); err != nil {
-		return Dest{}, fmt.Errorf("couldn't send local address: %w", peerErr(c, err, 0, 0))
+	if _, err := c.Write(out); err != nil {
+		return nil, fmt.Errorf("couldn't send local address: %w", peerErr(c, err, 0, 0))
 	}
 	var done [len("done") + 1]byte
 	if n, err := io.ReadFull(c, done[:]); err != nil {
-		return Dest{}, fmt.Errorf("couldn't read \"done\": %w", peerErr(c, err, n, len(done)))
+		return nil, fmt.Errorf("couldn't read \"done\": %w", peerErr(c, err, n, len(done)))
 	}
 	if !bytes.Equal(done[:], doneMsg) {
-		return Dest{}, fmt.Errorf("%w (%v) sent %q, want \"done\\x00\"", ErrPeer, c.RemoteAddr(), done[:])
+		return nil, fmt.Errorf("%w (%v) sent %q, want \"done\\x00\"", ErrPeer, c.RemoteAddr(), done[:])
 	}
 	return rem, nil
 }

@@ -1,5 +1,6 @@
-// Package pingpong is xrnic's ibv_rc_pingpong: rdma-core's
-// libibverbs/examples/rc_pingpong.c (v44) over xrnic's verbs, with its flags,
+// Package pingpong is xrnic's ibv_rc_pingpong, ibv_uc_pingpong,
+// ibv_ud_pingpong and ibv_srq_pingpong: rdma-core's
+// libibverbs/examples/*_pingpong.c (v44) over xrnic's verbs, each with its flags,
 // its TCP exchange on port 18515, its QP attributes, its ping-pong of SENDs,
 // its buffer pattern and check (-c) and its output, byte for byte, so that a
 // real ibv_rc_pingpong on Linux Soft-RoCE (rdma_rxe) or RoCE hardware can face
@@ -32,11 +33,37 @@ import (
 // ErrUsage marks a bad command line; the message says what is wrong.
 var ErrUsage = errors.New("usage")
 
-type usageError struct{ err error }
+type usageError struct {
+	kind Kind
+	err  error
+}
 
 func (e *usageError) Error() string {
-	return fmt.Sprintf("rc_pingpong: %v (bench rc_pingpong -h lists the options)", e.err)
+	return fmt.Sprintf("%s: %v (bench %s -h lists the options)", e.kind, e.err, e.kind)
 }
+
+// Kind is which of rdma-core's examples runs: rc_pingpong, uc_pingpong,
+// ud_pingpong or srq_pingpong.
+type Kind string
+
+// The examples.
+const (
+	RC  Kind = "rc_pingpong"
+	UC  Kind = "uc_pingpong"
+	UD  Kind = "ud_pingpong"
+	SRQ Kind = "srq_pingpong"
+)
+
+// Kinds are the examples, in the order bench's help lists them.
+var Kinds = []Kind{RC, UC, UD, SRQ}
+
+// udGRH is the 40 bytes ud_pingpong keeps before its message for the GRH a UD
+// receive gets.
+const udGRH = 40
+
+// maxQP is srq_pingpong's MAX_QP: the number of addresses each side sends,
+// used or not, and the bound on -q.
+const maxQP = 256
 
 func (e *usageError) Is(target error) bool { return target == ErrUsage }
 
@@ -52,8 +79,9 @@ const (
 	DefaultTimeout = 10 * time.Second
 )
 
-// Params are rc_pingpong's options, after parsing. A plain value.
+// Params are the options of one of the examples, after parsing. A plain value.
 type Params struct {
+	Kind       Kind
 	Port       int       // -p: TCP port of the exchange
 	Device     string    // -d: the interface xrnic runs on (rc_pingpong: the IB device)
 	LinkKind   link.Kind // --link
@@ -62,6 +90,7 @@ type Params struct {
 	MTU        verbs.MTU
 	RxDepth    int // -r
 	Iters      int // -n
+	NumQP      int // srq_pingpong's -q; 1 for the others
 	SL         int // -l: accepted; RoCE v2 carries no SL
 	Events     bool
 	GIDIndex   int  // -g; -1: none, as rc_pingpong (which RoCE cannot connect)
@@ -69,6 +98,7 @@ type Params struct {
 	NewSend    bool // -N: the same SEND through ibv_wr_*; same wire, accepted
 	ServerName string
 	Local      bool          // --local: both sides in this process over lo
+	Pcap       string        // --pcap: every frame of the device to a pcap file
 	Timeout    time.Duration // --timeout: longest wait for a completion; 0: for ever
 	Help       bool
 
@@ -103,56 +133,85 @@ func intVarP(fs *flag.FlagSet, v *int, name, short string, def int, usage string
 	fs.VarP(cnum{v}, name, short, usage)
 }
 
-func newFlagSet(p *Params, mtu *int, odp, iodp, prefetch, ts, dm *bool, lk *string) *flag.FlagSet {
-	fs := flag.NewFlagSet("bench rc_pingpong", flag.ContinueOnError)
+// The examples' own defaults where they differ from rc_pingpong's.
+const (
+	defSizeUD = 1024 // ud_pingpong's size (its usage says 2048)
+	defNumQP  = 16   // srq_pingpong's num_qp
+)
+
+// extra are the flags only some examples have, and what xrnic refuses.
+type extra struct {
+	mtu                             int
+	odp, iodp, prefetch, ts, dm, ns bool
+	lk                              string
+}
+
+func newFlagSet(p *Params, x *extra) *flag.FlagSet {
+	k := p.Kind
+	fs := flag.NewFlagSet("bench "+string(k), flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
 	intVarP(fs, &p.Port, "port", "p", DefaultPort, "listen on/connect to port <port>")
-	fs.StringVarP(&p.Device, "ib-dev", "d", "", "use interface <dev> (rc_pingpong: IB device)")
+	fs.StringVarP(&p.Device, "ib-dev", "d", "", "use interface <dev> (the examples: IB device)")
 	intVarP(fs, &p.IBPort, "ib-port", "i", 1, "use port <port> of the device (xrnic has port 1)")
-	intVarP(fs, &p.Size, "size", "s", defSize, "size of message to exchange")
-	intVarP(fs, mtu, "mtu", "m", defMTU, "path MTU")
+	size := defSize
+	if k == UD {
+		size = defSizeUD
+	}
+	intVarP(fs, &p.Size, "size", "s", size, "size of message to exchange")
+	if k != UD {
+		intVarP(fs, &x.mtu, "mtu", "m", defMTU, "path MTU")
+	}
+	if k == SRQ {
+		intVarP(fs, &p.NumQP, "num-qp", "q", defNumQP, "number of QPs to use")
+	}
 	intVarP(fs, &p.RxDepth, "rx-depth", "r", defRxDepth, "number of receives to post at a time")
 	intVarP(fs, &p.Iters, "iters", "n", defIters, "number of exchanges")
 	intVarP(fs, &p.SL, "sl", "l", 0, "service level value (no effect on RoCE v2)")
 	fs.BoolVarP(&p.Events, "events", "e", false, "sleep on CQ events (default poll)")
 	intVarP(fs, &p.GIDIndex, "gid-idx", "g", -1, "local port gid index (RoCE needs one: -g 1 is the IPv4 GID)")
-	fs.BoolVarP(odp, "odp", "o", false, "use on demand paging (not supported)")
-	fs.BoolVarP(iodp, "iodp", "O", false, "use implicit on demand paging (not supported)")
-	fs.BoolVarP(prefetch, "prefetch", "P", false, "prefetch an ODP MR (not supported)")
-	fs.BoolVarP(ts, "ts", "t", false, "get CQE with timestamp (not supported)")
+	if k == RC || k == SRQ {
+		fs.BoolVarP(&x.odp, "odp", "o", false, "use on demand paging (not supported)")
+	}
+	if k == RC {
+		fs.BoolVarP(&x.iodp, "iodp", "O", false, "use implicit on demand paging (not supported)")
+		fs.BoolVarP(&x.prefetch, "prefetch", "P", false, "prefetch an ODP MR (not supported)")
+		fs.BoolVarP(&x.ts, "ts", "t", false, "get CQE with timestamp (not supported)")
+	}
 	fs.BoolVarP(&p.Check, "chk", "c", false, "validate received buffer (bench: every byte, on both sides)")
-	fs.BoolVarP(dm, "dm", "j", false, "use device memory (not supported)")
-	fs.BoolVarP(&p.NewSend, "new_send", "N", false, "use new post send WR API (same wire)")
-	fs.StringVar(lk, "link", "auto", "link kind: auto (AF_XDP, else UDP), af_xdp or udp")
+	if k == RC {
+		fs.BoolVarP(&x.dm, "dm", "j", false, "use device memory (not supported)")
+		fs.BoolVarP(&p.NewSend, "new_send", "N", false, "use new post send WR API (same wire)")
+	}
+	fs.StringVar(&x.lk, "link", "auto", "link kind: auto (AF_XDP, else UDP), af_xdp or udp")
 	fs.BoolVar(&p.Local, "local", false, "run server and client in this process over the UDP link on lo")
-	fs.DurationVar(&p.Timeout, "timeout", DefaultTimeout, "give up after this long without a completion (0: wait for ever, as rc_pingpong)")
+	fs.StringVar(&p.Pcap, "pcap", "", "record every frame this side sends and receives to a pcap file, as ibdump does (not with --local)")
+	fs.DurationVar(&p.Timeout, "timeout", DefaultTimeout, "give up after this long without a completion (0: wait for ever, as the examples)")
 	fs.BoolVarP(&p.Help, "help", "h", false, "show this help")
 	return fs
 }
 
-// Parse parses rc_pingpong's command line (without the command name).
-func Parse(args []string) (*Params, error) {
-	p := &Params{}
-	var mtu int
-	var odp, iodp, prefetch, ts, dm bool
-	var lk string
-	fs := newFlagSet(p, &mtu, &odp, &iodp, &prefetch, &ts, &dm, &lk)
+// Parse parses the command line of example k (without the command name).
+func Parse(k Kind, args []string) (*Params, error) {
+	p := &Params{Kind: k, NumQP: 1}
+	var x extra
+	x.mtu = defMTU
+	fs := newFlagSet(p, &x)
 	if err := fs.Parse(args); err != nil {
-		return nil, &usageError{err}
+		return nil, &usageError{k, err}
 	}
 	if p.Help {
 		return p, nil
 	}
-	if err := p.finish(fs, mtu, odp || iodp, prefetch, ts, dm, lk); err != nil {
-		return nil, &usageError{err}
+	if err := p.finish(fs, &x); err != nil {
+		return nil, &usageError{k, err}
 	}
 	return p, nil
 }
 
-// finish checks the options in rc_pingpong's order where it checks them, and
+// finish checks the options in the example's order where it checks them, and
 // what xrnic cannot do.
-func (p *Params) finish(fs *flag.FlagSet, mtu int, odp, prefetch, ts, dm bool, lk string) error {
+func (p *Params) finish(fs *flag.FlagSet, x *extra) error {
 	switch fs.NArg() {
 	case 0:
 	case 1:
@@ -168,21 +227,24 @@ func (p *Params) finish(fs *flag.FlagSet, mtu int, odp, prefetch, ts, dm bool, l
 		return fmt.Errorf("IB port %d: ports are numbered from 1", p.IBPort)
 	}
 	var ok bool
-	if p.MTU, ok = verbs.MTUFromBytes(mtu); !ok {
-		return fmt.Errorf("invalid MTU %d: choose from {256,512,1024,2048,4096}", mtu)
+	if p.MTU, ok = verbs.MTUFromBytes(x.mtu); !ok {
+		return fmt.Errorf("invalid MTU %d: choose from {256,512,1024,2048,4096}", x.mtu)
 	}
-	if odp && dm {
+	odp := x.odp || x.iodp
+	if odp && x.dm {
 		return errors.New("DM memory region can't be on demand")
 	}
-	if !odp && prefetch {
+	if !odp && x.prefetch {
 		return errors.New("prefetch is valid only with on-demand memory region")
 	}
 	switch {
+	case odp && p.Kind == SRQ:
+		return errors.New("the device isn't ODP capable or does not support RC send, receive and srq with ODP (-o)")
 	case odp:
 		return errors.New("the device isn't ODP capable or does not support RC send and receive with ODP (-o/-O)")
-	case ts:
+	case x.ts:
 		return errors.New("the device isn't completion timestamp capable (-t)")
-	case dm:
+	case x.dm:
 		return errors.New("device doesn't support dm allocation (-j)")
 	}
 	if p.Size < 1 {
@@ -194,24 +256,38 @@ func (p *Params) finish(fs *flag.FlagSet, mtu int, odp, prefetch, ts, dm bool, l
 	if p.Iters < 1 || p.Iters > math.MaxInt32 {
 		return fmt.Errorf("iters %d outside 1..%d", p.Iters, math.MaxInt32)
 	}
+	if p.Kind == SRQ {
+		if p.NumQP < 1 {
+			return fmt.Errorf("num_qp %d: should be at least 1", p.NumQP)
+		}
+		if p.NumQP > p.RxDepth {
+			return fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP", p.RxDepth, p.NumQP)
+		}
+		if p.NumQP >= maxQP {
+			return fmt.Errorf("num_qp %d must be less than %d", p.NumQP, maxQP-1)
+		}
+	}
 	if p.Timeout < 0 {
 		return fmt.Errorf("--timeout %v must not be negative", p.Timeout)
 	}
-	k, err := link.ParseKind(lk)
+	k, err := link.ParseKind(x.lk)
 	if err != nil || k == link.KindMemory {
-		return fmt.Errorf("--link %q: want auto, af_xdp or udp", lk)
+		return fmt.Errorf("--link %q: want auto, af_xdp or udp", x.lk)
 	}
 	p.LinkKind = k
 	p.gidSet = fs.Changed("gid-idx")
 	if p.Local && p.ServerName != "" {
 		return errors.New("--local runs both sides: give no server address")
 	}
+	if p.Local && p.Pcap != "" {
+		return errors.New("--pcap records one device: give -d <interface>, not --local")
+	}
 	if !p.Local && p.Device == "" {
 		return errors.New("no device: give -d <interface> (or --local to run both sides on lo)")
 	}
 	if !p.Local && p.GIDIndex < 0 {
-		// rc_pingpong would send a zero GID, and neither side could then set the
-		// GRH that RoCE needs: both would fail to move their QP to RTR.
+		// The example would send a zero GID, and neither side could then set
+		// the GRH that RoCE needs: both would fail to move their QP to RTR.
 		return errors.New("no GID index: RoCE needs one, give -g (-g 1 is the interface's first IPv4 address, as on rxe)")
 	}
 	return nil
@@ -225,16 +301,13 @@ func (p *Params) forRole(serverName string) *Params {
 	return &q
 }
 
-// Usage writes the help text.
-func Usage(w io.Writer) {
-	p := &Params{}
-	var mtu int
-	var b bool
-	var s string
-	fs := newFlagSet(p, &mtu, &b, &b, &b, &b, &b, &s)
-	fmt.Fprintf(w, "Usage:\n  bench rc_pingpong -d <iface> -g 1            start a server and wait for connection\n")
-	fmt.Fprintf(w, "  bench rc_pingpong -d <iface> -g 1 <host>     connect to server at <host>\n")
-	fmt.Fprintf(w, "  bench rc_pingpong --local                    both sides in this process over lo (no root)\n\nOptions:\n")
+// Usage writes the help text of example k.
+func Usage(w io.Writer, k Kind) {
+	p := &Params{Kind: k}
+	fs := newFlagSet(p, &extra{})
+	fmt.Fprintf(w, "Usage:\n  bench %s -d <iface> -g 1            start a server and wait for connection\n", k)
+	fmt.Fprintf(w, "  bench %s -d <iface> -g 1 <host>     connect to server at <host>\n", k)
+	fmt.Fprintf(w, "  bench %s --local                    both sides in this process over lo (no root)\n\nOptions:\n", k)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }

@@ -55,8 +55,17 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	if p.Local {
 		return runLocal(ctx, p, out, errw)
 	}
-	dev, err := verbs.Open(verbs.Options{Interface: p.Device, LinkKind: p.LinkKind, Logf: linkLog(errw),
-		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}})
+	o := verbs.Options{Interface: p.Device, LinkKind: p.LinkKind, Logf: linkLog(errw),
+		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
+	pcap, err := oob.CreatePcap(p.Pcap)
+	if err != nil {
+		return err
+	}
+	if pcap != nil {
+		defer pcap.Close() // after the device, which flushes it
+		o.Pcap = pcap
+	}
+	dev, err := verbs.Open(o)
 	if err != nil {
 		return fmt.Errorf("device %s: %w", p.Device, err)
 	}
@@ -96,20 +105,24 @@ type side struct {
 
 	ch        *verbs.CompChannel
 	pd        *verbs.PD
-	buf       []byte
+	buf       []byte // ud_pingpong: the 40 bytes of the GRH, then the message
+	msg       []byte // the message in buf
 	mr        *verbs.MR
 	cq        *verbs.CQ
-	qp        *verbs.QP
+	srq       *verbs.SRQ  // srq_pingpong
+	qps       []*verbs.QP // srq_pingpong: -q of them; else one
+	ah        *verbs.AH   // ud_pingpong: towards the peer
 	sendFlags verbs.SendFlags
 	recvWRs   []verbs.RecvWR
 	sendWR    [1]verbs.SendWR
-	wc        [2]verbs.WC
-	events    int // CQ events to acknowledge
+	wc        []verbs.WC // 2, or srq_pingpong's num_qp + rx_depth
+	events    int        // CQ events to acknowledge
 
-	my, rem Dest
+	my, rem []Dest // srq_pingpong exchanges maxQP of them, the others one
 	gidText string // the last text inet_ntop put in main's gid[33]
 
-	routs, rcnt, scnt, pending int
+	routs, rcnt, scnt int
+	pending           []int // per QP
 
 	want     []byte // with --chk, what every received message must be
 	mismatch error  // the first received message that was not
@@ -125,9 +138,17 @@ func (s *side) setup() error {
 	if p.Size > int(port.MaxMsgSize) {
 		return fmt.Errorf("message size %d exceeds the device's maximum of %d", p.Size, port.MaxMsgSize)
 	}
-	s.buf = make([]byte, p.Size)
+	if p.Kind == UD && p.Size > port.ActiveMTU.Bytes() {
+		return fmt.Errorf("requested size larger than port MTU (%d)", port.ActiveMTU.Bytes())
+	}
+	grh := 0
+	if p.Kind == UD {
+		grh = udGRH
+	}
+	s.buf = make([]byte, grh+p.Size)
+	s.msg = s.buf[grh:]
 	for i := range s.buf {
-		s.buf[i] = patternByte
+		s.buf[i] = s.fill()
 	}
 	if p.Events {
 		s.ch = verbs.NewCompChannel()
@@ -139,32 +160,61 @@ func (s *side) setup() error {
 	if s.mr, err = s.pd.RegMR(s.buf, 0, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("couldn't register MR: %w", err)
 	}
-	if s.cq, err = s.dev.CreateCQ(p.RxDepth+1, verbs.CQOptions{Channel: s.ch}); err != nil {
+	nq := p.NumQP
+	cqe := p.RxDepth + 1
+	s.wc = make([]verbs.WC, 2)
+	if p.Kind == SRQ {
+		cqe = p.RxDepth + nq
+		s.wc = make([]verbs.WC, nq+p.RxDepth)
+	}
+	if s.cq, err = s.dev.CreateCQ(cqe, verbs.CQOptions{Channel: s.ch}); err != nil {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
-	s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(p.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		return fmt.Errorf("couldn't create QP: %w", err)
+	ia := verbs.QPInitAttr{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(p.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}
+	switch p.Kind {
+	case UC:
+		ia.Type = verbs.UC
+	case UD:
+		ia.Type = verbs.UD
+	case SRQ:
+		if s.srq, err = s.pd.CreateSRQ(verbs.SRQAttr{MaxWR: uint32(p.RxDepth), MaxSGE: 1}); err != nil {
+			return fmt.Errorf("couldn't create SRQ: %w", err)
+		}
+		ia.SRQ, ia.Cap.MaxRecvWR, ia.Cap.MaxRecvSGE = s.srq, 0, 0
 	}
 	s.sendFlags = verbs.SendSignaled
-	if int(s.qp.Cap().MaxInlineData) >= p.Size {
-		s.sendFlags |= verbs.SendInline
+	for i := range nq {
+		qp, err := s.pd.CreateQP(ia)
+		if err != nil {
+			return fmt.Errorf("couldn't create QP%s: %w", s.qpName(i), err)
+		}
+		s.qps = append(s.qps, qp)
+		if int(qp.Cap().MaxInlineData) >= p.Size {
+			s.sendFlags |= verbs.SendInline
+		}
 	}
-	if p.IBPort != 1 {
-		return fmt.Errorf("failed to modify QP to INIT: port %d: xrnic devices have port 1 only", p.IBPort)
-	}
-	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, PKeyIndex: 0, Port: uint8(p.IBPort), AccessFlags: 0}}
-	if err := s.qp.ModifySync(&a, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-		return fmt.Errorf("failed to modify QP to INIT: %w", err)
+	for i, qp := range s.qps {
+		if p.IBPort != 1 {
+			return fmt.Errorf("failed to modify QP%s to INIT: port %d: xrnic devices have port 1 only", s.qpName(i), p.IBPort)
+		}
+		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, PKeyIndex: 0, Port: uint8(p.IBPort), AccessFlags: 0, QKey: udQKey}}
+		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+		if p.Kind == UD {
+			mask ^= verbs.AttrAccessFlags | verbs.AttrQKey
+		}
+		if err := qp.ModifySync(&a, mask); err != nil {
+			return fmt.Errorf("failed to modify QP%s to INIT: %w", s.qpName(i), err)
+		}
 	}
 
-	sge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(p.Size), LKey: s.mr.LKey()}}
+	rsge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(grh + p.Size), LKey: s.mr.LKey()}}
 	s.recvWRs = make([]verbs.RecvWR, p.RxDepth)
 	for i := range s.recvWRs {
-		s.recvWRs[i] = verbs.RecvWR{WRID: recvWRID, SGL: sge}
+		s.recvWRs[i] = verbs.RecvWR{WRID: recvWRID, SGL: rsge}
 	}
-	s.sendWR[0] = verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, Flags: s.sendFlags, SGL: sge}
+	ssge := []verbs.SGE{{Addr: s.mr.Addr() + uint64(grh), Length: uint32(p.Size), LKey: s.mr.LKey()}}
+	s.sendWR[0] = verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, Flags: s.sendFlags, SGL: ssge}
 	if s.routs = s.postRecv(p.RxDepth); s.routs < p.RxDepth {
 		return fmt.Errorf("couldn't post receive (%d)", s.routs)
 	}
@@ -176,24 +226,55 @@ func (s *side) setup() error {
 	if port.State != verbs.PortActive {
 		return fmt.Errorf("port %d is %v", p.IBPort, port.State)
 	}
-	if s.errw != nil && p.MTU > port.ActiveMTU && port.LinkKind != link.KindUDP {
-		fmt.Fprintf(s.errw, "bench: rc_pingpong: warning: path MTU %d is above the port's active MTU %d; rc_pingpong uses it anyway, and frames that do not fit the link are lost\n",
-			p.MTU.Bytes(), port.ActiveMTU.Bytes())
+	if s.errw != nil && p.Kind != UD && p.MTU > port.ActiveMTU && port.LinkKind != link.KindUDP {
+		fmt.Fprintf(s.errw, "bench: %s: warning: path MTU %d is above the port's active MTU %d; %s uses it anyway, and frames that do not fit the link are lost\n",
+			p.Kind, p.MTU.Bytes(), port.ActiveMTU.Bytes(), p.Kind)
 	}
-	s.my.LID = 0 // RoCE has no LIDs
+	n := 1
+	if p.Kind == SRQ {
+		n = maxQP // the unused ones go as zeros
+	}
+	s.my = make([]Dest, n)
+	var gid verbs.GID
 	if p.GIDIndex >= 0 {
-		if s.my.GID, err = s.dev.QueryGID(p.GIDIndex); err != nil {
-			return fmt.Errorf("can't read sgid of index %d: the device has %d GIDs", p.GIDIndex, len(port.GIDs))
+		if gid, err = s.dev.QueryGID(p.GIDIndex); err != nil {
+			if p.Kind == RC || p.Kind == UC {
+				return fmt.Errorf("can't read sgid of index %d: the device has %d GIDs", p.GIDIndex, len(port.GIDs))
+			}
+			return fmt.Errorf("could not get local gid for gid index %d: the device has %d GIDs", p.GIDIndex, len(port.GIDs))
 		}
 	}
-	s.my.QPN = s.qp.QPN()
-	s.my.PSN = rand.Uint32() & 0xffffff
+	for i, qp := range s.qps {
+		// RoCE has no LIDs.
+		s.my[i] = Dest{QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff, GID: gid}
+	}
+	s.pending = make([]int, nq)
 	if p.Check {
 		s.want = make([]byte, p.Size)
-		copy(s.want, s.buf)
+		copy(s.want, s.msg)
 		s.setValidation(s.want)
 	}
 	return nil
+}
+
+// udQKey is ud_pingpong's Q_Key.
+const udQKey = 0x11111111
+
+// fill is the byte the example fills its buffer with: srq_pingpong zeroes it,
+// the others memset(buf, 0x7b, size).
+func (s *side) fill() byte {
+	if s.p.Kind == SRQ {
+		return 0
+	}
+	return patternByte
+}
+
+// qpName is how the example's messages name QP i: "[i]" in srq_pingpong's.
+func (s *side) qpName(i int) string {
+	if s.p.Kind == SRQ {
+		return "[" + strconv.Itoa(i) + "]"
+	}
+	return ""
 }
 
 // setValidation is what the client does to its buffer with -c before the first
@@ -205,17 +286,30 @@ func (s *side) setValidation(b []byte) {
 	}
 }
 
-// postRecv is pp_post_recv: it posts n receives and returns how many it could.
+// postRecv is pp_post_recv: it posts n receives (to the SRQ in
+// srq_pingpong) and returns how many it could.
 func (s *side) postRecv(n int) int {
-	k, _ := s.qp.PostRecv(s.recvWRs[:n])
+	if s.srq != nil {
+		k, _ := s.srq.PostRecv(s.recvWRs[:n])
+		return k
+	}
+	k, _ := s.qps[0].PostRecv(s.recvWRs[:n])
 	return k
 }
 
 // close is pp_close_ctx without the device, which is the caller's. Idempotent.
 func (s *side) close() {
-	if s.qp != nil {
-		_ = s.qp.Destroy().Wait()
-		s.qp = nil
+	for _, qp := range s.qps {
+		_ = qp.Destroy().Wait()
+	}
+	s.qps = nil
+	if s.ah != nil {
+		_ = s.ah.Destroy().Wait()
+		s.ah = nil
+	}
+	if s.srq != nil {
+		_ = s.srq.Destroy().Wait()
+		s.srq = nil
 	}
 	if s.cq != nil {
 		if s.events > 0 {
@@ -251,14 +345,21 @@ func (s *side) ntop(g verbs.GID) string {
 // printDest prints an address line; which is "local address: " or
 // "remote address:".
 func (s *side) printDest(which string, d *Dest) {
-	fmt.Fprintf(s.out, "  %s LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", which, d.LID, d.QPN, d.PSN, s.ntop(d.GID))
+	sep := ","
+	if s.p.Kind == UD && which == "local address: " {
+		sep = ":" // ud_pingpong's local line says "PSN 0x%06x: GID"
+	}
+	fmt.Fprintf(s.out, "  %s LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n", which, d.LID, d.QPN, d.PSN, sep, s.ntop(d.GID))
 }
 
 // run is main from the local address line on: the exchange (on ln as server,
 // to addr as client), the connection of the QP, the ping-pong and the report.
 func (s *side) run(ctx context.Context, ln net.Listener, addr string) error {
 	p := s.p
-	s.printDest("local address: ", &s.my)
+	nq := len(s.qps)
+	for i := range nq {
+		s.printDest("local address: ", &s.my[i])
+	}
 	var c net.Conn
 	var err error
 	if p.Server() {
@@ -272,9 +373,9 @@ func (s *side) run(ctx context.Context, ln net.Listener, addr string) error {
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	if p.Server() {
-		s.rem, err = ServerExchange(c, &s.my, s.connect)
+		s.rem, err = ServerExchangeN(c, s.my, s.connect)
 	} else {
-		s.rem, err = ClientExchange(c, &s.my)
+		s.rem, err = ClientExchangeN(c, s.my)
 	}
 	stop()
 	if err != nil {
@@ -283,22 +384,28 @@ func (s *side) run(ctx context.Context, ln net.Listener, addr string) error {
 		}
 		return err
 	}
-	s.printDest("remote address:", &s.rem)
+	for i := range nq {
+		s.printDest("remote address:", &s.rem[i])
+	}
 	if !p.Server() {
-		if err := s.connect(&s.rem); err != nil {
+		if err := s.connect(s.rem); err != nil {
 			return err
 		}
 	}
 
-	s.pending = recvWRID
+	for i := range s.pending {
+		s.pending[i] = recvWRID
+	}
 	if !p.Server() {
 		if p.Check {
-			s.setValidation(s.buf)
+			s.setValidation(s.msg)
 		}
-		if err := s.postSend(); err != nil {
-			return fmt.Errorf("couldn't post send: %w", err)
+		for i := range nq {
+			if err := s.postSend(i); err != nil {
+				return fmt.Errorf("couldn't post send: %w", err)
+			}
+			s.pending[i] |= sendWRID
 		}
-		s.pending |= sendWRID
 	}
 	start := time.Now()
 	if err := s.loop(ctx); err != nil {
@@ -311,38 +418,60 @@ func (s *side) run(ctx context.Context, ln net.Listener, addr string) error {
 	return s.mismatch
 }
 
-// connect is pp_connect_ctx: RTR towards the peer's QP, then RTS.
-func (s *side) connect(rem *Dest) error {
+// connect is pp_connect_ctx: RTR towards the peer's QP, then RTS (RC and UC,
+// each with its attributes); UD has no peer in its state but an address
+// handle.
+func (s *side) connect(rem []Dest) error {
 	p := s.p
-	if rem.GID.IsZero() || [8]byte(rem.GID[8:]) == [8]byte{} {
-		// rc_pingpong sets no GRH for such a GID (is_global = 0), and RoCE has
+	// srq_pingpong takes the GRH of every QP from the first address.
+	g := rem[0].GID
+	if g.IsZero() || [8]byte(g[8:]) == [8]byte{} {
+		// The examples set no GRH for such a GID (is_global = 0), and RoCE has
 		// no path without one: rxe fails the modify.
-		return fmt.Errorf("failed to modify QP to RTR: the remote GID %s has no interface ID, so there is no GRH, which RoCE needs (is the peer run with -g?)", rem.GID.FullString())
+		return fmt.Errorf("failed to modify QP to RTR: the remote GID %s has no interface ID, so there is no GRH, which RoCE needs (is the peer run with -g?)", g.FullString())
 	}
-	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: p.MTU, DestQPN: rem.QPN, RQPSN: wire.PSN(rem.PSN),
-		MaxDestRdAtomic: maxDestRdAtomic, MinRNRTimer: minRNRTimer},
-		AV: verbs.AV{DGID: rem.GID, SGIDIndex: uint8(p.GIDIndex), HopLimit: hopLimit, Port: uint8(p.IBPort)}}
-	mask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
-		verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
-	if err := s.qp.ModifySync(&a, mask); err != nil {
-		return fmt.Errorf("failed to modify QP to RTR: %w", err)
+	av := verbs.AV{DGID: g, SGIDIndex: uint8(p.GIDIndex), HopLimit: hopLimit, Port: uint8(p.IBPort)}
+	for i, qp := range s.qps {
+		a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR, PathMTU: p.MTU, DestQPN: rem[i].QPN, RQPSN: wire.PSN(rem[i].PSN),
+			MaxDestRdAtomic: maxDestRdAtomic, MinRNRTimer: minRNRTimer}, AV: av}
+		mask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		switch p.Kind {
+		case RC, SRQ:
+			mask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+		case UD:
+			mask = verbs.AttrState
+		}
+		if err := qp.ModifySync(&a, mask); err != nil {
+			return fmt.Errorf("failed to modify QP%s to RTR: %w", s.qpName(i), err)
+		}
+		a = verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, Timeout: ackTimeout, RetryCnt: retryCnt, RNRRetry: rnrRetry,
+			SQPSN: wire.PSN(s.my[i].PSN), MaxRdAtomic: maxRdAtomic}}
+		mask = verbs.AttrState | verbs.AttrSQPSN
+		if p.Kind == RC || p.Kind == SRQ {
+			mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+		}
+		if err := qp.ModifySync(&a, mask); err != nil {
+			return fmt.Errorf("failed to modify QP%s to RTS: %w", s.qpName(i), err)
+		}
 	}
-	a = verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS, Timeout: ackTimeout, RetryCnt: retryCnt, RNRRetry: rnrRetry,
-		SQPSN: wire.PSN(s.my.PSN), MaxRdAtomic: maxRdAtomic}}
-	mask = verbs.AttrState | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrSQPSN |
-		verbs.AttrMaxQPRdAtomic
-	if err := s.qp.ModifySync(&a, mask); err != nil {
-		return fmt.Errorf("failed to modify QP to RTS: %w", err)
+	if p.Kind == UD {
+		ah, err := s.pd.CreateAH(av)
+		if err != nil {
+			return fmt.Errorf("failed to create AH: %w", err)
+		}
+		s.ah = ah
+		w := &s.sendWR[0]
+		w.AH, w.RemoteQPN, w.RemoteQKey = ah, rem[0].QPN, udQKey
 	}
 	return nil
 }
 
-// postSend is pp_post_send: one signaled SEND of the whole buffer.
-func (s *side) postSend() error {
+// postSend is pp_post_send on QP i: one signaled SEND of the message.
+func (s *side) postSend(i int) error {
 	if s.mangle != nil {
-		s.mangle(s.buf, s.scnt)
+		s.mangle(s.msg, s.scnt)
 	}
-	_, err := s.qp.PostSend(s.sendWR[:])
+	_, err := s.qps[i].PostSend(s.sendWR[:])
 	return err
 }
 
@@ -439,17 +568,28 @@ func (s *side) stalled() error {
 		ErrPeer, s.p.Timeout, s.scnt, s.p.Iters, s.rcnt, s.p.Iters)
 }
 
-// handle is parse_single_wc for one completion.
+// handle is parse_single_wc for one completion (srq_pingpong's loop: per QP,
+// found by the completion's QP number).
 func (s *side) handle(wc *verbs.WC) error {
 	if wc.Status != verbs.WCSuccess {
 		return fmt.Errorf("failed status %s (%d) for wr_id %d", wc.Status, wc.Status, int(wc.WRID))
+	}
+	q := 0
+	if s.p.Kind == SRQ {
+		if q = s.findQP(wc.QPN); q < 0 {
+			return fmt.Errorf("couldn't find QPN %06x", wc.QPN)
+		}
 	}
 	switch wc.WRID {
 	case sendWRID:
 		s.scnt++
 	case recvWRID:
 		s.verify(wc) // before the buffer is sent back or received into again
-		if s.routs--; s.routs <= 1 {
+		low := 1
+		if s.p.Kind == SRQ {
+			low = s.p.NumQP
+		}
+		if s.routs--; s.routs <= low {
 			s.routs += s.postRecv(s.p.RxDepth - s.routs)
 			if s.routs < s.p.RxDepth {
 				return fmt.Errorf("couldn't post receive (%d)", s.routs)
@@ -459,14 +599,24 @@ func (s *side) handle(wc *verbs.WC) error {
 	default:
 		return fmt.Errorf("completion for unknown wr_id %d", int(wc.WRID))
 	}
-	s.pending &^= int(wc.WRID)
-	if s.scnt < s.p.Iters && s.pending == 0 {
-		if err := s.postSend(); err != nil {
+	s.pending[q] &^= int(wc.WRID)
+	if s.scnt < s.p.Iters && s.pending[q] == 0 {
+		if err := s.postSend(q); err != nil {
 			return fmt.Errorf("couldn't post send: %w", err)
 		}
-		s.pending = recvWRID | sendWRID
+		s.pending[q] = recvWRID | sendWRID
 	}
 	return nil
+}
+
+// findQP is srq_pingpong's find_qp.
+func (s *side) findQP(qpn uint32) int {
+	for i, qp := range s.qps {
+		if qp.QPN() == qpn {
+			return i
+		}
+	}
+	return -1
 }
 
 // verify is bench's own check of a received message with --chk: its length is
@@ -477,16 +627,16 @@ func (s *side) verify(wc *verbs.WC) {
 		return
 	}
 	n := s.rcnt + 1
-	if int(wc.ByteLen) != s.p.Size {
-		s.mismatch = fmt.Errorf("data check: received message %d has %d bytes, want %d", n, wc.ByteLen, s.p.Size)
+	if want := len(s.buf); int(wc.ByteLen) != want { // ud_pingpong: the GRH and the message
+		s.mismatch = fmt.Errorf("data check: received message %d has %d bytes, want %d", n, wc.ByteLen, want)
 		return
 	}
-	if bytes.Equal(s.buf, s.want) {
+	if bytes.Equal(s.msg, s.want) {
 		return
 	}
-	for i := range s.buf {
-		if s.buf[i] != s.want[i] {
-			s.mismatch = fmt.Errorf("data check: received message %d has 0x%02x at byte %d, want 0x%02x", n, s.buf[i], i, s.want[i])
+	for i := range s.msg {
+		if s.msg[i] != s.want[i] {
+			s.mismatch = fmt.Errorf("data check: received message %d has 0x%02x at byte %d, want 0x%02x", n, s.msg[i], i, s.want[i])
 			return
 		}
 	}
@@ -505,7 +655,7 @@ func (s *side) report(d time.Duration) {
 		cfloat(float64(usec)/1000000.), cfloat(float64(usec/float32(p.Iters))))
 	if !p.Server() && p.Check {
 		for i := 0; i < p.Size; i += s.pageSize {
-			if s.buf[i] != 0 {
+			if s.msg[i] != 0 {
 				fmt.Fprintf(s.out, "invalid data in page %d\n", i/s.pageSize)
 				if s.mismatch == nil {
 					s.mismatch = fmt.Errorf("data check: invalid data in page %d", i/s.pageSize)

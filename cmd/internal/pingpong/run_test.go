@@ -41,7 +41,7 @@ func checkOutput(t *testing.T, who, out string, size, iters int) {
 
 func runLocalArgs(t *testing.T, args ...string) (cout, sout string, err error) {
 	t.Helper()
-	p, err := Parse(append([]string{"--local"}, args...))
+	p, err := Parse(RC, append([]string{"--local"}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestLocalErrors(t *testing.T) {
 }
 
 func TestLocalCancel(t *testing.T) {
-	p, err := Parse([]string{"--local", "-n", "100000000"})
+	p, err := Parse(RC, []string{"--local", "-n", "100000000"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestFakeServer(t *testing.T) {
 		done <- err
 	}()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	p, err := Parse([]string{"-d", "lo", "-g", "0", "-n", "10", "-c", "-p", port, "127.0.0.1"})
+	p, err := Parse(RC, []string{"-d", "lo", "-g", "0", "-n", "10", "-c", "-p", port, "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestFakeClient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := Parse([]string{"-d", "lo", "-g", "0", "-n", "10", "--timeout", "300ms"})
+		p, err := Parse(RC, []string{"-d", "lo", "-g", "0", "-n", "10", "--timeout", "300ms"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,11 +278,11 @@ func pair(t *testing.T, sargs, cargs []string, hook func(srv, cli *side, cancelC
 		t.Fatal(err)
 	}
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	sp, err := Parse(append([]string{"-d", "lo", "-g", "0", "-p", port}, sargs...))
+	sp, err := Parse(RC, append([]string{"-d", "lo", "-g", "0", "-p", port}, sargs...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := Parse(append([]string{"-d", "lo", "-g", "0", "-p", port, "127.0.0.1"}, cargs...))
+	cp, err := Parse(RC, append([]string{"-d", "lo", "-g", "0", "-p", port, "127.0.0.1"}, cargs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,5 +394,56 @@ func TestPeerDies(t *testing.T) {
 			}
 			t.Logf("server: %v", serr)
 		})
+	}
+}
+
+// TestLocalKinds: uc_pingpong, ud_pingpong and srq_pingpong end to end, with
+// each one's address lines and report, the data checked on both sides, polling
+// and with events.
+func TestLocalKinds(t *testing.T) {
+	for _, c := range []struct {
+		k           Kind
+		args        []string
+		size, lines int
+		localSep    string
+	}{
+		{UC, nil, 4096, 1, ","},
+		{UC, []string{"-e", "-s", "65536", "-m", "4096"}, 65536, 1, ","},
+		{UD, nil, 1024, 1, ":"},
+		{UD, []string{"-e", "-s", "4096"}, 4096, 1, ":"},
+		{SRQ, []string{"-q", "4"}, 4096, 4, ","},
+		{SRQ, []string{"-e", "-r", "64", "-s", "100"}, 100, 16, ","},
+	} {
+		t.Run(string(c.k)+strings.Join(c.args, ""), func(t *testing.T) {
+			p, err := Parse(c.k, append([]string{"--local", "-n", "200", "-c"}, c.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cout, sout bytes.Buffer
+			p.LocalServerOut = &sout
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := Run(ctx, p, &cout, io.Discard); err != nil {
+				t.Fatalf("%v\n%s", err, cout.String())
+			}
+			for who, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+				local := regexp.MustCompile(`(?m)^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}` + c.localSep + ` GID ::ffff:127\.0\.\d+\.\d+$`)
+				remote := regexp.MustCompile(`(?m)^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:127\.0\.\d+\.\d+$`)
+				if n, m := len(local.FindAllString(out, -1)), len(remote.FindAllString(out, -1)); n != c.lines || m != c.lines {
+					t.Errorf("%s: %d local and %d remote address lines, want %d:\n%s", who, n, m, c.lines, out)
+				}
+				if want := fmt.Sprintf("\n%d bytes in ", 2*c.size*200); !strings.Contains(out, want) || !strings.Contains(out, "\n200 iters in ") {
+					t.Errorf("%s: no %q:\n%s", who, want, out)
+				}
+				if strings.Contains(out, "invalid data") {
+					t.Errorf("%s:\n%s", who, out)
+				}
+			}
+		})
+	}
+	// ud_pingpong's message fits one packet of the port's MTU.
+	p, _ := Parse(UD, []string{"--local", "-s", "8192"})
+	if err := Run(context.Background(), p, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "requested size larger than port MTU (4096)") {
+		t.Errorf("ud_pingpong -s 8192: %v", err)
 	}
 }
