@@ -61,6 +61,7 @@ func TestInterop(t *testing.T) {
 				t.Run("rping_first_mad_lost/xrnic_client", func(t *testing.T) { rpingPair(t, g, false, -1, false) })
 				t.Run("rping_peer_gone_mid_handshake/xrnic_server", func(t *testing.T) { rpingPeerGone(t, g) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
+				t.Run("soak", func(t *testing.T) { soak(t, g) })
 			}
 			for _, c := range perftestCases {
 				n := caseName(c.test, c.args)
