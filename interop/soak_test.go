@@ -3,17 +3,20 @@
 package interop
 
 import (
-	"os/exec"
-	"strings"
 	"testing"
 )
 
-// The soak's impairment: netem in the guest on rxe's frames (eth0) and on the
-// tap that carries xrnic's frames to the guest (tap-a, in the guest's
-// namespace: AF_XDP transmits past vb0's qdisc, so the wire is impaired one
-// hop on). Loss makes both sides retransmit; delay with jitter and reordering
-// make PSNs arrive out of order, duplicates and NAK storms included.
-const soakNetem = "delay 2ms 1ms loss 1% reorder 10% 50%"
+// The soak's impairment, on both directions. In the guest, netem on eth0
+// delays, reorders and drops rxe's frames: xrnic receives PSNs out of order,
+// duplicates and gaps while rxe retransmits. On xrnic's side the XDP program
+// on va0 drops a share of xrnic's frames before they reach the bridge, so rxe
+// NAKs and xrnic goes back. (Neither this host's kernel nor the guest's has
+// what delaying xrnic's frames would take: no netem here, no ifb there; and
+// AF_XDP transmits past vb0's qdisc.)
+const (
+	soakNetem = "delay 2ms 1ms loss 1% reorder 10% 50%"
+	soakDrop  = 0.01
+)
 
 // soakCases run under impairment: SEND, WRITE and READ over four QPs in both
 // directions at once (-b), so that every WR must complete successfully
@@ -27,27 +30,27 @@ var soakCases = []struct{ test, args string }{
 	{"send_bw", "-q 4 -s 65536 -n 1000"},
 }
 
-// impair puts soakNetem on both directions until the test ends.
+// impair puts the soak's impairment on both directions until the test ends.
 func impair(t *testing.T, g *guest) {
 	t.Helper()
-	if out, err := g.exec(t, shortTimeout, "tc qdisc add dev eth0 root netem "+soakNetem); err != nil {
-		t.Fatalf("netem in the guest: %v: %s", err, out)
-	}
-	tap := func(args ...string) error {
-		out, err := exec.Command("ip", append([]string{"netns", "exec", nsGuest, "tc", "qdisc"}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Errorf("tc qdisc %s on tap-a: %v: %s", strings.Join(args, " "), err, out)
+	guest := func(cmds ...string) {
+		t.Helper()
+		for _, c := range cmds {
+			if out, err := g.exec(t, shortTimeout, c); err != nil {
+				t.Fatalf("in the guest, %s: %v: %s", c, err, out)
+			}
 		}
-		return err
-	}
-	if err := tap(append([]string{"add", "dev", "tap-a", "root", "netem"}, strings.Fields(soakNetem)...)...); err != nil {
-		t.FailNow()
 	}
 	t.Cleanup(func() {
-		_ = tap("del", "dev", "tap-a", "root")
 		if out, err := g.exec(t, shortTimeout, "tc qdisc del dev eth0 root"); err != nil {
 			t.Errorf("netem in the guest: %v: %s", err, out)
 		}
+	})
+	guest("tc qdisc add dev eth0 root netem " + soakNetem)
+	a := dropOnWire(t, soakDrop)
+	t.Cleanup(func() {
+		c, err := a.Counters()
+		t.Logf("XDP on %s dropped %d of xrnic's %d RoCE frames (%v)", ifCapture, c.DroppedInjected, c.Seen, err)
 	})
 }
 

@@ -51,6 +51,7 @@ type ID struct {
 	param     ConnParam // active: what Connect sent
 	link      *connAttr // the connection's QP attributes, once the peer's are known
 	removed   bool      // the device went away
+	tos       uint8     // SetTOS; a passive ID takes its REQ's
 }
 
 // CreateID makes an ID on ch for port space ps (rdma_create_id); ctx is the
@@ -307,7 +308,7 @@ func (id *ID) Connect(p ConnParam) error {
 			PathMTU: uint8(id.dev.QueryPort().ActiveMTU), RNRRetryCount: min(p.RNRRetryCount, 7),
 			MaxCMRetries: id.cmgr.MaxCMRetries(), SRQ: p.SRQ,
 			Primary: mad.Path{LocalLID: 0xffff, RemoteLID: 0xffff, LocalGID: src, RemoteGID: dst,
-				HopLimit: 64, LocalACKTimeout: id.cmgr.LocalACKTimeout()}}
+				HopLimit: 64, TrafficClass: id.tos, LocalACKTimeout: id.cmgr.LocalACKTimeout()}}
 		if err := id.cmaHeader(req.PrivateData[:]); err != nil {
 			cmid.Destroy()
 			return err
@@ -500,9 +501,24 @@ func (id *ID) modify(qp *verbs.QP, states ...verbs.QPState) error {
 }
 
 // av is the address vector to the peer: its GID from our GID index, with the
-// hop limit rdma_cm gives a RoCE path.
+// hop limit rdma_cm gives a RoCE path, and the type of service: SetTOS's on
+// the active side, the REQ's path's on the passive one (cma_set_req_sa_data,
+// cm_format_path_from_req).
 func (id *ID) av() verbs.AV {
-	return verbs.AV{DGID: verbs.GIDFromAddr(id.dst.Addr()), SGIDIndex: id.sgid, HopLimit: 64}
+	tc := id.tos
+	if id.req != nil {
+		tc = id.req.Primary.TrafficClass
+	}
+	return verbs.AV{DGID: verbs.GIDFromAddr(id.dst.Addr()), SGIDIndex: id.sgid, HopLimit: 64, TrafficClass: tc}
+}
+
+// SetTOS sets the type of service of the ID's connections (rdma_set_option
+// with RDMA_OPTION_ID_TOS): the traffic class of its REQ's path and of its
+// QP's packets (the IPv4 TOS). Set it before Connect.
+func (id *ID) SetTOS(tos uint8) {
+	id.mu.Lock()
+	id.tos = tos
+	id.mu.Unlock()
 }
 
 // Reject refuses a CONNECT_REQUEST (rdma_reject): a REJ (consumer defined) with

@@ -443,7 +443,7 @@ func (s *session) connectCM() error {
 		return err
 	}
 	var err error
-	if s.p.Server() {
+	if s.p.Listens() {
 		err = s.acceptQPs()
 	} else {
 		for try := 1; ; try++ {
@@ -494,6 +494,9 @@ func (s *session) dialQPs() error {
 			err = ev.ID.ResolveRoute()
 		case rdmacm.EventRouteResolved:
 			if s.qps[i], err = ev.ID.CreateQP(s.pd, s.qpInitAttr()); err == nil {
+				if s.p.TOS >= 0 {
+					ev.ID.SetTOS(uint8(s.p.TOS)) // rdma_set_option(RDMA_OPTION_ID_TOS)
+				}
 				err = ev.ID.Connect(s.connParam())
 			}
 		case rdmacm.EventEstablished:
@@ -659,7 +662,7 @@ func (s *session) closeCM() {
 		return
 	}
 	s.cm = nil
-	if !s.p.Server() && !s.peerGone.Load() && s.ctx.Err() == nil {
+	if !s.p.Listens() && !s.peerGone.Load() && s.ctx.Err() == nil {
 		n := 0
 		for _, id := range c.ids {
 			if id.Disconnect() == nil {

@@ -327,6 +327,14 @@ type bwLoop struct {
 	base                      time.Time
 	dc                        *durClock
 	totscnt, totccnt, sampled uint64
+
+	// The software rate limiter (--rate_limit_type SW): bursts of burst WRs,
+	// one every gap.
+	rate           bool
+	gap            time.Duration
+	burst, inBurst uint64
+	sending        bool
+	deadline       time.Time
 }
 
 func (s *session) newBWLoop(size uint64) bwLoop {
@@ -335,6 +343,20 @@ func (s *session) newBWLoop(size uint64) bwLoop {
 		remote: p.Test.Verb != VerbSend, iters: p.Iters, cqMod: uint64(p.CQMod), tx: uint64(p.TxDepth), pl: uint64(p.PostList), size: size}
 	l.tot = l.iters * uint64(l.nq)
 	l.res = bwResult{samples: newSamples(l.tot, p.NoPeak)}
+	if p.RateLimitType == "SW" {
+		// run_iter_bw's rate_limit_pps, number_of_bursts and gap_time.
+		var pps float64
+		switch p.RateUnits {
+		case "M":
+			pps = p.RateLimit / float64(size) * 1048576
+		case "g":
+			pps = p.RateLimit / float64(size*8) * 1e9
+		default:
+			pps = p.RateLimit
+		}
+		l.rate, l.burst = true, uint64(p.BurstSize)
+		l.gap = time.Duration(float64(time.Second) * float64(l.burst) / max(pps, 1e-9))
+	}
 	l.base = time.Now()
 	if l.dur {
 		l.dc = startDuration(l.base, p.Duration, p.Margin)
@@ -350,8 +372,15 @@ func (l *bwLoop) postSends() error {
 	s, w := l.s, &l.s.w
 	pl := l.pl
 	for i := 0; i < l.nq; i++ {
+		if l.rate && !l.sending {
+			now := time.Now()
+			if now.Before(l.deadline) {
+				continue // go poll until the gap is over
+			}
+			l.deadline, l.sending, l.inBurst = now.Add(l.gap), true, 0
+		}
 		wr := &w.send[i*int(pl)]
-		for (w.scnt[i] < l.iters || l.dur) && w.scnt[i]+pl <= l.tx+w.ccnt[i] {
+		for (w.scnt[i] < l.iters || l.dur) && w.scnt[i]+pl <= l.tx+w.ccnt[i] && (!l.rate || l.sending) {
 			// A post list's WRs keep the flags and addresses setSendWRs gave them.
 			if pl == 1 && l.cqMod > 1 && w.scnt[i]%l.cqMod == 0 && !(!l.dur && w.scnt[i] == l.iters-1) {
 				wr.Flags &^= verbs.SendSignaled
@@ -373,6 +402,11 @@ func (l *bwLoop) postSends() error {
 			}
 			w.scnt[i] += pl
 			l.totscnt += pl
+			if l.rate {
+				if l.inBurst += pl; l.inBurst >= l.burst {
+					l.sending = false
+				}
+			}
 			if pl == 1 && (w.scnt[i]%l.cqMod == l.cqMod-1 || (!l.dur && w.scnt[i] == l.iters-1)) {
 				wr.Flags |= verbs.SendSignaled
 			}

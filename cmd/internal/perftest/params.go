@@ -201,9 +201,16 @@ type Params struct {
 	CPUFreqF    bool   // -F: accepted, nothing to check here
 	Unsorted    bool   // -U
 	Histogram   bool   // -H
+	Cycles      bool   // -C
 	Progress    string // --progress auto|on|off
-	Help        bool   // -h
-	Version     bool   // -V
+	Reversed    bool   // --reversed: the side that connects plays the server
+
+	RateLimit     float64 // --rate_limit, in RateUnits; 0: none
+	RateUnits     string  // --rate_units: M (MB/s), g (Gb/s) or p (packets/s)
+	RateLimitType string  // --rate_limit_type: SW (bench paces), HW or PP (refused)
+	BurstSize     int     // --burst_size: WRs per burst (default the tx depth)
+	Help          bool    // -h
+	Version       bool    // -V
 
 	UseEvent     bool    // -e: sleep on a completion channel instead of spinning
 	PostList     int     // -l: WRs per ibv_post_send
@@ -212,6 +219,7 @@ type Params struct {
 	ReportBoth   bool    // --report-both: -b prints both sides' results apart
 	SL           int     // -S: service level (no field of a RoCEv2 frame carries it)
 	TClass       int     // --tclass: the GRH's traffic class (IPv4 TOS / IPv6 class)
+	TOS          int     // -T: rdma_cm's type of service for -R's QPs; -1: not set
 	RetryCount   int     // --retry_count
 	LimitBW      float64 // -w: fail when the bandwidth ends below this (Gb/s)
 	LimitMsgRate float64 // -y: fail when the message rate ends below this (Mpps)
@@ -233,8 +241,13 @@ type Params struct {
 	PeerGIDIsConnPeer bool
 }
 
-// Server reports whether the parameters make this side the server.
-func (p *Params) Server() bool { return p.ServerName == "" }
+// Server reports whether this side plays the test's server: the side that
+// listens, unless --reversed swaps the roles (perftest's machine).
+func (p *Params) Server() bool { return p.Listens() != p.Reversed }
+
+// Listens reports whether this side waits for the other to connect (no server
+// name given): the exchange's roles, which --reversed leaves alone.
+func (p *Params) Listens() bool { return p.ServerName == "" }
 
 // DurationMode reports whether the test runs for -D seconds.
 func (p *Params) DurationMode() bool { return p.Duration > 0 }
@@ -286,6 +299,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	} else {
 		fs.BoolVarP(&p.Unsorted, "report-unsorted", "U", false, "print every latency, unsorted")
 		fs.BoolVarP(&p.Histogram, "report-histogrm", "H", false, "print every latency, sorted")
+		fs.BoolVarP(&p.Cycles, "report-cycles", "C", false, "report times in CPU cycles (at /proc/cpuinfo's clock)")
 	}
 	fs.IntVarP(&p.TxDepth, "tx-depth", "t", 0, "size of the send queue")
 	fs.IntVarP(&p.RxDepth, "rx-depth", "r", 0, "receive queue depth")
@@ -320,18 +334,25 @@ func newFlagSet(p *Params) *flag.FlagSet {
 		fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b, print each side's results apart")
 		fs.Float64VarP(&p.LimitBW, "limit_bw", "w", 0, "fail if the average bandwidth is below this")
 		fs.Float64VarP(&p.LimitMsgRate, "limit_msgrate", "y", 0, "fail if the message rate (Mpps) is below this")
+		fs.Float64Var(&p.RateLimit, "rate_limit", 0, "send at most this rate (--rate_units)")
+		fs.StringVar(&p.RateUnits, "rate_units", "g", "units of --rate_limit: M (MB/s), g (Gb/s) or p (packets/s)")
+		fs.StringVar(&p.RateLimitType, "rate_limit_type", "", "SW (bench paces its bursts); HW and PP need a device that paces")
+		fs.IntVar(&p.BurstSize, "burst_size", 0, "WRs per burst of the rate limiter (default the tx depth)")
+		fs.Int("typical_pkt_size", 0, "packet size for the PP rate limiter")
 	} else {
 		fs.IntVar(&p.LatencyGap, "latency_gap", 0, "microseconds to wait between latency iterations")
 	}
 	fs.BoolVar(&p.UseSRQ, "use-srq", false, "the receive side uses an SRQ (SEND tests)")
 	fs.IntVarP(&p.SL, "sl", "S", 0, "service level (RoCEv2 frames carry none: accepted, 0..15)")
 	fs.IntVar(&p.TClass, "tclass", 0, "traffic class of the GRH (IPv4 TOS)")
+	fs.IntVarP(&p.TOS, "tos", "T", -1, "type of service of the rdma_cm QPs (-R), 0..255")
 	fs.IntVar(&p.RetryCount, "retry_count", defRetryCount, "retry count of rdma_cm's connection (-R)")
 	fs.BoolVar(&p.NoXchgVer, "dont_xchg_versions", false, "do not exchange versions with the peer")
 	fs.StringVar(&p.OutputOnly, "output", "", "print only this figure: bandwidth, message_rate (BW) or latency (LAT)")
 	if t.Verb != VerbSend {
 		fs.BoolVar(&p.WarmUp, "perform_warm_up", false, "post a round of WRs before the measurement")
 	}
+	fs.BoolVar(&p.Reversed, "reversed", false, "reverse the traffic: the side that connects is the test's server (both sides give it)")
 	fs.IntVar(&p.WaitDestroy, "wait_destroy", 0, "seconds to wait before destroying the resources")
 	fs.Int("pkey_index", 0, "P_Key index (xrnic has one: 0)")
 	fs.String("force-link", "Ethernet", "link layer (xrnic is Ethernet)")
@@ -367,13 +388,11 @@ func latOnly(t Test) bool { return t.Kind == Lat }
 const rawEth = "a raw Ethernet option: bench has no raw_ethernet tests"
 
 var refused = []refusedOption{
-	{"report-cycles", "C", false, "bench measures with the monotonic clock, not CPU cycles", latOnly},
 	{"mcg", "g", false, "xrnic has no multicast groups", nil},
 	{"MGID", "M", true, "xrnic has no multicast groups", nil},
 	{"dualport", "O", false, "xrnic devices have one port", nil},
 	{"report-per-port", "", false, "xrnic devices have one port", nil},
 	{"report-counters", "W", true, "no hardware counters files (the daemon's metrics have xrnic's)", nil},
-	{"tos", "T", true, "TOS only valid for rdma_cm based QP and RawEth QP (bench's rdma_cm has no TOS option; --tclass sets it)", nil},
 	{"hop_limit", "L", true, "Hop limit only valid for RawEth QP", nil},
 	{"flow_label", "", true, rawEth, nil},
 	{"cpu_util", "", false, "bench does not report CPU utilization", nil},
@@ -384,13 +403,7 @@ var refused = []refusedOption{
 	{"mr_per_qp", "", false, "bench registers one MR for all QPs", nil},
 	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)", nil},
 	{"use_hugepages", "", false, "bench's buffers are not huge pages", nil},
-	{"reversed", "", false, "the server does not send in bench", bwOnly},
 	{"run_infinitely", "", false, "bench runs for -n iterations or -D seconds", bwOnly},
-	{"burst_size", "", true, "no rate limiter in bench", bwOnly},
-	{"typical_pkt_size", "", true, "no rate limiter in bench", bwOnly},
-	{"rate_limit", "", true, "no rate limiter in bench", bwOnly},
-	{"rate_units", "", true, "no rate limiter in bench", bwOnly},
-	{"rate_limit_type", "", true, "no rate limiter in bench", bwOnly},
 	{"use_ooo", "", false, "xrnic does not place out-of-order data", nil},
 	{"use_cuda", "", true, "CUDA not supported (no GPU memory)", nil},
 	{"use_cuda_bus_id", "", true, "CUDA not supported (no GPU memory)", nil},
@@ -615,6 +628,10 @@ func (p *Params) finishExtra(fs *flag.FlagSet) error {
 		return fmt.Errorf("receive post list size %d must be positive", p.RecvPostList)
 	case p.SL < 0 || p.SL > 15:
 		return fmt.Errorf("service level %d outside 0..15", p.SL)
+	case p.TOS != -1 && !p.RDMACM:
+		return errors.New("TOS only valid for rdma_cm based QP and RawEth QP")
+	case p.TOS < -1 || p.TOS > 255:
+		return fmt.Errorf("TOS %d outside 0..255", p.TOS)
 	case p.TClass < 0 || p.TClass > 255:
 		return fmt.Errorf("traffic class %d outside 0..255", p.TClass)
 	case p.RetryCount < 0 || p.RetryCount > 7:
@@ -628,6 +645,9 @@ func (p *Params) finishExtra(fs *flag.FlagSet) error {
 	case p.WaitDestroy < 0:
 		return fmt.Errorf("wait_destroy %d must not be negative", p.WaitDestroy)
 	}
+	if err := p.finishRate(fs); err != nil {
+		return err
+	}
 	switch p.OutputOnly {
 	case "":
 	case "bandwidth", "message_rate":
@@ -640,6 +660,52 @@ func (p *Params) finishExtra(fs *flag.FlagSet) error {
 		}
 	default:
 		return errors.New("invalid verbosity level output flag. Please use bandwidth, latency, message_rate")
+	}
+	return nil
+}
+
+// finishRate checks the rate limiter's options as perftest does. Only the
+// software limiter (SW) is bench's: HW and PP would need a device that paces.
+func (p *Params) finishRate(fs *flag.FlagSet) error {
+	if fs.Lookup("rate_limit") == nil {
+		return nil
+	}
+	if fs.Changed("rate_limit") {
+		if p.RateLimit <= 0 {
+			return errors.New("rate limit must be non-negative")
+		}
+		if p.RateLimitType == "" {
+			p.RateLimitType = "HW" // perftest's default limiter
+		}
+	}
+	switch p.RateUnits {
+	case "M", "g", "p":
+	default:
+		return errors.New("invalid rate limit units. Please use M,g or p")
+	}
+	switch p.RateLimitType {
+	case "", "SW":
+	case "HW", "PP":
+		return fmt.Errorf("--rate_limit_type %s: xrnic has no hardware rate limiter (use SW)", p.RateLimitType)
+	default:
+		return errors.New("invalid rate limit type flag. Please use HW, SW or PP")
+	}
+	if p.BurstSize < 0 {
+		return fmt.Errorf("burst size %d must not be negative", p.BurstSize)
+	}
+	if p.BurstSize > 0 && p.RateLimitType == "" {
+		return errors.New("can't enable burst mode when rate limiter is off")
+	}
+	if t, _ := fs.GetInt("typical_pkt_size"); t != 0 {
+		return errors.New("typical packet size only supports PP rate limiter")
+	}
+	if p.RateLimitType == "SW" {
+		if p.Test.Verb == VerbAtomic || p.Test.Verb == VerbSend && p.Duplex {
+			return errors.New("SW Rate limiter cann't be executed on non-BW, ATOMIC or bidirectional SEND tests")
+		}
+		if p.RateLimit <= 0 {
+			return errors.New("--rate_limit_type SW needs --rate_limit")
+		}
 	}
 	return nil
 }
@@ -789,6 +855,9 @@ func (p *Params) forceDependencies() error {
 	if !p.DurationMode() && p.Iters > noPeakIters && !p.NoPeak && t.Kind == BW {
 		p.NoPeak = true
 	}
+	if p.BurstSize <= 0 {
+		p.BurstSize = p.TxDepth
+	}
 	return nil
 }
 
@@ -814,15 +883,16 @@ func (p *Params) forRole(server bool, serverName string) *Params {
 	q := *p
 	q.Warnings = nil
 	q.Local = false
-	if !server {
-		q.ServerName = serverName
-		return &q
+	q.ServerName = serverName
+	if server {
+		q.ServerName = ""
+		if q.DumpBuffer != "" {
+			q.DumpBuffer += ".server" // each side its own file
+		}
 	}
-	q.ServerName = ""
-	if q.DumpBuffer != "" {
-		q.DumpBuffer += ".server" // each side its own file
-	}
-	if q.Test.Verb.hasRecvComp() && q.Test.Kind == BW && !q.Duplex {
+	// The receiver of send_bw reports no peak (force_dependecies), which side
+	// that is with --reversed too.
+	if q.Server() && q.Test.Verb.hasRecvComp() && q.Test.Kind == BW && !q.Duplex {
 		q.NoPeak = true
 	}
 	return &q

@@ -9,10 +9,13 @@
 package perftest
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -96,6 +99,9 @@ func PrintTestInfo(w io.Writer, p *Params, in Info) {
 	}
 	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(p.RDMACM))
 	fmt.Fprintf(&b, " Data ex. method : %s", map[bool]string{false: "Ethernet", true: "rdma_cm"}[p.CommRDMACM])
+	if p.RDMACM && p.TOS >= 0 {
+		fmt.Fprintf(&b, " \tTOS    : %d", p.TOS)
+	}
 	if p.RDMACM && p.Server() {
 		b.WriteString("\n" + resultLine)
 		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
@@ -309,6 +315,30 @@ func ComputeLat(posted []int64, size, iters uint64, rtt bool) (r LatReport, unso
 }
 
 // LatLine formats one latency result.
+// scaled is r with its times multiplied by f (microseconds to cycles).
+func (r LatReport) scaled(f float64) LatReport {
+	r.Min, r.Max, r.Typical, r.Avg, r.SD, r.P99, r.P999 = r.Min*f, r.Max*f, r.Typical*f, r.Avg*f, r.SD*f, r.P99*f, r.P999*f
+	return r
+}
+
+// CPUMHz is the processor's clock in MHz as /proc/cpuinfo states it (the first
+// "cpu MHz" line), which perftest's -C counts cycles of.
+func CPUMHz() (float64, error) {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0, err
+	}
+	for l := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(l, ":")
+		if ok && strings.TrimSpace(k) == "cpu MHz" {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
+				return f, nil
+			}
+		}
+	}
+	return 0, errors.New("no \"cpu MHz\" in /proc/cpuinfo")
+}
+
 func LatLine(r LatReport) string {
 	return fmt.Sprintf(reportFmtLat, r.Size, r.Iters, r.Min, r.Max, r.Typical, r.Avg, r.SD, r.P99, r.P999) + "\n"
 }

@@ -61,7 +61,7 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, conn)
 	}
 	var c net.Conn
-	if p.Server() {
+	if p.Listens() {
 		var ln net.Listener
 		ln, err = net.Listen("tcp", ":"+strconv.Itoa(p.Port))
 		if err != nil {
@@ -78,7 +78,7 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		dev.Close()
 		return err
 	}
-	return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, NewConn(c, !p.Server()))
+	return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, NewConn(c, !p.Listens()))
 }
 
 // localMTU is this side's MTU before the exchange: the port's, or -m's if smaller.
@@ -94,7 +94,7 @@ func localMTU(p *Params, dev *verbs.Device) verbs.MTU {
 // the port and waits for the client, the client connects to the server's
 // address (an IPv4 one for a host name, as perftest's getaddrinfo asks).
 func openCM(ctx context.Context, p *Params, dev *verbs.Device, out io.Writer) (*Conn, error) {
-	if p.Server() {
+	if p.Listens() {
 		l, err := listenCM(dev, uint16(p.Port))
 		if err != nil {
 			return nil, err
@@ -459,6 +459,17 @@ func (s *session) printLat(r latResult, size uint64) error {
 		return s.writeJSON(JSONLatDur(p, s.info(), size, r.iters, r.sampleNs, rtt))
 	}
 	rep, unsorted, sorted := ComputeLat(r.posted, size, r.iters, rtt)
+	if p.Cycles {
+		// -C: the same figures in CPU cycles, under the same header, as
+		// perftest prints them.
+		rep = rep.scaled(s.mhz)
+		for i := range unsorted {
+			unsorted[i] *= s.mhz
+		}
+		for i := range sorted {
+			sorted[i] *= s.mhz
+		}
+	}
 	if p.Unsorted {
 		PrintSamples(s.out, unsorted)
 	}

@@ -475,6 +475,34 @@ func TestLocalReportOptions(t *testing.T) {
 		}
 	}
 	runLocalTest(t, "write_bw", "-w", "0.001", "-y", "0.000001", "-n", "50")
+	// --reversed: the side that connects is the test's server; in --local the
+	// client's output is shown, so it is the server's report (no TX depth).
+	for _, test := range []string{"write_bw", "send_bw", "send_lat"} {
+		out := runLocalTest(t, test, "--reversed", "-n", "100")
+		if strings.Contains(out, " TX depth ") {
+			t.Errorf("%s --reversed: the connecting side's header:\n%s", test, out)
+		}
+	}
+	// -C: the latencies in cycles, /proc/cpuinfo's MHz times the microseconds.
+	if mhz, err := CPUMHz(); err == nil {
+		out := runLocalTest(t, "read_lat", "-C", "-n", "100")
+		m := regexp.MustCompile(`(?m)^ 2 +100 +([\d.]+)`).FindStringSubmatch(out)
+		if v, _ := strconv.ParseFloat(m[1], 64); m == nil || v < mhz { // at least a microsecond's worth
+			t.Errorf("read_lat -C (CPU at %.0f MHz):\n%s", mhz, out)
+		}
+	}
+	// The software rate limiter: 12.5 MiB at 20 MB/s (perftest's MB is 2^20).
+	out = runLocalTest(t, "write_bw", "--rate_limit_type", "SW", "--rate_limit", "20", "--rate_units", "M", "-s", "65536", "-n", "200", "--burst_size", "4")
+	if f := strings.Fields(regexp.MustCompile(`(?m)^ 65536 .*$`).FindString(out)); len(f) != 5 {
+		t.Errorf("rate-limited write_bw:\n%s", out)
+	} else if avg, _ := strconv.ParseFloat(f[3], 64); avg > 22 {
+		t.Errorf("rate-limited to 20 MB/s, the average was %v MB/s:\n%s", avg, out)
+	}
+	// -T: rdma_cm's type of service, shown as perftest shows it.
+	out = runLocalTest(t, "write_bw", "-R", "-T", "32", "-n", "50")
+	if !strings.Contains(out, "Data ex. method : rdma_cm \tTOS    : 32\n") {
+		t.Errorf("write_bw -R -T 32:\n%s", out)
+	}
 	runLocalTest(t, "read_bw", "--dont_xchg_versions", "--perform_warm_up", "-n", "50")
 	runLocalTest(t, "send_lat", "--latency_gap", "50", "-n", "20")
 }

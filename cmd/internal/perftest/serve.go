@@ -29,7 +29,7 @@ func RunConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 		return &usageError{p.Test.Name, errors.New("-z and -R exchange over rdma_cm: this server's exchange is TCP")}
 	}
 	q := *p
-	conn := NewConn(c, !q.Server())
+	conn := NewConn(c, !q.Listens())
 	if q.ExchangeTimeout > 0 {
 		conn.Timeout = q.ExchangeTimeout
 	}

@@ -74,7 +74,8 @@ type session struct {
 	ctxErr   func() error
 	progress *progress
 
-	belowBW, belowRate bool // -w, -y: a result fell below the limit
+	belowBW, belowRate bool    // -w, -y: a result fell below the limit
+	mhz                float64 // -C: the CPU's clock
 
 }
 
@@ -134,6 +135,12 @@ func (s *session) setup() error {
 		return fmt.Errorf("GID index %d: %s has %d GIDs", s.gidIndex, s.name, len(gids))
 	}
 	s.gid = gids[s.gidIndex]
+	if p.Cycles {
+		var err error
+		if s.mhz, err = CPUMHz(); err != nil {
+			return fmt.Errorf("-C: %w", err)
+		}
+	}
 
 	// exchange_versions, check_version_compatibility, check_sys_data.
 	rv := 6.06
