@@ -271,6 +271,29 @@ func wcError(side string, wc *verbs.WC, scnt, ccnt uint64) error {
 		side, wc.Status, uint8(wc.Status), wc.VendorErr, wc.WRID, scnt, ccnt)
 }
 
+// wcErrorCause is wcError for a completion polled from one of the run's CQs
+// that, when it is a flush, adds the error that moved the QP to ERR if the
+// other CQ holds it: a loop polling receives first would otherwise report
+// only the flush that the send queue's failure caused.
+func (s *session) wcErrorCause(wc *verbs.WC, scnt, ccnt uint64) error {
+	err := wcError(s.side(), wc, scnt, ccnt)
+	if wc.Status != verbs.WCWRFlushErr {
+		return err
+	}
+	var more [pollBatch]verbs.WC
+	for _, c := range []*verbs.CQ{s.scq, s.rcq} {
+		for n := c.Poll(more[:]); n > 0; n = c.Poll(more[:]) {
+			for i := range more[:n] {
+				if w := &more[i]; w.Status != verbs.WCSuccess && w.Status != verbs.WCWRFlushErr {
+					return fmt.Errorf("%w; the cause, on QP %#x: %v (status %d, vendor error %#x), wr_id %d",
+						err, w.QPN, w.Status, uint8(w.Status), w.VendorErr, w.WRID)
+				}
+			}
+		}
+	}
+	return err
+}
+
 func (s *session) side() string {
 	if s.p.Server() {
 		return "server"
@@ -428,7 +451,7 @@ func (l *bwLoop) reapSends() (int, error) {
 	for k := 0; k < ne; k++ {
 		wc := &w.wc[k]
 		if wc.Status != verbs.WCStatus(0) {
-			return ne, wcError(s.side(), wc, l.totscnt, l.totccnt)
+			return ne, s.wcErrorCause(wc, l.totscnt, l.totccnt)
 		}
 		q := wc.WRID
 		w.ccnt[q] += l.cqMod
@@ -519,7 +542,7 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 			wc := &w.wc[k]
 			q := wc.WRID
 			if wc.Status != verbs.WCStatus(0) {
-				return res, wcError(s.side(), wc, rcnt, rcnt)
+				return res, s.wcErrorCause(wc, rcnt, rcnt)
 			}
 			w.rcnt[q]++
 			rcnt++
@@ -604,7 +627,7 @@ func (s *session) runBi(size uint64) (bwResult, error) {
 				wc := &w.wc[k]
 				q := wc.WRID
 				if wc.Status != verbs.WCStatus(0) {
-					return l.res, wcError(s.side(), wc, l.totscnt, totrcnt)
+					return l.res, s.wcErrorCause(wc, l.totscnt, totrcnt)
 				}
 				w.rcnt[q]++
 				totrcnt++
