@@ -11,7 +11,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -35,9 +38,50 @@ type durClock struct {
 	start, end atomic.Int64 // ns since the loop's base: the sample's bounds
 	done       chan struct{}
 	exited     chan struct{}
+	cpu        [2]cpuStat // --cpu_util: at the sample's start and stop; read once exited
 }
 
-func startDuration(base time.Time, duration, margin int) *durClock {
+// cpuStat is what perftest's get_cpu_stats takes of /proc/stat's first line:
+// the user time and the idle time, in ticks.
+type cpuStat struct{ user, idle int64 }
+
+func readCPUStat() cpuStat {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuStat{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle ...
+	if len(f) < 5 {
+		return cpuStat{}
+	}
+	u, _ := strconv.ParseInt(f[1], 10, 64)
+	i, _ := strconv.ParseInt(f[4], 10, 64)
+	return cpuStat{u, i}
+}
+
+// cpuUtil is calc_cpu_util: user time over user and idle time, in percent, of
+// the sample; 0 when there is none. Call it once the clock has stopped.
+func (d *durClock) cpuUtil() float64 {
+	if d == nil {
+		return 0
+	}
+	u, i := d.cpu[1].user-d.cpu[0].user, d.cpu[1].idle-d.cpu[0].idle
+	if u+i <= 0 {
+		return 0
+	}
+	return float64(u) / float64(u+i) * 100
+}
+
+// startDuration starts the session's clock for a run; --cpu_util reads the
+// processor's times as the sample starts and stops.
+func (s *session) startDuration(base time.Time) *durClock {
+	d := startDuration(base, s.p.Duration, s.p.Margin, s.p.CPUUtil)
+	s.lastClock = d
+	return d
+}
+
+func startDuration(base time.Time, duration, margin int, cpu bool) *durClock {
 	d := &durClock{done: make(chan struct{}), exited: make(chan struct{})}
 	go func() {
 		defer close(d.exited)
@@ -58,11 +102,17 @@ func startDuration(base time.Time, duration, margin int) *durClock {
 			return
 		}
 		d.start.Store(int64(time.Since(base)))
+		if cpu {
+			d.cpu[0] = readCPUStat()
+		}
 		d.state.Store(stSample)
 		if !wait(duration - 2*margin) {
 			return
 		}
 		d.end.Store(int64(time.Since(base)))
+		if cpu {
+			d.cpu[1] = readCPUStat()
+		}
 		d.state.Store(stStopSample)
 		if !wait(margin) {
 			return
@@ -382,7 +432,7 @@ func (s *session) newBWLoop(size uint64) bwLoop {
 	}
 	l.base = time.Now()
 	if l.dur {
-		l.dc = startDuration(l.base, p.Duration, p.Margin)
+		l.dc = s.startDuration(l.base)
 	} else if l.noPeak {
 		l.res.samples.Posted[0] = int64(time.Since(l.base))
 	}
@@ -533,7 +583,7 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 		if ne > 0 && first {
 			first = false
 			if dur {
-				dc = startDuration(base, p.Duration, p.Margin)
+				dc = s.startDuration(base)
 			} else {
 				res.samples.Posted[0] = int64(time.Since(base))
 			}
@@ -787,7 +837,7 @@ func (s *session) runLatWrite(size uint64) (latResult, error) {
 	base := time.Now()
 	var dc *durClock
 	if dur {
-		dc = startDuration(base, p.Duration, p.Margin)
+		dc = s.startDuration(base)
 		defer dc.stop()
 	}
 	var scnt, ccnt, rcnt uint64
@@ -858,7 +908,7 @@ func (s *session) runLat() (latResult, error) {
 	base := time.Now()
 	var dc *durClock
 	if dur {
-		dc = startDuration(base, p.Duration, p.Margin)
+		dc = s.startDuration(base)
 		defer dc.stop()
 	}
 	var scnt uint64
@@ -921,7 +971,7 @@ func (s *session) runLatSend(size uint64) (latResult, error) {
 			}
 			if ok {
 				if dur && dc == nil {
-					dc = startDuration(base, p.Duration, p.Margin)
+					dc = s.startDuration(base)
 				}
 				if wc.Status != verbs.WCStatus(0) {
 					return res, wcError(s.side(), wc, scnt, rcnt)

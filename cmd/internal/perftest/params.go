@@ -224,13 +224,15 @@ type Params struct {
 	LimitBW      float64 // -w: fail when the bandwidth ends below this (Gb/s)
 	LimitMsgRate float64 // -y: fail when the message rate ends below this (Mpps)
 	NoXchgVer    bool    // --dont_xchg_versions
+	CPUUtil      bool    // --cpu_util: a CPU utilization column (duration mode)
 	OutputOnly   string  // --output: bandwidth, message_rate or latency: print that figure alone
 	WarmUp       bool    // --perform_warm_up
 	WaitDestroy  int     // --wait_destroy: seconds before the resources go
 	LatencyGap   int     // --latency_gap: microseconds between latency iterations
 
-	// Warnings are the lines perftest prints while it parses.
-	Warnings []string
+	// Warnings are the lines perftest prints while it parses, on stdout;
+	// Notes the ones on stderr.
+	Warnings, Notes []string
 
 	// Bounds for a peer that is not trusted, set by the daemon's bench server
 	// (no flags): ExchangeTimeout bounds each prompt exchange (0: 30 s, as for
@@ -347,6 +349,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.IntVar(&p.TClass, "tclass", 0, "traffic class of the GRH (IPv4 TOS)")
 	fs.IntVarP(&p.TOS, "tos", "T", -1, "type of service of the rdma_cm QPs (-R), 0..255")
 	fs.IntVar(&p.RetryCount, "retry_count", defRetryCount, "retry count of rdma_cm's connection (-R)")
+	fs.BoolVar(&p.CPUUtil, "cpu_util", false, "with -D, show the CPU's utilization during the sample (/proc/stat's user over user and idle)")
 	fs.BoolVar(&p.NoXchgVer, "dont_xchg_versions", false, "do not exchange versions with the peer")
 	fs.StringVar(&p.OutputOnly, "output", "", "print only this figure: bandwidth, message_rate (BW) or latency (LAT)")
 	if t.Verb != VerbSend {
@@ -395,7 +398,6 @@ var refused = []refusedOption{
 	{"report-counters", "W", true, "no hardware counters files (the daemon's metrics have xrnic's)", nil},
 	{"hop_limit", "L", true, "Hop limit only valid for RawEth QP", nil},
 	{"flow_label", "", true, rawEth, nil},
-	{"cpu_util", "", false, "bench does not report CPU utilization", nil},
 	{"dlid", "", true, "an InfiniBand LID: xrnic is RoCE", nil},
 	{"inline_recv", "", true, "xrnic has no inline receive", nil},
 	{"mmap", "", true, "bench's buffers are its own memory", nil},
@@ -830,6 +832,11 @@ func (p *Params) forceDependencies() error {
 	if p.RecvPostList > 1 && !p.DurationMode() && p.Iters%uint64(p.RecvPostList) != 0 {
 		return errors.New("number of iterations must be a multiple of receive post list size")
 	}
+	if p.CPUUtil && !p.DurationMode() {
+		p.Warnings = append(p.Warnings, resultLine)
+		p.Notes = append(p.Notes, " CPU Utilization works only with Duration mode.\n")
+		p.CPUUtil = false
+	}
 	if p.DurationMode() && p.UseEvent {
 		return errors.New("duration mode doesn't work with events")
 	}
@@ -881,7 +888,7 @@ func (p *Params) fitUD(mtu int, errw io.Writer) error {
 // server-only dependencies applied to the server.
 func (p *Params) forRole(server bool, serverName string) *Params {
 	q := *p
-	q.Warnings = nil
+	q.Warnings, q.Notes = nil, nil
 	q.Local = false
 	q.ServerName = serverName
 	if server {

@@ -33,6 +33,9 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, w := range p.Warnings {
 		io.WriteString(out, w)
 	}
+	for _, n := range p.Notes {
+		io.WriteString(errw, n)
+	}
 	o := verbs.Options{Interface: p.Device, LinkKind: p.LinkKind,
 		Logf:   linkLog(errw),
 		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
@@ -255,7 +258,7 @@ func (s *session) writeJSON(text string) error {
 }
 
 func (s *session) printBW(my BWReport, rem *BWReport) error {
-	io.WriteString(s.out, BWLine(s.p.ReportGbits, my, rem))
+	io.WriteString(s.out, s.withCPU(BWLine(s.p.ReportGbits, my, rem)))
 	avg, rate := my.Avg, my.MsgRate
 	if rem != nil {
 		avg, rate = avg+rem.Avg, rate+rem.MsgRate
@@ -274,6 +277,28 @@ func (s *session) printBW(my BWReport, rem *BWReport) error {
 	return s.writeJSON(JSONBW(s.p, s.info(), my, rem))
 }
 
+// header writes a table's header, with --cpu_util's column in duration mode
+// (RESULT_EXT_CPU_UTIL).
+func (s *session) header(print func(io.Writer)) {
+	if !s.cpuColumn() {
+		print(s.out)
+		return
+	}
+	var b strings.Builder
+	print(&b)
+	io.WriteString(s.out, strings.TrimSuffix(b.String(), "\n")+"    CPU_Util[%]\n")
+}
+
+// withCPU adds --cpu_util's figure to a result line (REPORT_EXT_CPU_UTIL).
+func (s *session) withCPU(line string) string {
+	if !s.cpuColumn() {
+		return line
+	}
+	return strings.TrimSuffix(line, "\n") + fmt.Sprintf("\t    %-3.2f\n", s.lastClock.cpuUtil())
+}
+
+func (s *session) cpuColumn() bool { return s.p.CPUUtil && s.p.DurationMode() }
+
 // printBoth is --report-both: after a bidirectional run, each side's results
 // apart.
 func (s *session) printBoth(my, rem BWReport) {
@@ -285,7 +310,7 @@ func (s *session) printBoth(my, rem BWReport) {
 		rep   BWReport
 	}{{"Local", my}, {"Remote", rem}} {
 		io.WriteString(s.out, resultLine+"\n "+r.title+" results: \n")
-		PrintBWHeader(s.out, s.p.ReportGbits)
+		s.header(func(w io.Writer) { PrintBWHeader(w, s.p.ReportGbits) })
 		io.WriteString(s.out, BWLine(s.p.ReportGbits, r.rep, nil))
 	}
 }
@@ -312,7 +337,7 @@ func (s *session) flowRDMABW() error {
 	if err := s.prelude(false, false); err != nil {
 		return err
 	}
-	PrintBWHeader(s.out, p.ReportGbits)
+	s.header(func(w io.Writer) { PrintBWHeader(w, p.ReportGbits) })
 	if p.Server() && !p.Duplex {
 		// The server waits for the client's run and prints the client's report.
 		if err := s.sync(true); err != nil {
@@ -395,7 +420,7 @@ func (s *session) flowSendBW() error {
 	if err := s.prelude(false, true); err != nil {
 		return err
 	}
-	PrintBWHeader(s.out, p.ReportGbits)
+	s.header(func(w io.Writer) { PrintBWHeader(w, p.ReportGbits) })
 	for _, size := range s.sizes() {
 		if !p.Server() || p.Duplex {
 			s.setSendWRs(size)
@@ -455,7 +480,7 @@ func (s *session) printLat(r latResult, size uint64) error {
 	p := s.p
 	rtt := p.Test.Verb != VerbRead && p.Test.Verb != VerbAtomic
 	if p.DurationMode() {
-		io.WriteString(s.out, LatDurLine(size, r.iters, r.sampleNs, rtt))
+		io.WriteString(s.out, s.withCPU(LatDurLine(size, r.iters, r.sampleNs, rtt)))
 		return s.writeJSON(JSONLatDur(p, s.info(), size, r.iters, r.sampleNs, rtt))
 	}
 	rep, unsorted, sorted := ComputeLat(r.posted, size, r.iters, rtt)
@@ -492,7 +517,7 @@ func (s *session) flowWriteLat() error {
 		return err
 	}
 	s.setSendWRs(s.p.Size)
-	PrintLatHeader(s.out, s.p.DurationMode())
+	s.header(func(w io.Writer) { PrintLatHeader(w, s.p.DurationMode()) })
 	for _, size := range s.sizes() {
 		s.w.sge[0].Length = uint32(size)
 		var r latResult
@@ -520,7 +545,7 @@ func (s *session) flowReadLat() error {
 		PrintResultLine(s.out)
 		return nil
 	}
-	PrintLatHeader(s.out, s.p.DurationMode())
+	s.header(func(w io.Writer) { PrintLatHeader(w, s.p.DurationMode()) })
 	s.setSendWRs(s.p.Size)
 	for _, size := range s.sizes() {
 		s.w.sge[0].Length = uint32(size)
@@ -545,7 +570,7 @@ func (s *session) flowSendLat() error {
 	if err := s.prelude(false, true); err != nil {
 		return err
 	}
-	PrintLatHeader(s.out, s.p.DurationMode())
+	s.header(func(w io.Writer) { PrintLatHeader(w, s.p.DurationMode()) })
 	s.setSendWRs(s.p.Size)
 	for _, size := range s.sizes() {
 		s.w.sge[0].Length = uint32(size)
@@ -581,6 +606,9 @@ var localPairs = [][2]string{
 func runLocal(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, w := range p.Warnings {
 		io.WriteString(out, w)
+	}
+	for _, n := range p.Notes {
+		io.WriteString(errw, n)
 	}
 	srvSide, cliSide, err := oob.OpenLoopbackDevices(localPairs)
 	if err != nil {

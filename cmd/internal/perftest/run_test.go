@@ -498,6 +498,18 @@ func TestLocalReportOptions(t *testing.T) {
 	} else if avg, _ := strconv.ParseFloat(f[3], 64); avg > 22 {
 		t.Errorf("rate-limited to 20 MB/s, the average was %v MB/s:\n%s", avg, out)
 	}
+	// --cpu_util: a column in duration mode (user over user and idle time of
+	// the sample), nothing but perftest's note otherwise.
+	out = runLocalTest(t, "write_bw", "-D", "2", "--cpu_util")
+	m := regexp.MustCompile(`(?m)^ 65536 .*\t    ([\d.]+)$`).FindStringSubmatch(out)
+	if !strings.Contains(out, "MsgRate[Mpps]    CPU_Util[%]\n") || m == nil {
+		t.Errorf("write_bw -D 2 --cpu_util:\n%s", out)
+	} else if u, _ := strconv.ParseFloat(m[1], 64); u <= 0 || u > 100 {
+		t.Errorf("CPU utilization %v%%", u)
+	}
+	if out := runLocalTest(t, "write_bw", "-n", "50", "--cpu_util"); strings.Contains(out, "CPU_Util") {
+		t.Errorf("--cpu_util without -D:\n%s", out)
+	}
 	// -T: rdma_cm's type of service, shown as perftest shows it.
 	out = runLocalTest(t, "write_bw", "-R", "-T", "32", "-n", "50")
 	if !strings.Contains(out, "Data ex. method : rdma_cm \tTOS    : 32\n") {

@@ -75,7 +75,8 @@ type session struct {
 	progress *progress
 
 	belowBW, belowRate bool    // -w, -y: a result fell below the limit
-	mhz                float64 // -C: the CPU's clock
+	mhz                float64   // -C: the CPU's clock
+	lastClock          *durClock // the last run's duration clock (--cpu_util)
 
 }
 
