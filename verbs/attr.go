@@ -76,6 +76,10 @@ func MTUFromBytes(n int) (MTU, bool) { return qpattr.MTUFromBytes(n) }
 // UnmapBuffer after the region is deregistered.
 func MapBuffer(n int) ([]byte, error) { return mr.MapAnonymous(n) }
 
+// MapHugeBuffer is MapBuffer from 2 MiB huge pages (mr.MapAnonymousHuge): it
+// fails wrapping ErrNoMemory when the system has none free.
+func MapHugeBuffer(n int) ([]byte, error) { return mr.MapAnonymousHuge(n) }
+
 // UnmapBuffer frees a buffer from MapBuffer. It fails while a region uses it.
 func UnmapBuffer(b []byte) error { return mr.Unmap(b) }
 

@@ -37,12 +37,34 @@ func MapAnonymous(n int) ([]byte, error) { return mapAnonymous(n, false) }
 // EPERM or ENOMEM when RLIMIT_MEMLOCK is too small (and CAP_IPC_LOCK is missing).
 func MapAnonymousPinned(n int) ([]byte, error) { return mapAnonymous(n, true) }
 
+// HugePage is the size of the huge pages MapAnonymousHuge maps.
+const HugePage = 2 << 20
+
+// MapAnonymousHuge is MapAnonymous from the system's 2 MiB huge pages
+// (MAP_HUGETLB), n rounded up to whole pages; it fails with ErrNoMemory when
+// none are free (vm.nr_hugepages). The slice is n bytes long; Unmap frees the
+// whole mapping.
+func MapAnonymousHuge(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, errMapLen
+	}
+	b, err := mapFlags((n+HugePage-1)/HugePage*HugePage, unix.MAP_HUGETLB, false)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
 func mapAnonymous(n int, lock bool) ([]byte, error) {
 	if n <= 0 {
 		return nil, errMapLen
 	}
+	return mapFlags(n, 0, lock)
+}
+
+func mapFlags(n, flags int, lock bool) ([]byte, error) {
 	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE|flags)
 	if err != nil {
 		return nil, fmt.Errorf("mr: mmap %d bytes: %w: %w", n, ErrNoMemory, err)
 	}

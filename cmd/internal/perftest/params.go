@@ -225,6 +225,7 @@ type Params struct {
 	LimitMsgRate float64 // -y: fail when the message rate ends below this (Mpps)
 	NoXchgVer    bool    // --dont_xchg_versions
 	CPUUtil      bool    // --cpu_util: a CPU utilization column (duration mode)
+	HugePages    bool    // --use_hugepages
 	OutputOnly   string  // --output: bandwidth, message_rate or latency: print that figure alone
 	WarmUp       bool    // --perform_warm_up
 	WaitDestroy  int     // --wait_destroy: seconds before the resources go
@@ -349,6 +350,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.IntVar(&p.TClass, "tclass", 0, "traffic class of the GRH (IPv4 TOS)")
 	fs.IntVarP(&p.TOS, "tos", "T", -1, "type of service of the rdma_cm QPs (-R), 0..255")
 	fs.IntVar(&p.RetryCount, "retry_count", defRetryCount, "retry count of rdma_cm's connection (-R)")
+	fs.BoolVar(&p.HugePages, "use_hugepages", false, "allocate the buffers from huge pages (vm.nr_hugepages)")
 	fs.BoolVar(&p.CPUUtil, "cpu_util", false, "with -D, show the CPU's utilization during the sample (/proc/stat's user over user and idle)")
 	fs.BoolVar(&p.NoXchgVer, "dont_xchg_versions", false, "do not exchange versions with the peer")
 	fs.StringVar(&p.OutputOnly, "output", "", "print only this figure: bandwidth, message_rate (BW) or latency (LAT)")
@@ -404,7 +406,6 @@ var refused = []refusedOption{
 	{"mmap-offset", "", true, "bench's buffers are its own memory", nil},
 	{"mr_per_qp", "", false, "bench registers one MR for all QPs", nil},
 	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)", nil},
-	{"use_hugepages", "", false, "bench's buffers are not huge pages", nil},
 	{"run_infinitely", "", false, "bench runs for -n iterations or -D seconds", bwOnly},
 	{"use_ooo", "", false, "xrnic does not place out-of-order data", nil},
 	{"use_cuda", "", true, "CUDA not supported (no GPU memory)", nil},

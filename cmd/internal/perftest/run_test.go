@@ -547,3 +547,28 @@ func TestAliveCheck(t *testing.T) {
 		t.Errorf("RC: %v", err)
 	}
 }
+
+// TestHugePages: --use_hugepages takes the buffers from the system's huge
+// pages, and says so when there are none.
+func TestHugePages(t *testing.T) {
+	testutil.RequireRoot(t)
+	const knob = "/proc/sys/vm/nr_hugepages"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(knob, old, 0o644) })
+	set := func(n string) {
+		if err := os.WriteFile(knob, []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("0")
+	p := mustParse(t, "write_bw", "--local", "--progress", "off", "--use_hugepages", "-n", "20")
+	if err := Run(context.Background(), p, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "Please configure hugepages") {
+		t.Errorf("no huge pages: %v", err)
+	}
+	set("8") // two sides of 2 x 64 KiB each, a 2 MiB page apiece
+	out := runLocalTest(t, "write_bw", "--use_hugepages", "-n", "20")
+	checkShape(t, "write_bw --use_hugepages", out, 1)
+}

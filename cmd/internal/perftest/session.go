@@ -239,7 +239,11 @@ func (s *session) createBase() error {
 	if p.Conn == ConnUD {
 		size += uint64(s.cacheLine) // room for the GRH before the last receive
 	}
-	if s.buf, err = verbs.MapBuffer(int(size)); err != nil {
+	if p.HugePages {
+		if s.buf, err = verbs.MapHugeBuffer(int(size)); err != nil {
+			return fmt.Errorf("failed to allocate hugepages. Please configure hugepages: %w", err)
+		}
+	} else if s.buf, err = verbs.MapBuffer(int(size)); err != nil {
 		return err
 	}
 	// perftest's create_single_mr: random bytes, zeros for write_lat (whose
