@@ -74,7 +74,7 @@ type session struct {
 	ctxErr   func() error
 	progress *progress
 
-	belowBW, belowRate bool    // -w, -y: a result fell below the limit
+	belowBW, belowRate bool      // -w, -y: a result fell below the limit
 	mhz                float64   // -C: the CPU's clock
 	lastClock          *durClock // the last run's duration clock (--cpu_util)
 
