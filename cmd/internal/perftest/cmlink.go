@@ -569,7 +569,7 @@ func (s *session) acceptQPs() error {
 		s.qps = append(s.qps, qp)
 		i := len(s.qps) - 1
 		if s.udExchange() { // rdma_cm_request_ud_connection_parameters
-			rwr := [1]verbs.RecvWR{{SGL: []verbs.SGE{s.mr.SGE(uint64(i)*s.buffSize, udAddition+4)}}}
+			rwr := [1]verbs.RecvWR{{SGL: []verbs.SGE{s.sge(i, s.sendOff(i), udAddition+4)}}}
 			if _, err := qp.PostRecv(rwr[:]); err != nil {
 				return fmt.Errorf("failed to post receive for RDMA CM UD request connection parameters: %w", err)
 			}
@@ -604,7 +604,7 @@ func (s *session) udExchange() bool {
 func (s *session) sendUDParam(i int) error {
 	u := s.ud[i]
 	wr := [1]verbs.SendWR{{Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, ImmData: s.qps[i].QPN(),
-		SGL: []verbs.SGE{s.mr.SGE(uint64(i)*s.buffSize, 4)}, AH: u.ah, RemoteQPN: u.qpn, RemoteQKey: u.qkey}}
+		SGL: []verbs.SGE{s.sge(i, s.sendOff(i), 4)}, AH: u.ah, RemoteQPN: u.qpn, RemoteQKey: u.qkey}}
 	if _, err := s.qps[i].PostSend(wr[:]); err != nil {
 		return fmt.Errorf("failed to post send for RDMA CM UD send connection parameters: %w", err)
 	}
@@ -626,7 +626,7 @@ func (s *session) recvUDParam(i int) error {
 	if wc.Status != verbs.WCSuccess || !wc.Opcode.IsRecv() || wc.Flags&verbs.WCWithImm == 0 {
 		return fmt.Errorf("bad WQE status when trying to create AH for UD connection in RDMA CM: %v", wc.Status)
 	}
-	av, err := s.dev.AVFromWC(&wc, s.buf[uint64(i)*s.buffSize:][:udAddition])
+	av, err := s.dev.AVFromWC(&wc, s.buf[s.sendOff(i):][:udAddition])
 	if err != nil {
 		return err
 	}

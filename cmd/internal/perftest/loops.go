@@ -183,11 +183,11 @@ func (s *session) setSendWRs(size uint64) {
 	w.ccnt = make([]uint64, n)
 	walk := p.Test.Kind == BW && s.cycles(size)
 	for i := range n {
-		w.myAddr[i] = s.mr.Addr() + uint64(i)*s.buffSize
+		w.myAddr[i] = s.addr(s.sendOff(i))
 		w.remAddr[i] = s.rem[i].VAddr
 		for j := range pl {
 			k := i*pl + j
-			w.sge[k] = verbs.SGE{Addr: w.myAddr[i], Length: uint32(size), LKey: s.mr.LKey()}
+			w.sge[k] = s.sge(i, s.sendOff(i), uint32(size))
 			wr := &w.send[k]
 			wr.WRID = uint64(i)
 			wr.SGL = w.sge[k : k+1]
@@ -250,7 +250,7 @@ func (s *session) postRecvs(size uint64) error {
 	}
 	walk := p.Test.Kind == BW && s.cycles(size)
 	for i := range n {
-		w.rxAddr[i] = s.mr.Addr() + uint64(n+i)*s.buffSize
+		w.rxAddr[i] = s.addr(s.recvOff(i))
 		length := uint32(size)
 		if p.Conn == ConnUD { // the GRH lands in the cache line before the message
 			w.rxAddr[i] += uint64(s.cacheLine - udAddition)
@@ -258,7 +258,7 @@ func (s *session) postRecvs(size uint64) error {
 		}
 		for j := range rpl {
 			k := i*rpl + j
-			w.rsge[k] = verbs.SGE{Addr: w.rxAddr[i], Length: length, LKey: s.mr.LKey()}
+			w.rsge[k] = verbs.SGE{Addr: w.rxAddr[i], Length: length, LKey: s.mrOf(i).LKey()}
 			if j > 0 && walk {
 				w.rsge[k].Addr = w.rsge[k-1].Addr
 				s.advance(&w.rsge[k].Addr, size, uint64(j), w.rxAddr[i])
@@ -832,7 +832,7 @@ func (s *session) runLatWrite(size uint64) (latResult, error) {
 		wr.Flags |= verbs.SendInline
 	}
 	postIdx := int(size - 1)
-	pollIdx := int(uint64(p.QPs)*s.buffSize + size - 1)
+	pollIdx := int(s.recvOff(0) + size - 1)
 	server := p.Server()
 	base := time.Now()
 	var dc *durClock

@@ -226,6 +226,7 @@ type Params struct {
 	NoXchgVer    bool    // --dont_xchg_versions
 	CPUUtil      bool    // --cpu_util: a CPU utilization column (duration mode)
 	HugePages    bool    // --use_hugepages
+	MRPerQP      bool    // --mr_per_qp
 	OutputOnly   string  // --output: bandwidth, message_rate or latency: print that figure alone
 	WarmUp       bool    // --perform_warm_up
 	WaitDestroy  int     // --wait_destroy: seconds before the resources go
@@ -350,6 +351,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.IntVar(&p.TClass, "tclass", 0, "traffic class of the GRH (IPv4 TOS)")
 	fs.IntVarP(&p.TOS, "tos", "T", -1, "type of service of the rdma_cm QPs (-R), 0..255")
 	fs.IntVar(&p.RetryCount, "retry_count", defRetryCount, "retry count of rdma_cm's connection (-R)")
+	fs.BoolVar(&p.MRPerQP, "mr_per_qp", false, "one MR for each QP's buffer")
 	fs.BoolVar(&p.HugePages, "use_hugepages", false, "allocate the buffers from huge pages (vm.nr_hugepages)")
 	fs.BoolVar(&p.CPUUtil, "cpu_util", false, "with -D, show the CPU's utilization during the sample (/proc/stat's user over user and idle)")
 	fs.BoolVar(&p.NoXchgVer, "dont_xchg_versions", false, "do not exchange versions with the peer")
@@ -404,7 +406,6 @@ var refused = []refusedOption{
 	{"inline_recv", "", true, "xrnic has no inline receive", nil},
 	{"mmap", "", true, "bench's buffers are its own memory", nil},
 	{"mmap-offset", "", true, "bench's buffers are its own memory", nil},
-	{"mr_per_qp", "", false, "bench registers one MR for all QPs", nil},
 	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)", nil},
 	{"run_infinitely", "", false, "bench runs for -n iterations or -D seconds", bwOnly},
 	{"use_ooo", "", false, "xrnic does not place out-of-order data", nil},

@@ -572,3 +572,33 @@ func TestHugePages(t *testing.T) {
 	out := runLocalTest(t, "write_bw", "--use_hugepages", "-n", "20")
 	checkShape(t, "write_bw --use_hugepages", out, 1)
 }
+
+// TestMRPerQP: --mr_per_qp gives each QP its own MR (its own RKey on the
+// address lines), and every test runs on that layout.
+func TestMRPerQP(t *testing.T) {
+	rkeys := func(out string) map[string]bool {
+		m := map[string]bool{}
+		for _, k := range regexp.MustCompile(`(?m)^ local address: .* RKey (0x[0-9a-f]+) `).FindAllStringSubmatch(out, -1) {
+			m[k[1]] = true
+		}
+		return m
+	}
+	if n := len(rkeys(runLocalTest(t, "write_bw", "-q", "3", "-n", "50"))); n != 1 {
+		t.Errorf("one MR: %d RKeys", n)
+	}
+	out := runLocalTest(t, "write_bw", "-q", "3", "-n", "50", "--mr_per_qp")
+	if n := len(rkeys(out)); n != 3 {
+		t.Errorf("--mr_per_qp, 3 QPs: %d RKeys:\n%s", n, out)
+	}
+	for _, c := range [][]string{
+		{"read_bw", "-q", "2", "-b"}, {"send_bw", "-q", "2", "-b"}, {"send_bw", "-c", "UD", "-q", "2"},
+		{"atomic_bw", "-q", "2"}, {"write_lat"}, {"send_lat"}, {"read_lat"},
+	} {
+		out := runLocalTest(t, c[0], append(c[1:], "--mr_per_qp", "-n", "50")...)
+		if len(c) == 1 {
+			checkShape(t, c[0]+" --mr_per_qp", out, 1)
+		} else if !regexp.MustCompile(`(?m)^ \d+ +100 `).MatchString(out) {
+			t.Errorf("%s --mr_per_qp: no result line for 2 x 50 messages:\n%s", c, out)
+		}
+	}
+}

@@ -55,7 +55,7 @@ type session struct {
 
 	pd       *verbs.PD
 	buf      []byte // MapAnonymous memory
-	mr       *verbs.MR
+	mrs      []*verbs.MR // one, or with --mr_per_qp one per QP (QP i's send and receive halves)
 	buffSize uint64 // BUFF_SIZE(size, cycle_buffer): one QP's half of buf
 	scq, rcq *verbs.CQ
 	ch       *verbs.CompChannel // -e: the CQs' completion channel
@@ -78,6 +78,39 @@ type session struct {
 	mhz                float64   // -C: the CPU's clock
 	lastClock          *durClock // the last run's duration clock (--cpu_util)
 
+}
+
+// The buffer's layout (create_single_mr, or create_mr per QP with
+// --mr_per_qp): each QP has a send half and a receive half of buffSize bytes,
+// all send halves then all receive halves, or each QP's two halves together.
+func (s *session) sendOff(i int) uint64 {
+	if s.p.MRPerQP {
+		return uint64(2*i) * s.buffSize
+	}
+	return uint64(i) * s.buffSize
+}
+
+func (s *session) recvOff(i int) uint64 {
+	if s.p.MRPerQP {
+		return uint64(2*i+1) * s.buffSize
+	}
+	return uint64(s.p.QPs+i) * s.buffSize
+}
+
+// addr is the address of offset off in the buffer.
+func (s *session) addr(off uint64) uint64 { return s.mrs[0].Addr() + off }
+
+// mrOf is the MR that covers QP i's halves.
+func (s *session) mrOf(i int) *verbs.MR {
+	if s.p.MRPerQP {
+		return s.mrs[i]
+	}
+	return s.mrs[0]
+}
+
+// sge is length bytes at offset off of QP i's halves.
+func (s *session) sge(i int, off uint64, length uint32) verbs.SGE {
+	return verbs.SGE{Addr: s.addr(off), Length: length, LKey: s.mrOf(i).LKey()}
 }
 
 // udPeer is a UD QP's destination: perftest's ctx->ah, rem_qpn and remote_qkey.
@@ -225,7 +258,7 @@ func (s *session) setup() error {
 	s.rem = make([]Dest, p.QPs)
 	for i, qp := range s.qps {
 		s.my[i] = Dest{OutReads: uint16(s.outReads), QPN: qp.QPN(), PSN: rand.Uint32() & 0xffffff,
-			RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64(p.QPs+i)*s.buffSize, GID: s.gid}
+			RKey: s.mrOf(i).RKey(), VAddr: s.addr(s.recvOff(i)), GID: s.gid}
 	}
 	return nil
 }
@@ -257,8 +290,21 @@ func (s *session) createBase() error {
 		return err
 	}
 	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if s.mr, err = s.pd.RegMR(s.buf, 0, acc); err != nil {
-		return err
+	regions := [][]byte{s.buf}
+	if p.MRPerQP {
+		regions = regions[:0]
+		for i := range p.QPs {
+			// UD's GRH room at the end goes with every region.
+			end := min(uint64(2*(i+1))*s.buffSize+uint64(s.cacheLine), uint64(len(s.buf)))
+			regions = append(regions, s.buf[uint64(2*i)*s.buffSize:end])
+		}
+	}
+	for _, r := range regions {
+		m, err := s.pd.RegMR(r, 0, acc)
+		if err != nil {
+			return err
+		}
+		s.mrs = append(s.mrs, m)
 	}
 	scqe := p.TxDepth * p.QPs
 	rcqe := p.RxDepth * p.QPs
@@ -390,8 +436,8 @@ func (s *session) close() {
 	if s.srq != nil {
 		_ = s.srq.Destroy().Wait()
 	}
-	if s.mr != nil {
-		_ = s.mr.Dereg().Wait()
+	for _, m := range s.mrs {
+		_ = m.Dereg().Wait()
 	}
 	if s.scq != nil {
 		_ = s.scq.Destroy().Wait()
