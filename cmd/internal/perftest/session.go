@@ -54,9 +54,9 @@ type session struct {
 	inline                 int
 
 	pd       *verbs.PD
-	buf      []byte // MapAnonymous memory
+	buf      []byte      // MapAnonymous memory
 	mrs      []*verbs.MR // one, or with --mr_per_qp one per QP (QP i's send and receive halves)
-	buffSize uint64 // BUFF_SIZE(size, cycle_buffer): one QP's half of buf
+	buffSize uint64      // BUFF_SIZE(size, cycle_buffer): one QP's half of buf
 	scq, rcq *verbs.CQ
 	ch       *verbs.CompChannel // -e: the CQs' completion channel
 	srq      *verbs.SRQ         // --use-srq, on the sides that receive
