@@ -22,16 +22,17 @@ const (
 // directions at once (-b), so that every WR must complete successfully
 // however the wire behaves; the SEND receiver over four QPs with rxe sending,
 // which once ended in "remote invalid request" (issue 19); and data-checked
-// ping-pongs. The guest moves 20-40 MB/s under emulation: a window of 4 QPs x
-// 128 x 64 KiB would take it longer than perftest's 67 ms ACK timeout (-u
-// 14) to drain, so that every timeout resends the window (go-back-N) and
-// retry_cnt runs out on either side; -t 16 and -u 17 (0.5 s) keep the window
-// within what the timer allows, as one would for a slow peer.
+// ping-pongs. The guest moves 20-40 MB/s under emulation, less with netem: a
+// window of 4 QPs x 128 x 64 KiB would take it longer than perftest's 67 ms
+// ACK timeout (-u 14) to drain, so that every timeout resends the window
+// (go-back-N) and retry_cnt runs out on either side; -t 16 and -u 17 (0.5 s)
+// keep the window within what the timer allows, as one would for a slow
+// peer, and 16 KiB messages (16 packets) keep each run within minutes.
 var soakCases = []struct{ test, args string }{
-	{"send_bw", "-b -q 4 -s 65536 -n 300 -t 16 -u 17"},
-	{"write_bw", "-b -q 4 -s 65536 -n 300 -t 16 -u 17"},
-	{"read_bw", "-b -q 4 -s 65536 -n 300 -u 17"},
-	{"send_bw", "-q 4 -s 65536 -n 1000 -u 17"},
+	{"send_bw", "-b -q 4 -s 16384 -n 200 -t 16 -u 17"},
+	{"write_bw", "-b -q 4 -s 16384 -n 200 -t 16 -u 17"},
+	{"read_bw", "-b -q 4 -s 16384 -n 200 -u 17"},
+	{"send_bw", "-q 4 -s 16384 -n 500 -u 17"},
 }
 
 // impair puts the soak's impairment on both directions until the test ends.
