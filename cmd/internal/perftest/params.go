@@ -227,6 +227,8 @@ type Params struct {
 	CPUUtil      bool    // --cpu_util: a CPU utilization column (duration mode)
 	HugePages    bool    // --use_hugepages
 	MRPerQP      bool    // --mr_per_qp
+	Mmap         string  // --mmap: a file as the buffer
+	MmapOffset   uint64  // --mmap-offset
 	OutputOnly   string  // --output: bandwidth, message_rate or latency: print that figure alone
 	WarmUp       bool    // --perform_warm_up
 	WaitDestroy  int     // --wait_destroy: seconds before the resources go
@@ -351,6 +353,8 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.IntVar(&p.TClass, "tclass", 0, "traffic class of the GRH (IPv4 TOS)")
 	fs.IntVarP(&p.TOS, "tos", "T", -1, "type of service of the rdma_cm QPs (-R), 0..255")
 	fs.IntVar(&p.RetryCount, "retry_count", defRetryCount, "retry count of rdma_cm's connection (-R)")
+	fs.StringVar(&p.Mmap, "mmap", "", "use this file, mapped shared, as the buffer")
+	fs.Uint64Var(&p.MmapOffset, "mmap-offset", 0, "offset of the buffer in the --mmap file (a multiple of the page size)")
 	fs.BoolVar(&p.MRPerQP, "mr_per_qp", false, "one MR for each QP's buffer")
 	fs.BoolVar(&p.HugePages, "use_hugepages", false, "allocate the buffers from huge pages (vm.nr_hugepages)")
 	fs.BoolVar(&p.CPUUtil, "cpu_util", false, "with -D, show the CPU's utilization during the sample (/proc/stat's user over user and idle)")
@@ -404,8 +408,6 @@ var refused = []refusedOption{
 	{"flow_label", "", true, rawEth, nil},
 	{"dlid", "", true, "an InfiniBand LID: xrnic is RoCE", nil},
 	{"inline_recv", "", true, "xrnic has no inline receive", nil},
-	{"mmap", "", true, "bench's buffers are its own memory", nil},
-	{"mmap-offset", "", true, "bench's buffers are its own memory", nil},
 	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)", nil},
 	{"run_infinitely", "", false, "bench runs for -n iterations or -D seconds", bwOnly},
 	{"use_ooo", "", false, "xrnic does not place out-of-order data", nil},
@@ -621,6 +623,9 @@ func (p *Params) finishExtra(fs *flag.FlagSet) error {
 	}
 	if k, _ := fs.GetInt("pkey_index"); k != 0 {
 		return fmt.Errorf("P_Key index %d: xrnic devices have one P_Key (index 0)", k)
+	}
+	if p.Mmap != "" && (p.HugePages || p.Local) {
+		return errors.New("--mmap maps one side's buffer from a file: not with --use_hugepages or --local")
 	}
 	if fs.Lookup("post_list") == nil {
 		p.PostList, p.RecvPostList = 1, 1 // latency tests have no lists

@@ -13,9 +13,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/verbs"
@@ -70,7 +74,8 @@ type session struct {
 	stop     atomic.Bool // set when the run must end: cancelled, or the peer left
 	peerGone atomic.Bool
 	// haltCtx ends a wait on ch when the run must end (watch cancels it).
-	haltCtx  context.Context
+	haltCtx    context.Context
+	fileMapped bool // --mmap: buf is the file's mapping
 	ctxErr   func() error
 	progress *progress
 
@@ -272,16 +277,25 @@ func (s *session) createBase() error {
 	if p.Conn == ConnUD {
 		size += uint64(s.cacheLine) // room for the GRH before the last receive
 	}
-	if p.HugePages {
+	switch {
+	case p.Mmap != "":
+		if s.buf, err = mapFile(p.Mmap, int64(p.MmapOffset), int(size)); err != nil {
+			return err
+		}
+		s.fileMapped = true
+		fmt.Fprintf(s.out, "allocated mmap buffer of size %d at %p\n", size, unsafe.SliceData(s.buf))
+	case p.HugePages:
 		if s.buf, err = verbs.MapHugeBuffer(int(size)); err != nil {
 			return fmt.Errorf("failed to allocate hugepages. Please configure hugepages: %w", err)
 		}
-	} else if s.buf, err = verbs.MapBuffer(int(size)); err != nil {
-		return err
+	default:
+		if s.buf, err = verbs.MapBuffer(int(size)); err != nil {
+			return err
+		}
 	}
 	// perftest's create_single_mr: random bytes, zeros for write_lat (whose
-	// polling watches the last byte change).
-	if p.Test.Verb != VerbWrite || p.Test.Kind != Lat {
+	// polling watches the last byte change); a file's bytes stay its own.
+	if p.Mmap == "" && (p.Test.Verb != VerbWrite || p.Test.Kind != Lat) {
 		var seed [32]byte
 		binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
 		_, _ = rand.NewChaCha8(seed).Read(s.buf)
@@ -464,10 +478,37 @@ func (s *session) destroyAHs() {
 
 // unmap frees the memory once the device is closed (no engine holds a slice).
 func (s *session) unmap() {
-	if s.buf != nil {
+	switch {
+	case s.buf == nil:
+	case s.fileMapped:
+		_ = unix.Munmap(s.buf)
+	default:
 		_ = verbs.UnmapBuffer(s.buf)
-		s.buf = nil
 	}
+	s.buf = nil
+}
+
+// mapFile is pp_init_mmap: n bytes of the file at offset, shared, as the
+// test's buffer. A file shorter than that is refused: touching a shared
+// mapping past its end would kill the process (SIGBUS).
+func mapFile(name string, offset int64, n int) ([]byte, error) {
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("unable to open '%s': %w", name, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("unable to open '%s': %w", name, err)
+	}
+	if fi.Mode().IsRegular() && fi.Size() < offset+int64(n) {
+		return nil, fmt.Errorf("unable to mmap '%s': %d bytes from offset %d, the file has %d", name, n, offset, fi.Size())
+	}
+	b, err := unix.Mmap(int(f.Fd()), offset, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("unable to mmap '%s': %w", name, err)
+	}
+	return b, nil
 }
 
 // shakeAll is the per-QP handshake loop.
