@@ -76,8 +76,8 @@ type session struct {
 	// haltCtx ends a wait on ch when the run must end (watch cancels it).
 	haltCtx    context.Context
 	fileMapped bool // --mmap: buf is the file's mapping
-	ctxErr   func() error
-	progress *progress
+	ctxErr     func() error
+	progress   *progress
 
 	belowBW, belowRate bool      // -w, -y: a result fell below the limit
 	mhz                float64   // -C: the CPU's clock
