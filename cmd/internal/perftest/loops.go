@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -558,6 +559,85 @@ func (s *session) runBW(size uint64) (bwResult, error) {
 		}
 	}
 	return l.finish(), nil
+}
+
+// infiniteReport prints --run_infinitely's line for the period that ends now:
+// the messages completed since the last one (print_bw_infinite_mode).
+type infiniteReport struct {
+	next, start time.Time
+	last        uint64
+}
+
+func (s *session) newInfiniteReport() infiniteReport {
+	now := time.Now()
+	return infiniteReport{next: now.Add(time.Duration(s.p.Period) * time.Second), start: now}
+}
+
+// tick prints a line once the period is over; count is every message so far.
+func (r *infiniteReport) tick(s *session, size, count uint64) {
+	now := time.Now()
+	if now.Before(r.next) {
+		return
+	}
+	n := count - r.last
+	smp := BWSamples{Posted: []int64{0}, Completed: []int64{int64(now.Sub(r.start))}}
+	io.WriteString(s.out, BWLine(s.p.ReportGbits, ComputeBW(&smp, size, n, s.p.CQMod, true, s.p.ReportGbits), nil))
+	r.last, r.start, r.next = count, now, now.Add(time.Duration(s.p.Period)*time.Second)
+}
+
+// runBWInfinite is run_iter_bw_infinitely: run_iter_bw without an end, a
+// report every period, until the run is stopped.
+func (s *session) runBWInfinite(size uint64) error {
+	l := s.newBWLoop(size)
+	l.dur = true // post for ever: no iteration count
+	rep := s.newInfiniteReport()
+	for {
+		if err := l.postSends(); err != nil {
+			return err
+		}
+		ne, err := l.reapSends()
+		if err != nil {
+			return err
+		}
+		rep.tick(s, size, l.totccnt)
+		if ne == 0 {
+			if s.halted() {
+				return s.aborted()
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// runBWServerInfinite is run_iter_bw_infinitely_server: receive and post again
+// for ever, a report every period.
+func (s *session) runBWServerInfinite(size uint64) error {
+	w := &s.w
+	walk := s.cycles(size)
+	rep := s.newInfiniteReport()
+	var rcnt uint64
+	for {
+		ne := s.rcq.Poll(w.wc[:])
+		for k := 0; k < ne; k++ {
+			wc := &w.wc[k]
+			if wc.Status != verbs.WCStatus(0) {
+				return s.wcErrorCause(wc, rcnt, rcnt)
+			}
+			q := wc.WRID
+			w.rcnt[q]++
+			rcnt++
+			if err := s.repost(int(q), size, walk, true); err != nil {
+				return err
+			}
+		}
+		rep.tick(s, size, rcnt)
+		if ne == 0 {
+			if s.halted() {
+				return s.aborted()
+			}
+			runtime.Gosched()
+		}
+	}
 }
 
 // runBWServer is run_iter_bw_server: count receives and post them again; the

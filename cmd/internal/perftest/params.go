@@ -227,6 +227,8 @@ type Params struct {
 	CPUUtil      bool    // --cpu_util: a CPU utilization column (duration mode)
 	HugePages    bool    // --use_hugepages
 	MRPerQP      bool    // --mr_per_qp
+	Infinite     bool    // --run_infinitely: a report every Period until interrupted
+	Period       int     // --run_infinitely's period: -D, or 5 s
 	Mmap         string  // --mmap: a file as the buffer
 	MmapOffset   uint64  // --mmap-offset
 	OutputOnly   string  // --output: bandwidth, message_rate or latency: print that figure alone
@@ -340,6 +342,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 		fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b, print each side's results apart")
 		fs.Float64VarP(&p.LimitBW, "limit_bw", "w", 0, "fail if the average bandwidth is below this")
 		fs.Float64VarP(&p.LimitMsgRate, "limit_msgrate", "y", 0, "fail if the message rate (Mpps) is below this")
+		fs.BoolVar(&p.Infinite, "run_infinitely", false, "run until interrupted, printing the bandwidth of every -D seconds (default 5)")
 		fs.Float64Var(&p.RateLimit, "rate_limit", 0, "send at most this rate (--rate_units)")
 		fs.StringVar(&p.RateUnits, "rate_units", "g", "units of --rate_limit: M (MB/s), g (Gb/s) or p (packets/s)")
 		fs.StringVar(&p.RateLimitType, "rate_limit_type", "", "SW (bench paces its bursts); HW and PP need a device that paces")
@@ -409,7 +412,6 @@ var refused = []refusedOption{
 	{"dlid", "", true, "an InfiniBand LID: xrnic is RoCE", nil},
 	{"inline_recv", "", true, "xrnic has no inline receive", nil},
 	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)", nil},
-	{"run_infinitely", "", false, "bench runs for -n iterations or -D seconds", bwOnly},
 	{"use_ooo", "", false, "xrnic does not place out-of-order data", nil},
 	{"use_cuda", "", true, "CUDA not supported (no GPU memory)", nil},
 	{"use_cuda_bus_id", "", true, "CUDA not supported (no GPU memory)", nil},
@@ -843,6 +845,23 @@ func (p *Params) forceDependencies() error {
 		p.Warnings = append(p.Warnings, resultLine)
 		p.Notes = append(p.Notes, " CPU Utilization works only with Duration mode.\n")
 		p.CPUUtil = false
+	}
+	if p.Infinite {
+		// perftest's RUN_INFINITELY dependencies; -D is the report period.
+		switch {
+		case p.UseEvent:
+			return errors.New("run_infinitely does not support events feature yet")
+		case p.Duplex && t.Verb == VerbSend:
+			return errors.New("run_infinitely mode is not supported in SEND Bidirectional BW test")
+		case p.RateLimitType != "":
+			return errors.New("run_infinitely does not support rate limit feature yet")
+		case p.All:
+			return errors.New("run_infinitely runs one size: not with -a")
+		}
+		p.Period, p.Duration, p.NoPeak = p.Duration, 0, true
+		if p.Period == 0 {
+			p.Period = defDuration
+		}
 	}
 	if p.DurationMode() && p.UseEvent {
 		return errors.New("duration mode doesn't work with events")

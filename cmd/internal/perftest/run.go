@@ -371,6 +371,9 @@ func (s *session) flowRDMABW() error {
 					return err
 				}
 			}
+			if p.Infinite {
+				return s.runBWInfinite(size)
+			}
 			r, err = s.runBW(size)
 			return err
 		})
@@ -436,6 +439,10 @@ func (s *session) flowSendBW() error {
 		var r bwResult
 		err := s.watch(func() (err error) {
 			switch {
+			case p.Infinite && p.Server():
+				return s.runBWServerInfinite(size)
+			case p.Infinite:
+				return s.runBWInfinite(size)
 			case p.Duplex:
 				r, err = s.runBi(size)
 			case p.Server():

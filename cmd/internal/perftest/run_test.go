@@ -659,3 +659,27 @@ func TestMmapBuffer(t *testing.T) {
 		t.Errorf("mapping past the end: %v", err)
 	}
 }
+
+// TestRunInfinitely: a line every -D seconds until the run is stopped, for
+// the RDMA tests and SEND's receiver alike.
+func TestRunInfinitely(t *testing.T) {
+	for _, test := range []string{"write_bw", "send_bw"} {
+		p := mustParse(t, test, "--local", "--progress", "off", "--run_infinitely", "-D", "1", "-s", "4096")
+		ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+		var out testutil.SyncBuffer
+		err := Run(ctx, p, &out, io.Discard)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s --run_infinitely: %v, want the run to go on until stopped", test, err)
+		}
+		lines := regexp.MustCompile(`(?m)^ 4096 +(\d+) +0\.00 +([\d.]+)`).FindAllStringSubmatch(out.String(), -1)
+		if len(lines) < 2 {
+			t.Errorf("%s --run_infinitely -D 1 for 3.5 s: %d result lines:\n%s", test, len(lines), out.String())
+		}
+		for _, l := range lines {
+			if n, _ := strconv.Atoi(l[1]); n <= 0 {
+				t.Errorf("%s: a period with %s messages", test, l[1])
+			}
+		}
+	}
+}
