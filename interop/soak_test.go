@@ -14,7 +14,7 @@ import (
 // what delaying xrnic's frames would take: no netem here, no ifb there; and
 // AF_XDP transmits past vb0's qdisc.)
 const (
-	soakNetem = "delay 2ms 1ms loss 1% reorder 10% 50%"
+	soakNetem = "limit 10000 delay 1ms 500us loss 0.5% reorder 2% 25%"
 	soakDrop  = 0.01
 )
 
@@ -29,8 +29,8 @@ const (
 // keep the window within what the timer allows, as one would for a slow
 // peer, and 16 KiB messages (16 packets) keep each run within minutes.
 var soakCases = []struct{ test, args string }{
-	{"send_bw", "-b -q 4 -s 16384 -n 200 -t 16 -u 17"},
-	{"write_bw", "-b -q 4 -s 16384 -n 200 -t 16 -u 17"},
+	{"send_bw", "-b -q 4 -s 16384 -n 200 -t 8 -u 17"},
+	{"write_bw", "-b -q 4 -s 16384 -n 200 -t 8 -u 17"},
 	{"read_bw", "-b -q 4 -s 16384 -n 200 -u 17"},
 	{"send_bw", "-q 4 -s 16384 -n 500 -u 17"},
 }
