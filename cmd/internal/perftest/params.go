@@ -374,9 +374,6 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.Bool("disable_pcie_relaxed", false, "no PCIe relaxed ordering (xrnic has no PCIe)")
 	for i := range refused {
 		r := &refused[i]
-		if r.applies != nil && !r.applies(t) {
-			continue
-		}
 		if r.arg {
 			fs.StringP(r.name, r.short, "", "refused: "+r.why)
 		} else {
@@ -393,67 +390,63 @@ type refusedOption struct {
 	name, short string
 	arg         bool
 	why         string
-	applies     func(Test) bool // nil: every test
 }
-
-func bwOnly(t Test) bool  { return t.Kind == BW }
-func latOnly(t Test) bool { return t.Kind == Lat }
 
 const rawEth = "a raw Ethernet option: bench has no raw_ethernet tests"
 
 var refused = []refusedOption{
-	{"mcg", "g", false, "xrnic has no multicast groups", nil},
-	{"MGID", "M", true, "xrnic has no multicast groups", nil},
-	{"dualport", "O", false, "xrnic devices have one port", nil},
-	{"report-per-port", "", false, "xrnic devices have one port", nil},
-	{"report-counters", "W", true, "no hardware counters files (the daemon's metrics have xrnic's)", nil},
-	{"hop_limit", "L", true, "Hop limit only valid for RawEth QP", nil},
-	{"flow_label", "", true, rawEth, nil},
-	{"dlid", "", true, "an InfiniBand LID: xrnic is RoCE", nil},
-	{"inline_recv", "", true, "xrnic has no inline receive", nil},
-	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)", nil},
-	{"use_ooo", "", false, "xrnic does not place out-of-order data", nil},
-	{"use_cuda", "", true, "CUDA not supported (no GPU memory)", nil},
-	{"use_cuda_bus_id", "", true, "CUDA not supported (no GPU memory)", nil},
-	{"use_cuda_dmabuf", "", false, "CUDA not supported (no GPU memory)", nil},
-	{"use_rocm", "", true, "ROCm not supported (no GPU memory)", nil},
-	{"log_dci_streams", "", true, "a DC option: xrnic has no DC transport", nil},
-	{"log_active_dci_streams", "", true, "a DC option: xrnic has no DC transport", nil},
-	{"aes_xts", "", false, "aes_xts not supported", nil},
-	{"encrypt_on_tx", "", false, "aes_xts not supported", nil},
-	{"sig_before", "", false, "aes_xts not supported", nil},
-	{"aes_block_size", "", true, "aes_xts not supported", nil},
-	{"kek_path", "", true, "aes_xts not supported", nil},
-	{"credentials_path", "", true, "aes_xts not supported", nil},
-	{"data_enc_keys_number", "", true, "aes_xts not supported", nil},
-	{"data_enc_key_app_path", "", true, "aes_xts not supported", nil},
-	{"source_mac", "B", true, rawEth, nil},
-	{"dest_mac", "E", true, rawEth, nil},
-	{"dest_ip", "J", true, rawEth, nil},
-	{"source_ip", "j", true, rawEth, nil}, // getopt_long takes this one, not rdma_cm's --source_ip
-	{"dest_port", "K", true, rawEth, nil},
-	{"source_port", "k", true, rawEth, nil},
-	{"ethertype", "Y", true, rawEth, nil},
-	{"server", "Z", false, rawEth, nil},
-	{"client", "P", false, rawEth, nil},
-	{"mac_fwd", "v", false, rawEth, nil},
-	{"use_rss", "G", false, rawEth, nil},
-	{"remote_mac", "", true, rawEth, nil},
-	{"local_mac", "", true, rawEth, nil},
-	{"remote_ip", "", true, rawEth, nil},
-	{"local_ip", "", true, rawEth, nil},
-	{"remote_port", "", true, rawEth, nil},
-	{"local_port", "", true, rawEth, nil},
-	{"tcp", "", false, rawEth, nil},
-	{"raw_ipv6", "", false, rawEth, nil},
-	{"promiscuous", "", false, rawEth, nil},
-	{"sniffer", "", false, rawEth, nil},
-	{"raw_mcast", "", false, rawEth, nil},
-	{"flows", "", true, rawEth, nil},
-	{"flows_burst", "", true, rawEth, nil},
-	{"reply_every", "", true, rawEth, nil},
-	{"vlan_en", "", false, rawEth, nil},
-	{"vlan_pcp", "", true, rawEth, nil},
+	{"mcg", "g", false, "xrnic has no multicast groups"},
+	{"MGID", "M", true, "xrnic has no multicast groups"},
+	{"dualport", "O", false, "xrnic devices have one port"},
+	{"report-per-port", "", false, "xrnic devices have one port"},
+	{"report-counters", "W", true, "no hardware counters files (the daemon's metrics have xrnic's)"},
+	{"hop_limit", "L", true, "Hop limit only valid for RawEth QP"},
+	{"flow_label", "", true, rawEth},
+	{"dlid", "", true, "an InfiniBand LID: xrnic is RoCE"},
+	{"inline_recv", "", true, "xrnic has no inline receive"},
+	{"odp", "", false, "xrnic has no on-demand paging (ODP is not supported)"},
+	{"use_ooo", "", false, "xrnic does not place out-of-order data"},
+	{"use_cuda", "", true, "CUDA not supported (no GPU memory)"},
+	{"use_cuda_bus_id", "", true, "CUDA not supported (no GPU memory)"},
+	{"use_cuda_dmabuf", "", false, "CUDA not supported (no GPU memory)"},
+	{"use_rocm", "", true, "ROCm not supported (no GPU memory)"},
+	{"log_dci_streams", "", true, "a DC option: xrnic has no DC transport"},
+	{"log_active_dci_streams", "", true, "a DC option: xrnic has no DC transport"},
+	{"aes_xts", "", false, "aes_xts not supported"},
+	{"encrypt_on_tx", "", false, "aes_xts not supported"},
+	{"sig_before", "", false, "aes_xts not supported"},
+	{"aes_block_size", "", true, "aes_xts not supported"},
+	{"kek_path", "", true, "aes_xts not supported"},
+	{"credentials_path", "", true, "aes_xts not supported"},
+	{"data_enc_keys_number", "", true, "aes_xts not supported"},
+	{"data_enc_key_app_path", "", true, "aes_xts not supported"},
+	{"source_mac", "B", true, rawEth},
+	{"dest_mac", "E", true, rawEth},
+	{"dest_ip", "J", true, rawEth},
+	{"source_ip", "j", true, rawEth}, // getopt_long takes this one, not rdma_cm's --source_ip
+	{"dest_port", "K", true, rawEth},
+	{"source_port", "k", true, rawEth},
+	{"ethertype", "Y", true, rawEth},
+	{"server", "Z", false, rawEth},
+	{"client", "P", false, rawEth},
+	{"mac_fwd", "v", false, rawEth},
+	{"use_rss", "G", false, rawEth},
+	{"remote_mac", "", true, rawEth},
+	{"local_mac", "", true, rawEth},
+	{"remote_ip", "", true, rawEth},
+	{"local_ip", "", true, rawEth},
+	{"remote_port", "", true, rawEth},
+	{"local_port", "", true, rawEth},
+	{"tcp", "", false, rawEth},
+	{"raw_ipv6", "", false, rawEth},
+	{"promiscuous", "", false, rawEth},
+	{"sniffer", "", false, rawEth},
+	{"raw_mcast", "", false, rawEth},
+	{"flows", "", true, rawEth},
+	{"flows_burst", "", true, rawEth},
+	{"reply_every", "", true, rawEth},
+	{"vlan_en", "", false, rawEth},
+	{"vlan_pcp", "", true, rawEth},
 }
 
 // finish applies defaults and perftest's checks and dependencies.

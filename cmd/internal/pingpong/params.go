@@ -141,9 +141,9 @@ const (
 
 // extra are the flags only some examples have, and what xrnic refuses.
 type extra struct {
-	mtu                             int
-	odp, iodp, prefetch, ts, dm, ns bool
-	lk                              string
+	mtu                         int
+	odp, iodp, prefetch, ts, dm bool
+	lk                          string
 }
 
 func newFlagSet(p *Params, x *extra) *flag.FlagSet {
