@@ -168,7 +168,7 @@ func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 		return err
 	}
 	if err := s.flow(); err != nil {
-		return err
+		return s.mismatchHint(err)
 	}
 	if err := s.limits(); err != nil {
 		return err
@@ -181,6 +181,25 @@ func runConn(ctx context.Context, p *Params, out, errw io.Writer, dev *verbs.Dev
 		}
 	}
 	return nil
+}
+
+// mismatchHint names the likely cause when a run breaks off after the
+// exchange of versions: perftest's exchange carries neither the test nor its
+// options, so a peer running another test (or -c, -b, -q) shows only as a
+// handshake that never comes or a first completion in error.
+func (s *session) mismatchHint(err error) error {
+	if s.ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	p := s.p
+	opts := "-c " + p.Conn.String()
+	if p.Duplex {
+		opts += " -b"
+	}
+	if p.QPs > 1 {
+		opts += fmt.Sprintf(" -q %d", p.QPs)
+	}
+	return fmt.Errorf("%w (is the other side running %s with %s too? perftest's exchange does not say)", err, p.Test.Name, opts)
 }
 
 // flow runs the test's exchange and measurement.
