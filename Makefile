@@ -61,7 +61,7 @@ generate-check:
 # and ib_write_bw in the guest against bench, both roles, RoCE MTU 1024 and 4096.
 # Captures, both sides' output and ICRC reports land in artifacts/interop/.
 interop:
-	$(GO) test -tags interop -count=1 -timeout 25m -v ./interop/
+	$(GO) test -tags interop -count=1 -timeout 40m -v ./interop/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./nic/...

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -127,15 +128,41 @@ func OpenLoopbackDevices(pairs [][2]string) (srv, cli *Side, err error) {
 	return srv, cli, nil
 }
 
-// CreatePcap creates the file of a command's --pcap option; "" is none (nil,
-// nil). The caller closes it after the device it records.
-func CreatePcap(path string) (*os.File, error) {
-	if path == "" {
-		return nil, nil
+// OpenDevice opens the device of a command's -d on iface: the link its
+// --link asks for, the link's report of its choice on errw (AF_XDP, or why the
+// UDP fallback), and with pcap (--pcap) every frame recorded to that file. The
+// file is closed after the device, when the device's Close is done: callers
+// close the device with closeDev.
+func OpenDevice(iface string, kind link.Kind, pcap string, errw io.Writer) (dev *verbs.Device, closeDev func(), err error) {
+	o := verbs.Options{Interface: iface, LinkKind: kind, Logf: linkLog(errw),
+		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
+	var f *os.File
+	if pcap != "" {
+		if f, err = os.Create(pcap); err != nil {
+			return nil, nil, fmt.Errorf("--pcap: %w", err)
+		}
+		o.Pcap = f
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("--pcap: %w", err)
+	if dev, err = verbs.Open(o); err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, fmt.Errorf("device %s: %w", iface, err)
 	}
-	return f, nil
+	return dev, func() {
+		dev.Close() // flushes the capture
+		if f != nil {
+			f.Close()
+		}
+	}, nil
+}
+
+// linkLog passes on the link's report of its choice and drops the goroutine
+// start and stop lines.
+func linkLog(w io.Writer) func(string, ...any) {
+	return func(f string, a ...any) {
+		if m := fmt.Sprintf(f, a...); strings.HasPrefix(m, "xrnic: ") {
+			fmt.Fprintln(w, m)
+		}
+	}
 }

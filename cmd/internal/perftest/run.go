@@ -36,39 +36,28 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, n := range p.Notes {
 		io.WriteString(errw, n)
 	}
-	o := verbs.Options{Interface: p.Device, LinkKind: p.LinkKind,
-		Logf:   linkLog(errw),
-		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
-	pcap, err := oob.CreatePcap(p.Pcap)
+	dev, closeDev, err := oob.OpenDevice(p.Device, p.LinkKind, p.Pcap, errw)
 	if err != nil {
 		return err
 	}
-	if pcap != nil {
-		defer pcap.Close() // after the device, which flushes it
-		o.Pcap = pcap
-	}
-	dev, err := verbs.Open(o)
-	if err != nil {
-		return fmt.Errorf("device %s: %w", p.Device, err)
-	}
 	if err := p.fitUD(localMTU(p, dev).Bytes(), errw); err != nil {
-		dev.Close()
+		closeDev()
 		return err
 	}
 	if p.CommRDMACM {
 		conn, err := openCM(ctx, p, dev, out)
 		if err != nil {
-			dev.Close()
+			closeDev()
 			return err
 		}
-		return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, conn)
+		return runConn(ctx, p, out, errw, dev, closeDev, p.Device, conn)
 	}
 	var c net.Conn
 	if p.Listens() {
 		var ln net.Listener
 		ln, err = net.Listen("tcp", ":"+strconv.Itoa(p.Port))
 		if err != nil {
-			dev.Close()
+			closeDev()
 			return fmt.Errorf("couldn't listen to port %d: %w", p.Port, oob.UnwrapOp(err))
 		}
 		io.WriteString(out, waitingBanner)
@@ -78,10 +67,10 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		c, err = oob.Dial(ctx, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)), 0)
 	}
 	if err != nil {
-		dev.Close()
+		closeDev()
 		return err
 	}
-	return runConn(ctx, p, out, errw, dev, func() { dev.Close() }, p.Device, NewConn(c, !p.Listens()))
+	return runConn(ctx, p, out, errw, dev, closeDev, p.Device, NewConn(c, !p.Listens()))
 }
 
 // localMTU is this side's MTU before the exchange: the port's, or -m's if smaller.
@@ -121,16 +110,6 @@ func openCM(ctx context.Context, p *Params, dev *verbs.Device, out io.Writer) (*
 		return nil, err
 	}
 	return newCMConn(l, true), nil
-}
-
-// linkLog passes on the link's report of its choice (AF_XDP, or why the UDP
-// fallback) and drops the goroutine start and stop lines.
-func linkLog(w io.Writer) func(string, ...any) {
-	return func(f string, a ...any) {
-		if m := fmt.Sprintf(f, a...); strings.HasPrefix(m, "xrnic: ") {
-			fmt.Fprintln(w, m)
-		}
-	}
 }
 
 // runConn runs a side over an open device and connection, and closes both.

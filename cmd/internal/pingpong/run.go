@@ -16,7 +16,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -55,21 +54,11 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	if p.Local {
 		return runLocal(ctx, p, out, errw)
 	}
-	o := verbs.Options{Interface: p.Device, LinkKind: p.LinkKind, Logf: linkLog(errw),
-		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
-	pcap, err := oob.CreatePcap(p.Pcap)
+	dev, closeDev, err := oob.OpenDevice(p.Device, p.LinkKind, p.Pcap, errw)
 	if err != nil {
 		return err
 	}
-	if pcap != nil {
-		defer pcap.Close() // after the device, which flushes it
-		o.Pcap = pcap
-	}
-	dev, err := verbs.Open(o)
-	if err != nil {
-		return fmt.Errorf("device %s: %w", p.Device, err)
-	}
-	defer dev.Close()
+	defer closeDev()
 	s := &side{p: p, out: out, errw: errw, dev: dev}
 	defer s.close()
 	if err := s.setup(); err != nil {
@@ -82,16 +71,6 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 		}
 	}
 	return s.run(ctx, ln, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)))
-}
-
-// linkLog passes on the link's report of its choice (AF_XDP, or why the UDP
-// fallback) and drops the goroutine start and stop lines.
-func linkLog(w io.Writer) func(string, ...any) {
-	return func(f string, a ...any) {
-		if m := fmt.Sprintf(f, a...); strings.HasPrefix(m, "xrnic: ") {
-			fmt.Fprintln(w, m)
-		}
-	}
 }
 
 // side is one side of a run: rc_pingpong's struct pingpong_context and the
