@@ -12,7 +12,9 @@
 //	bench rc_pingpong -d veth0 -g 1 [-s SIZE] [-n ITERS] [-c] [server]
 //
 // is rdma-core's ibv_rc_pingpong (internal/pingpong): its flags, TCP exchange,
-// ping-pong of SENDs and output, to face a real ibv_rc_pingpong on rxe.
+// ping-pong of SENDs and output, to face a real ibv_rc_pingpong on rxe; and
+// uc_pingpong, ud_pingpong and srq_pingpong likewise. --pcap FILE records
+// every frame of the device, both directions, as ibdump does.
 //
 //	bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]
 //
