@@ -16,7 +16,7 @@ import (
 
 // runMismatch runs a server of one test against a client of another over
 // lo and returns both errors.
-func runMismatch(t *testing.T, srv, cli []string) (serr, cerr error, sout, cout string) {
+func runMismatch(t *testing.T, srv, cli []string) (sout, cout string, serr, cerr error) {
 	t.Helper()
 	sa, ca := netip.MustParseAddr("127.0.0.15"), netip.MustParseAddr("127.0.0.16")
 	ds, closeS := openSide(t, sa)
@@ -52,7 +52,7 @@ func runMismatch(t *testing.T, srv, cli []string) (serr, cerr error, sout, cout 
 	conn.Timeout = 3 * time.Second
 	cerr = runConn(ctx, cp, &co, io.Discard, dc, closeC, "lo", conn)
 	serr = <-sch
-	return serr, cerr, so.String(), co.String()
+	return so.String(), co.String(), serr, cerr
 }
 
 // TestMismatchedPeers: a peer running another test or connection type fails
@@ -64,7 +64,7 @@ func TestMismatchedPeers(t *testing.T) {
 		{[]string{"write_lat", "-n", "50"}, []string{"write_bw", "-n", "50"}},
 		{[]string{"send_bw", "-n", "50", "-c", "UD"}, []string{"send_bw", "-n", "50"}},
 	} {
-		serr, cerr, _, _ := runMismatch(t, c.srv, c.cli)
+		_, _, serr, cerr := runMismatch(t, c.srv, c.cli)
 		t.Logf("server %s, client %s:\n server: %v\n client: %v", c.srv[0], c.cli[0], serr, cerr)
 		for side, err := range map[string]error{"server": serr, "client": cerr} {
 			if err == nil || !strings.Contains(err.Error(), "is the other side running") || strings.Contains(err.Error(), "\n") {
