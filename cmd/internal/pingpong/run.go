@@ -124,7 +124,13 @@ func (s *side) setup() error {
 	if p.Kind == UD {
 		grh = udGRH
 	}
-	s.buf = make([]byte, grh+p.Size)
+	// Mapped memory, as an application gives a NIC: the engine writes into it
+	// while this side reads it, and srq_pingpong's QPs all receive into the
+	// one buffer at once (as the example's do).
+	var err error
+	if s.buf, err = verbs.MapBuffer(grh + p.Size); err != nil {
+		return fmt.Errorf("couldn't allocate work buf: %w", err)
+	}
 	s.msg = s.buf[grh:]
 	for i := range s.buf {
 		s.buf[i] = s.fill()
@@ -132,7 +138,6 @@ func (s *side) setup() error {
 	if p.Events {
 		s.ch = verbs.NewCompChannel()
 	}
-	var err error
 	if s.pd, err = s.dev.AllocPD(); err != nil {
 		return fmt.Errorf("couldn't allocate PD: %w", err)
 	}
@@ -301,6 +306,10 @@ func (s *side) close() {
 	if s.mr != nil {
 		_ = s.mr.Dereg().Wait()
 		s.mr = nil
+	}
+	if s.buf != nil {
+		_ = verbs.UnmapBuffer(s.buf) // no QP or MR uses it any more
+		s.buf, s.msg = nil, nil
 	}
 	if s.pd != nil {
 		_ = s.pd.Dealloc().Wait()
