@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
+	"github.com/xrnic/xrnic/cmd/internal/pingpong"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/testenv"
 )
@@ -54,8 +55,18 @@ func TestHelpAndVersion(t *testing.T) {
 	// A newcomer's first command: the list of tests, and exit 0.
 	for _, args := range [][]string{nil, {"-h"}, {"--help"}, {"help"}} {
 		out, err := runBench(args...)
-		if err != nil || !strings.Contains(out, "write_bw, read_bw, send_bw, atomic_bw") || !strings.Contains(out, "rc_pingpong") {
+		if err != nil || !strings.Contains(out, "write_bw, read_bw, send_bw, atomic_bw") {
 			t.Errorf("bench %q: %v\n%s", args, err, out)
+		}
+		for _, k := range pingpong.Kinds {
+			if !strings.Contains(out, "  "+string(k)+" [options] [server]") {
+				t.Errorf("bench %q does not list %s:\n%s", args, k, out)
+			}
+		}
+	}
+	for _, k := range pingpong.Kinds {
+		if out, err := runBench(string(k), "-h"); err != nil || !strings.Contains(out, "bench "+string(k)+" -d <iface> -g 1 <host>") {
+			t.Errorf("%s -h: %v\n%s", k, err, out)
 		}
 	}
 	out, err := runBench("send_lat", "-h")
