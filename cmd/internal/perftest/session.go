@@ -75,7 +75,8 @@ type session struct {
 	peerGone atomic.Bool
 	// haltCtx ends a wait on ch when the run must end (watch cancels it).
 	haltCtx    context.Context
-	fileMapped bool // --mmap: buf is the file's mapping
+	fileMapped bool      // --mmap: buf is the file's mapping
+	syncedAt   time.Time // when the last handshake ended
 	ctxErr     func() error
 	progress   *progress
 
@@ -542,6 +543,7 @@ func (s *session) shake(i int) error {
 // marks one that waits for the other side's measurement.
 func (s *session) sync(long bool) error {
 	_, err := s.conn.HandShake(&s.my[0], long)
+	s.syncedAt = time.Now()
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +15,8 @@ import (
 	"github.com/xrnic/xrnic/internal/testutil"
 )
 
-// runMismatch runs a server of one test against a client of another over
+// runMismatch runs a server of one test against a client of another (or the
+// same) over
 // lo and returns both errors.
 func runMismatch(t *testing.T, srv, cli []string) (sout, cout string, serr, cerr error) {
 	t.Helper()
@@ -71,5 +73,27 @@ func TestMismatchedPeers(t *testing.T) {
 				t.Errorf("%s of a mismatched pair: %v, want one line naming the possible mismatch", side, err)
 			}
 		}
+	}
+}
+
+// TestLateReceiver: a SEND receiver that starts polling after every message
+// arrived (a loaded host) times the run from the last handshake, not from a
+// first receive it found already there: its bandwidth stays what the wire
+// could carry instead of the speed of polling a full CQ.
+func TestLateReceiver(t *testing.T) {
+	serverLate = func() { time.Sleep(300 * time.Millisecond) }
+	defer func() { serverLate = nil }()
+	sout, cout, serr, cerr := runMismatch(t, []string{"send_bw", "-c", "UD", "-n", "200", "-s", "1024"},
+		[]string{"send_bw", "-c", "UD", "-n", "200", "-s", "1024"})
+	if serr != nil || cerr != nil {
+		t.Fatalf("server: %v\n%s\nclient: %v\n%s", serr, sout, cerr, cout)
+	}
+	m := regexp.MustCompile(`(?m)^ 1024 +200 +[\d.]+ +([\d.]+)`).FindStringSubmatch(sout)
+	if m == nil {
+		t.Fatalf("server printed no result:\n%s", sout)
+	}
+	// 200 KiB in at least the 300 ms the server slept: under 1 MB/s.
+	if avg, _ := strconv.ParseFloat(m[1], 64); avg <= 0 || avg > 1 {
+		t.Errorf("a late receiver reports %v MB/s for 200 KiB that took at least 300 ms", avg)
 	}
 }
