@@ -4,10 +4,16 @@ package interop
 
 import (
 	"context"
+	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/wire"
@@ -160,6 +166,55 @@ func TestClockMisread(t *testing.T) {
 	} {
 		if got := clockMisread(c.out); got != c.want {
 			t.Errorf("clockMisread(%q) = %v, want %v", c.out, got, c.want)
+		}
+	}
+}
+
+// TestGuestStalled: only a capture whose last RoCE frame is the guest's, with
+// the wire silent after it for stallQuiet, is a stalled guest; silence after
+// xrnic's frame (xrnic owes the guest an answer it never sent) is not.
+func TestGuestStalled(t *testing.T) {
+	frame := func(src, dst string) []byte {
+		b := make([]byte, 14+20+8+12)
+		b[12], b[13] = 0x08, 0x00
+		b[14] = 0x45
+		b[14+9] = 17
+		s, d := netip.MustParseAddr(src).As4(), netip.MustParseAddr(dst).As4()
+		copy(b[14+12:], s[:])
+		copy(b[14+16:], d[:])
+		b[14+20+2], b[14+20+3] = 0x12, 0xB7 // UDP 4791
+		return b
+	}
+	t0 := time.Unix(1700000000, 0)
+	ping := make([]byte, 60) // the barrier ping that ends a capture
+	for _, c := range []struct {
+		last  string
+		quiet time.Duration
+		want  bool
+	}{
+		{ipGuest, 61 * time.Second, true},
+		{ipGuest, 10 * time.Second, false},
+		{ipXrnic, 61 * time.Second, false},
+	} {
+		path := filepath.Join(t.TempDir(), "c.pcap")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := pcapgo.NewWriter(f)
+		_ = w.WriteFileHeader(65535, layers.LinkTypeEthernet)
+		other := map[string]string{ipGuest: ipXrnic, ipXrnic: ipGuest}[c.last]
+		for i, p := range []struct {
+			data []byte
+			at   time.Duration
+		}{{frame(other, c.last), 0}, {frame(c.last, other), time.Millisecond}, {ping, time.Millisecond + c.quiet}} {
+			if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: t0.Add(p.at), CaptureLength: len(p.data), Length: len(p.data)}, p.data); err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		}
+		f.Close()
+		if got := guestStalled(t, path); got != c.want {
+			t.Errorf("last RoCE frame from %s, then %v of silence: stalled %v, want %v", c.last, c.quiet, got, c.want)
 		}
 	}
 }
