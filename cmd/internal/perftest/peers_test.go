@@ -15,10 +15,10 @@ import (
 	"github.com/xrnic/xrnic/internal/testutil"
 )
 
-// runMismatch runs a server of one test against a client of another (or the
-// same) over
-// lo and returns both errors.
-func runMismatch(t *testing.T, srv, cli []string) (sout, cout string, serr, cerr error) {
+// runPair runs a server with srv's arguments against a client with cli's
+// (another test, or the same with other options) over lo, and returns both
+// outputs and errors.
+func runPair(t *testing.T, srv, cli []string) (sout, cout string, serr, cerr error) {
 	t.Helper()
 	sa, ca := netip.MustParseAddr("127.0.0.15"), netip.MustParseAddr("127.0.0.16")
 	ds, closeS := openSide(t, sa)
@@ -66,7 +66,7 @@ func TestMismatchedPeers(t *testing.T) {
 		{[]string{"write_lat", "-n", "50"}, []string{"write_bw", "-n", "50"}},
 		{[]string{"send_bw", "-n", "50", "-c", "UD"}, []string{"send_bw", "-n", "50"}},
 	} {
-		_, _, serr, cerr := runMismatch(t, c.srv, c.cli)
+		_, _, serr, cerr := runPair(t, c.srv, c.cli)
 		t.Logf("server %s, client %s:\n server: %v\n client: %v", c.srv[0], c.cli[0], serr, cerr)
 		for side, err := range map[string]error{"server": serr, "client": cerr} {
 			if err == nil || !strings.Contains(err.Error(), "is the other side running") || strings.Contains(err.Error(), "\n") {
@@ -83,7 +83,7 @@ func TestMismatchedPeers(t *testing.T) {
 func TestLateReceiver(t *testing.T) {
 	serverLate = func() { time.Sleep(300 * time.Millisecond) }
 	defer func() { serverLate = nil }()
-	sout, cout, serr, cerr := runMismatch(t, []string{"send_bw", "-c", "UD", "-n", "200", "-s", "1024"},
+	sout, cout, serr, cerr := runPair(t, []string{"send_bw", "-c", "UD", "-n", "200", "-s", "1024"},
 		[]string{"send_bw", "-c", "UD", "-n", "200", "-s", "1024"})
 	if serr != nil || cerr != nil {
 		t.Fatalf("server: %v\n%s\nclient: %v\n%s", serr, sout, cerr, cout)

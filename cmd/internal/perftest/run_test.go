@@ -612,48 +612,21 @@ func TestMmapBuffer(t *testing.T) {
 	if err := os.WriteFile(file, make([]byte, offset+2*65536), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sa, ca := netip.MustParseAddr("127.0.0.13"), netip.MustParseAddr("127.0.0.14")
-	ds, closeS := openSide(t, sa)
-	dc, closeC := openSide(t, ca)
-	ln, err := net.Listen("tcp", "127.0.0.13:0")
-	if err != nil {
-		t.Fatal(err)
+	sout, _, serr, cerr := runPair(t, []string{"write_bw", "-n", "20", "-s", "65536", "--mmap", file, "--mmap-offset", strconv.Itoa(offset)},
+		[]string{"write_bw", "-n", "20", "-s", "65536"})
+	if serr != nil || cerr != nil {
+		t.Fatalf("server: %v\nclient: %v\n%s", serr, cerr, sout)
 	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	sp := mustParse(t, "write_bw", "-d", "lo", "-n", "20", "-s", "65536", "-p", port, "--mmap", file, "--mmap-offset", strconv.Itoa(offset))
-	cp := mustParse(t, "write_bw", "-d", "lo", "127.0.0.13", "-n", "20", "-s", "65536", "-p", port)
-	serr := make(chan error, 1)
-	var sout bytes.Buffer
-	go func() {
-		c, err := oob.Accept(context.Background(), ln)
-		ln.Close()
-		if err != nil {
-			closeS()
-			serr <- err
-			return
-		}
-		serr <- runConn(context.Background(), sp, &sout, io.Discard, ds, closeS, "lo", NewConn(c, false))
-	}()
-	c, err := oob.Dial(context.Background(), ln.Addr().String(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runConn(context.Background(), cp, io.Discard, io.Discard, dc, closeC, "lo", NewConn(c, true)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-serr; err != nil {
-		t.Fatalf("server: %v\n%s", err, sout.String())
-	}
-	if !strings.Contains(sout.String(), "allocated mmap buffer of size 131072 at 0x") {
-		t.Errorf("server output:\n%s", sout.String())
+	if !strings.Contains(sout, "allocated mmap buffer of size 131072 at 0x") {
+		t.Errorf("server output:\n%s", sout)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The client's writes go to the server's receive half: offset+65536 on.
-	if bytes.Count(b[offset+65536:offset+65536+4096], []byte{0}) > 256 || bytes.Count(b[:offset], []byte{0}) != offset {
-		t.Errorf("the file does not hold the client's writes past the offset (and nothing before it): %d zeros at the receive half\n%s", bytes.Count(b[offset+65536:offset+65536+4096], []byte{0}), sout.String())
+	if n := bytes.Count(b[offset+65536:offset+65536+4096], []byte{0}); n > 256 || bytes.Count(b[:offset], []byte{0}) != offset {
+		t.Errorf("the file does not hold the client's writes past the offset (and nothing before it): %d zeros at the receive half", n)
 	}
 	if _, err := mapFile(file, 0, 1<<20); err == nil || !strings.Contains(err.Error(), "the file has") {
 		t.Errorf("mapping past the end: %v", err)
