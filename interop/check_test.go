@@ -105,6 +105,7 @@ func checkICRC(t *testing.T, c *capture, name string, all []frame) int {
 	if out, err := exec.CommandContext(ctx, "tcpdump", "-r", c.path, "-w", ours, "src host "+ipXrnic+" and udp dst port 4791").CombinedOutput(); err != nil {
 		t.Fatalf("tcpdump -r: %v: %s", err, out)
 	}
+	keepIfFailed(t, ours)
 	out, err := exec.CommandContext(ctx, "python3", suite.icrcCheck, ours, c.path).CombinedOutput()
 	save(t, name+".icrc.txt", out)
 	if err != nil {

@@ -462,6 +462,7 @@ func startCapture(t *testing.T, name string) *capture {
 		t.Fatalf("tcpdump: %v", err)
 	}
 	go func() { c.done <- c.h.Wait(); cancel() }()
+	keepIfFailed(t, c.path) // runs after the stop below: cleanups run last first
 	t.Cleanup(func() { _ = c.h.Process.Signal(syscall.SIGINT); <-c.done })
 	deadline := time.Now().Add(shortTimeout)
 	for !strings.Contains(c.out.String(), "listening on") {
@@ -471,6 +472,17 @@ func startCapture(t *testing.T, name string) *capture {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return c
+}
+
+// keepIfFailed removes a capture when the test passes, unless
+// XRNIC_KEEP_CAPTURES is set: a full suite captures gigabytes, and the
+// captures that matter are the failing runs'.
+func keepIfFailed(t *testing.T, path string) {
+	t.Cleanup(func() {
+		if !t.Failed() && os.Getenv("XRNIC_KEEP_CAPTURES") == "" {
+			_ = os.Remove(path)
+		}
+	})
 }
 
 // hexBytes decodes ping's -p pattern.
