@@ -409,6 +409,8 @@ type bwLoop struct {
 	burst, inBurst uint64
 	sending        bool
 	deadline       time.Time
+
+	rep *infiniteReport // --run_infinitely: no end, a line every period
 }
 
 func (s *session) newBWLoop(size uint64) bwLoop {
@@ -436,6 +438,11 @@ func (s *session) newBWLoop(size uint64) bwLoop {
 		l.dc = s.startDuration(l.base)
 	} else if l.noPeak {
 		l.res.samples.Posted[0] = int64(time.Since(l.base))
+	}
+	if p.Infinite {
+		// run_iter_bw_infinitely: posting as in duration mode, with no clock
+		// to end it.
+		l.dur, l.rep = true, s.newInfiniteReport()
 	}
 	return l
 }
@@ -557,6 +564,7 @@ func (s *session) runBW(size uint64) (bwResult, error) {
 		} else if s.halted() {
 			return l.res, s.aborted()
 		}
+		l.rep.tick(s, size, l.totccnt)
 	}
 	return l.finish(), nil
 }
@@ -568,13 +576,17 @@ type infiniteReport struct {
 	last        uint64
 }
 
-func (s *session) newInfiniteReport() infiniteReport {
+func (s *session) newInfiniteReport() *infiniteReport {
 	now := time.Now()
-	return infiniteReport{next: now.Add(time.Duration(s.p.Period) * time.Second), start: now}
+	return &infiniteReport{next: now.Add(time.Duration(s.p.Period) * time.Second), start: now}
 }
 
 // tick prints a line once the period is over; count is every message so far.
+// A nil report (a run with an end) prints nothing.
 func (r *infiniteReport) tick(s *session, size, count uint64) {
+	if r == nil {
+		return
+	}
 	now := time.Now()
 	if now.Before(r.next) {
 		return
@@ -583,61 +595,6 @@ func (r *infiniteReport) tick(s *session, size, count uint64) {
 	smp := BWSamples{Posted: []int64{0}, Completed: []int64{int64(now.Sub(r.start))}}
 	io.WriteString(s.out, BWLine(s.p.ReportGbits, ComputeBW(&smp, size, n, s.p.CQMod, true, s.p.ReportGbits), nil))
 	r.last, r.start, r.next = count, now, now.Add(time.Duration(s.p.Period)*time.Second)
-}
-
-// runBWInfinite is run_iter_bw_infinitely: run_iter_bw without an end, a
-// report every period, until the run is stopped.
-func (s *session) runBWInfinite(size uint64) error {
-	l := s.newBWLoop(size)
-	l.dur = true // post for ever: no iteration count
-	rep := s.newInfiniteReport()
-	for {
-		if err := l.postSends(); err != nil {
-			return err
-		}
-		ne, err := l.reapSends()
-		if err != nil {
-			return err
-		}
-		rep.tick(s, size, l.totccnt)
-		if ne == 0 {
-			if s.halted() {
-				return s.aborted()
-			}
-			runtime.Gosched()
-		}
-	}
-}
-
-// runBWServerInfinite is run_iter_bw_infinitely_server: receive and post again
-// for ever, a report every period.
-func (s *session) runBWServerInfinite(size uint64) error {
-	w := &s.w
-	walk := s.cycles(size)
-	rep := s.newInfiniteReport()
-	var rcnt uint64
-	for {
-		ne := s.rcq.Poll(w.wc[:])
-		for k := 0; k < ne; k++ {
-			wc := &w.wc[k]
-			if wc.Status != verbs.WCStatus(0) {
-				return s.wcErrorCause(wc, rcnt, rcnt)
-			}
-			q := wc.WRID
-			w.rcnt[q]++
-			rcnt++
-			if err := s.repost(int(q), size, walk, true); err != nil {
-				return err
-			}
-		}
-		rep.tick(s, size, rcnt)
-		if ne == 0 {
-			if s.halted() {
-				return s.aborted()
-			}
-			runtime.Gosched()
-		}
-	}
 }
 
 // serverLate, when set, runs before runBWServer polls: tests make the server
@@ -669,8 +626,13 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 		serverLate()
 	}
 	late := s.rcq.Len() > 0
+	// run_iter_bw_infinitely_server: receive for ever, a line every period.
+	var rep *infiniteReport
+	if p.Infinite {
+		rep = s.newInfiniteReport()
+	}
 	var rcnt, sampled uint64
-	for rcnt < tot || (dur && !dc.ended()) {
+	for rep != nil || rcnt < tot || (dur && !dc.ended()) {
 		ne := s.rcq.Poll(w.wc[:])
 		if ne > 0 && first {
 			first = false
@@ -694,10 +656,11 @@ func (s *session) runBWServer(size uint64) (bwResult, error) {
 			if dc.sampling() {
 				sampled++
 			}
-			if err := s.repost(int(q), size, walk, dur || w.rposted[q]+rpl <= iters); err != nil {
+			if err := s.repost(int(q), size, walk, rep != nil || dur || w.rposted[q]+rpl <= iters); err != nil {
 				return res, err
 			}
 		}
+		rep.tick(s, size, rcnt)
 		if ne == 0 {
 			if s.halted() {
 				return res, s.aborted()
@@ -733,7 +696,7 @@ type aliveCheck struct {
 var aliveEvery = 60 * time.Second
 
 func (s *session) newAliveCheck(now time.Time) aliveCheck {
-	on := (s.p.Conn == ConnUD || s.p.Conn == ConnUC) && !s.p.DurationMode()
+	on := (s.p.Conn == ConnUD || s.p.Conn == ConnUC) && !s.p.DurationMode() && !s.p.Infinite
 	return aliveCheck{on: on, next: now.Add(aliveEvery)}
 }
 
@@ -886,11 +849,7 @@ func (s *session) pollOne(c *verbs.CQ, dc *durClock, linger *time.Time) (wc *ver
 		if linger != nil && s.haltedLinger(linger) || linger == nil && s.halted() {
 			return nil, false, s.aborted()
 		}
-		if dc != nil {
-			runtime.Gosched() // a duration run must see its clock end
-		} else {
-			s.idle(c)
-		}
+		s.idle(c) // -e never comes with -D: a duration run sees its clock end
 	}
 }
 

@@ -369,9 +369,6 @@ func (s *session) flowRDMABW() error {
 					return err
 				}
 			}
-			if p.Infinite {
-				return s.runBWInfinite(size)
-			}
 			r, err = s.runBW(size)
 			return err
 		})
@@ -437,10 +434,6 @@ func (s *session) flowSendBW() error {
 		var r bwResult
 		err := s.watch(func() (err error) {
 			switch {
-			case p.Infinite && p.Server():
-				return s.runBWServerInfinite(size)
-			case p.Infinite:
-				return s.runBWInfinite(size)
 			case p.Duplex:
 				r, err = s.runBi(size)
 			case p.Server():

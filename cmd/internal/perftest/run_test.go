@@ -636,8 +636,10 @@ func TestMmapBuffer(t *testing.T) {
 // TestRunInfinitely: a line every -D seconds until the run is stopped, for
 // the RDMA tests and SEND's receiver alike.
 func TestRunInfinitely(t *testing.T) {
-	for _, test := range []string{"write_bw", "send_bw"} {
-		p := mustParse(t, test, "--local", "--progress", "off", "--run_infinitely", "-D", "1", "-s", "4096")
+	// --local shows the side that connects: with --reversed, SEND's receiver.
+	for _, args := range [][]string{{"write_bw"}, {"send_bw"}, {"send_bw", "--reversed"}} {
+		test := args[0]
+		p := mustParse(t, test, append(args[1:], "--local", "--progress", "off", "--run_infinitely", "-D", "1", "-s", "4096")...)
 		ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
 		var out testutil.SyncBuffer
 		err := Run(ctx, p, &out, io.Discard)
