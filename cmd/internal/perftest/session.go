@@ -83,7 +83,6 @@ type session struct {
 	belowBW, belowRate bool      // -w, -y: a result fell below the limit
 	mhz                float64   // -C: the CPU's clock
 	lastClock          *durClock // the last run's duration clock (--cpu_util)
-
 }
 
 // The buffer's layout (create_single_mr, or create_mr per QP with
@@ -183,7 +182,7 @@ func (s *session) setup() error {
 	}
 
 	// exchange_versions, check_version_compatibility, check_sys_data.
-	rv := 6.06
+	rv := atof(Version) // --dont_xchg_versions: as if the peer spoke ours
 	if !p.NoXchgVer {
 		var err error
 		if _, rv, err = s.conn.XchgVersions(Version); err != nil {
@@ -310,8 +309,8 @@ func (s *session) createBase() error {
 		regions = regions[:0]
 		for i := range p.QPs {
 			// UD's GRH room at the end goes with every region.
-			end := min(uint64(2*(i+1))*s.buffSize+uint64(s.cacheLine), uint64(len(s.buf)))
-			regions = append(regions, s.buf[uint64(2*i)*s.buffSize:end])
+			end := min(s.recvOff(i)+s.buffSize+uint64(s.cacheLine), uint64(len(s.buf)))
+			regions = append(regions, s.buf[s.sendOff(i):end])
 		}
 	}
 	for _, r := range regions {

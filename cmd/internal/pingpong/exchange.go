@@ -6,6 +6,9 @@
 //	server: accept, read the client's message, connect the QP (RTR and RTS),
 //	        write its own message, read "done\0", close
 //
+// srq_pingpong sends 256 messages each way instead of one (MAX_QP, zeros for
+// the QPs it does not have).
+//
 // A message is sprintf(msg, "%04x:%06x:%06x:%s", lid, qpn, psn, wire_gid) in a
 // buffer of sizeof "0000:000000:000000:00000000000000000000000000000000", NUL
 // included, and write() sends the whole buffer.
@@ -133,19 +136,10 @@ func isHex(s string) bool {
 // would then hang bench for good.
 var ExchangeTimeout = 30 * time.Second
 
-// ClientExchange is pp_client_exch_dest once connected: it writes my message,
-// reads the server's, writes "done" and closes c. It returns the server's Dest.
-func ClientExchange(c net.Conn, my *Dest) (Dest, error) {
-	rem, err := ClientExchangeN(c, []Dest{*my})
-	if err != nil {
-		return Dest{}, err
-	}
-	return rem[0], nil
-}
-
-// ClientExchangeN is ClientExchange for several QPs, as srq_pingpong's: every
-// message of my, then as many of the server's, then "done".
-func ClientExchangeN(c net.Conn, my []Dest) ([]Dest, error) {
+// ClientExchange is pp_client_exch_dest once connected: it writes my messages
+// (one per QP; srq_pingpong's maxQP), reads as many of the server's, writes
+// "done" and closes c. It returns the server's Dests.
+func ClientExchange(c net.Conn, my []Dest) ([]Dest, error) {
 	defer c.Close()
 	out, err := messages(my)
 	if err != nil {
@@ -193,22 +187,11 @@ func readDest(c net.Conn) (Dest, error) {
 	return rem, nil
 }
 
-// ServerExchange is pp_server_exch_dest once a client is accepted: it reads the
-// client's message, calls connect with it (rc_pingpong moves its QP to RTR and
-// RTS there, before it answers), writes my message, reads "done" and closes c.
-// It returns the client's Dest.
-func ServerExchange(c net.Conn, my *Dest, connect func(rem *Dest) error) (Dest, error) {
-	rem, err := ServerExchangeN(c, []Dest{*my}, func(r []Dest) error { return connect(&r[0]) })
-	if err != nil {
-		return Dest{}, err
-	}
-	return rem[0], nil
-}
-
-// ServerExchangeN is ServerExchange for several QPs, as srq_pingpong's: as
-// many of the client's messages as my has, connect, every message of my, then
-// "done".
-func ServerExchangeN(c net.Conn, my []Dest, connect func(rem []Dest) error) ([]Dest, error) {
+// ServerExchange is pp_server_exch_dest once a client is accepted: it reads as
+// many of the client's messages as my has, calls connect with them (the
+// examples move their QPs to RTR and RTS there, before they answer), writes my
+// messages, reads "done" and closes c. It returns the client's Dests.
+func ServerExchange(c net.Conn, my []Dest, connect func(rem []Dest) error) ([]Dest, error) {
 	defer c.Close()
 	out, err := messages(my)
 	if err != nil {

@@ -198,12 +198,12 @@ func TestClientExchange(t *testing.T) {
 	c, srv := pipe(t)
 	my := Dest{QPN: 0x12, PSN: 0x345678, GID: gid(t, "::ffff:192.0.2.2")}
 	type result struct {
-		d   Dest
+		d   []Dest
 		err error
 	}
 	res := make(chan result, 1)
 	go func() {
-		d, err := ClientExchange(c, &my)
+		d, err := ClientExchange(c, []Dest{my})
 		res <- result{d, err}
 	}()
 	var msg [MsgSize]byte
@@ -222,7 +222,7 @@ func TestClientExchange(t *testing.T) {
 		t.Fatalf("after the address the client sent %q, %v; want \"done\\x00\" and EOF", rest, err)
 	}
 	r := <-res
-	if r.err != nil || r.d != (Dest{QPN: 0xa1, PSN: 0xabcd, GID: gid(t, "::ffff:192.0.2.11")}) {
+	if r.err != nil || len(r.d) != 1 || r.d[0] != (Dest{QPN: 0xa1, PSN: 0xabcd, GID: gid(t, "::ffff:192.0.2.11")}) {
 		t.Fatalf("ClientExchange = %+v, %v", r.d, r.err)
 	}
 }
@@ -236,7 +236,7 @@ func TestServerExchange(t *testing.T) {
 	connected := make(chan Dest, 1)
 	res := make(chan error, 1)
 	go func() {
-		_, err := ServerExchange(c, &my, func(rem *Dest) error { connected <- *rem; return nil })
+		_, err := ServerExchange(c, []Dest{my}, func(rem []Dest) error { connected <- rem[0]; return nil })
 		res <- err
 	}()
 	if _, err := cli.Write([]byte("0000:000012:345678:00000000000000000000ffffc000020b\x00")); err != nil {
@@ -271,7 +271,7 @@ func TestServerExchange(t *testing.T) {
 func TestExchangeErrors(t *testing.T) {
 	my := Dest{QPN: 0x12, PSN: 0x345678, GID: gid(t, "::ffff:192.0.2.2")}
 	good := []byte("0000:000012:345678:00000000000000000000ffffc000020b\x00")
-	noConnect := func(*Dest) error { return nil }
+	noConnect := func([]Dest) error { return nil }
 	for _, c := range []struct {
 		name   string
 		server bool
@@ -297,9 +297,9 @@ func TestExchangeErrors(t *testing.T) {
 			go func() { c.peer(b); b.Close() }()
 			var err error
 			if c.server {
-				_, err = ServerExchange(a, &my, noConnect)
+				_, err = ServerExchange(a, []Dest{my}, noConnect)
 			} else {
-				_, err = ClientExchange(a, &my)
+				_, err = ClientExchange(a, []Dest{my})
 			}
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want an error with %q", err, c.want)
@@ -309,7 +309,7 @@ func TestExchangeErrors(t *testing.T) {
 	t.Run("connect fails", func(t *testing.T) {
 		a, b := pipe(t)
 		go func() { b.Write(good) }()
-		_, err := ServerExchange(a, &my, func(*Dest) error { return errors.New("failed to modify QP to RTR: nope") })
+		_, err := ServerExchange(a, []Dest{my}, func([]Dest) error { return errors.New("failed to modify QP to RTR: nope") })
 		if err == nil || err.Error() != "couldn't connect to remote QP: failed to modify QP to RTR: nope" {
 			t.Errorf("got %v", err)
 		}
@@ -323,7 +323,7 @@ func TestExchangeErrors(t *testing.T) {
 		ExchangeTimeout = 100 * time.Millisecond
 		defer func() { ExchangeTimeout = old }()
 		a, _ := pipe(t)
-		_, err := ServerExchange(a, &my, noConnect)
+		_, err := ServerExchange(a, []Dest{my}, noConnect)
 		if err == nil || !strings.Contains(err.Error(), "did not answer within 100ms") {
 			t.Errorf("got %v", err)
 		}

@@ -361,9 +361,9 @@ func (s *side) run(ctx context.Context, ln net.Listener, addr string) error {
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	if p.Server() {
-		s.rem, err = ServerExchangeN(c, s.my, s.connect)
+		s.rem, err = ServerExchange(c, s.my, s.connect)
 	} else {
-		s.rem, err = ClientExchangeN(c, s.my)
+		s.rem, err = ClientExchange(c, s.my)
 	}
 	stop()
 	if err != nil {
