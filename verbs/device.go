@@ -96,7 +96,7 @@ func Open(o Options) (*Device, error) {
 		d.ownLink = true
 	}
 	if o.Pcap != nil {
-		c, err := link.NewCapture(l, o.Pcap, d.ownLink)
+		c, err := link.NewCapture(l, o.Pcap)
 		if err != nil {
 			if d.ownLink {
 				l.Close()

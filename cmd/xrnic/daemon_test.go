@@ -26,6 +26,7 @@ import (
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/testenv"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -618,4 +619,42 @@ func xdpAttached(t *testing.T, e *testenv.Endpoint) bool {
 		t.Fatal(err)
 	}
 	return on
+}
+
+// TestDaemonPcap: --pcap records the daemon's device on a link it does not
+// hand to the device to own: both directions of a bench session, whole RoCEv2
+// frames, flushed when the daemon stops.
+func TestDaemonPcap(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	file := filepath.Join(t.TempDir(), "d.pcap")
+	d := startDaemon(t, p, "--pcap", file)
+	dev := clientDevice(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out testutil.SyncBuffer
+	if err := wait(t, "write_bw", client(t, ctx, p, dev, &out, "write_bw", "-n", "100", "-s", "4096")); err != nil {
+		t.Fatalf("client: %v\n%s", err, out.String())
+	}
+	if err := d.stop(); err != nil {
+		t.Fatal(err)
+	}
+	a, b := p.A.IPv4.As4(), p.B.IPv4.As4()
+	var sent, got int
+	for _, f := range testutil.ReadPcap(t, file) {
+		var pkt wire.Packet
+		if err := wire.Parse(f, &pkt); err != nil {
+			t.Fatalf("a recorded frame does not parse: %v", err)
+		}
+		switch src := [4]byte(f[14+12 : 14+16]); src {
+		case a:
+			sent++
+		case b:
+			got++
+		}
+	}
+	// 100 WRITEs of 4 KiB come in (at RoCE MTU 1024: 400 frames); ACKs go out.
+	if got < 400 || sent == 0 {
+		t.Errorf("the capture has %d frames from the client and %d from the daemon", got, sent)
+	}
 }

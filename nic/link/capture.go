@@ -20,11 +20,10 @@ import (
 // sees them (the kernel's IP and UDP headers as the link rebuilds them).
 //
 // It follows the Link contract; recording takes a lock of its own, shared by
-// the directions only. Close closes the wrapped link only if Capture was told
-// it owns it; Flush writes out what is buffered.
+// the directions only. Flush writes out what is buffered; Close flushes and
+// closes the wrapped link (a caller that does not own the link flushes only).
 type Capture struct {
 	Link
-	own bool
 
 	mu  sync.Mutex
 	bw  *bufio.Writer
@@ -37,10 +36,9 @@ type Capture struct {
 // captureSnap is the longest frame a capture keeps whole: a jumbo frame.
 const captureSnap = 65535
 
-// NewCapture wraps l, writing the pcap header to w at once. own makes Close
-// close l too.
-func NewCapture(l Link, w io.Writer, own bool) (*Capture, error) {
-	c := &Capture{Link: l, own: own, bw: bufio.NewWriterSize(w, 1<<16), now: time.Now}
+// NewCapture wraps l, writing the pcap header to w at once.
+func NewCapture(l Link, w io.Writer) (*Capture, error) {
+	c := &Capture{Link: l, bw: bufio.NewWriterSize(w, 1<<16), now: time.Now}
 	c.w = pcapgo.NewWriter(c.bw)
 	if err := c.w.WriteFileHeader(captureSnap, layers.LinkTypeEthernet); err != nil {
 		return nil, fmt.Errorf("link: capture: %w", err)
@@ -102,13 +100,11 @@ func (c *Capture) Flush() error {
 	return nil
 }
 
-// Close flushes the capture, then closes the wrapped link if it owns it.
+// Close flushes the capture, then closes the wrapped link.
 func (c *Capture) Close() error {
 	ferr := c.Flush()
-	if c.own {
-		if err := c.Link.Close(); err != nil {
-			return err
-		}
+	if err := c.Link.Close(); err != nil {
+		return err
 	}
 	return ferr
 }

@@ -19,7 +19,7 @@ func TestCaptureBothDirections(t *testing.T) {
 	}
 	defer b.Close()
 	var out bytes.Buffer
-	c, err := NewCapture(a, &out, true)
+	c, err := NewCapture(a, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestCaptureWriteError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	c, err := NewCapture(a, &failingWriter{n: 1}, true)
+	c, err := NewCapture(a, &failingWriter{n: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestCaptureWriteError(t *testing.T) {
 	if err := c.Close(); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("Close: %v, want the write error", err)
 	}
-	if _, err := NewCapture(a, &failingWriter{}, false); err == nil {
+	if _, err := NewCapture(a, &failingWriter{}); err == nil {
 		t.Error("NewCapture on a failing writer: no error")
 	}
 }
