@@ -289,11 +289,10 @@ func clockMisread(out string) bool {
 	if strings.Contains(out, "Can't produce a report") {
 		return true
 	}
-	all := bwResult.FindAllStringSubmatch(out, -1)
-	if all == nil {
+	m := lastBW(out) // with -a, the largest size (2 bytes may well show 0.00)
+	if m == nil {
 		return false
 	}
-	m := all[len(all)-1] // with -a, the largest size (2 bytes may well show 0.00)
 	peak, _ := strconv.ParseFloat(m[3], 64)
 	avg, _ := strconv.ParseFloat(m[4], 64)
 	if peak == 0 {
@@ -317,13 +316,22 @@ func writeSpan(pkts []rocePacket) time.Duration {
 	return last.Sub(first)
 }
 
-func parseBW(t *testing.T, who, out string) bwLine {
-	t.Helper()
+// lastBW is the last bandwidth result line of out, its fields matched; nil if
+// none.
+func lastBW(out string) []string {
 	all := bwResult.FindAllStringSubmatch(out, -1)
 	if all == nil {
+		return nil
+	}
+	return all[len(all)-1]
+}
+
+func parseBW(t *testing.T, who, out string) bwLine {
+	t.Helper()
+	m := lastBW(out) // with -a, the largest size: the one a server prints too
+	if m == nil {
 		t.Fatalf("%s printed no bandwidth result:\n%s", who, out)
 	}
-	m := all[len(all)-1] // with -a, the largest size: the one a server prints too
 	var l bwLine
 	l.text = strings.TrimRight(m[0], " ")
 	l.size, _ = strconv.ParseUint(m[1], 10, 64)

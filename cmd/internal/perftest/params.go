@@ -138,7 +138,6 @@ const (
 	maxInlineUD    = 884 // MAX_INLINE_UD
 	udAddition     = 40  // UD_ADDITION: the GRH before a UD message
 	defQKey        = 0x11111111
-	defRetryCount  = 7
 	ucMaxRx        = 16000 // UC_MAX_RX
 	maxSize        = 8388608
 	minIter        = 5
@@ -355,7 +354,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.IntVarP(&p.SL, "sl", "S", 0, "service level (RoCEv2 frames carry none: accepted, 0..15)")
 	fs.IntVar(&p.TClass, "tclass", 0, "traffic class of the GRH (IPv4 TOS)")
 	fs.IntVarP(&p.TOS, "tos", "T", -1, "type of service of the rdma_cm QPs (-R), 0..255")
-	fs.IntVar(&p.RetryCount, "retry_count", defRetryCount, "retry count of rdma_cm's connection (-R)")
+	fs.IntVar(&p.RetryCount, "retry_count", retryCount, "retry count of rdma_cm's connection (-R)")
 	fs.StringVar(&p.Mmap, "mmap", "", "use this file, mapped shared, as the buffer")
 	fs.Uint64Var(&p.MmapOffset, "mmap-offset", 0, "offset of the buffer in the --mmap file (a multiple of the page size)")
 	fs.BoolVar(&p.MRPerQP, "mr_per_qp", false, "one MR for each QP's buffer")
