@@ -156,7 +156,7 @@ func (c *Conn) decref() {
 		if h := c.ni.testHookZero; h != nil {
 			h(c)
 		}
-		c.ni.zombies <- c
+		c.ni.toConnd(&c.ni.zombies, c)
 	case n < 0:
 		panic("o2ib: connection reference count below zero")
 	}
@@ -196,7 +196,7 @@ func (c *Conn) established() {
 		after := c.closeAfter
 		c.mu.Unlock()
 		if after { // closed while connecting: disconnect now
-			c.ni.closing <- c
+			c.ni.toConnd(&c.ni.closing, c)
 		}
 		return
 	}
@@ -252,7 +252,7 @@ func (c *Conn) closeFor(why error, count func(*Stats)) {
 		c.ni.count(count)
 	}
 	c.finishAborted(q)
-	c.ni.closing <- c
+	c.ni.toConnd(&c.ni.closing, c)
 }
 
 // abortLocked takes the queued sends (O2-4: not posted, they are dropped) and

@@ -166,7 +166,8 @@ func TestO2_6DisconnectFlushesReceives(t *testing.T) {
 
 // O2-7: the last reference hands the connection to connd, which frees it on
 // its own goroutine: not on the one that dropped the reference (the
-// scheduler's, or a callback's).
+// scheduler's, or a callback's). The test holds a reference of its own past
+// the close, so that the last one drops on the test's goroutine.
 func TestO2_7LastRefToReaper(t *testing.T) {
 	a, _ := pair(t, 4716, Config{})
 	type ev struct{ zero, free uint64 }
@@ -175,11 +176,22 @@ func TestO2_7LastRefToReaper(t *testing.T) {
 	a.testHookZero = func(*Conn) { zeroAt = goid.ID() }
 	a.testHookFree = func(*Conn) { got <- ev{zeroAt, goid.ID()} }
 	c := dial(t, a, 4716)
+	c.addref()
 	c.Close()
+	for end := time.Now().Add(hang); c.Refs() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d references after the close, want the test's alone", c.Refs())
+		}
+	}
+	me := goid.ID()
+	c.decref()
 	select {
 	case e := <-got:
-		if e.zero == 0 || e.zero == e.free {
-			t.Fatalf("freed on goroutine %d, the one that dropped the last reference (%d)", e.free, e.zero)
+		if e.zero != me {
+			t.Fatalf("the last reference dropped on goroutine %d, not the test's (%d)", e.zero, me)
+		}
+		if e.free == me {
+			t.Fatalf("freed on goroutine %d, the one that dropped the last reference", e.free)
 		}
 	case <-time.After(hang):
 		t.Fatal("never freed")

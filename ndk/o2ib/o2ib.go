@@ -98,10 +98,15 @@ type NI struct {
 	schedMu sync.Mutex
 	schedC  *sync.Cond
 	schedQ  []*Conn
-	zombies chan *Conn // at zero references, for connd to free (O2-7)
-	closing chan *Conn // to disconnect, for connd
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// connd's lists, as kiblnd's kib_connd_zombies and kib_connd_conns:
+	// lists under a lock and a wakeup that never blocks, since connd itself
+	// closes (a timeout) and drops last references.
+	conndMu   sync.Mutex
+	zombies   []*Conn // at zero references, to free (O2-7)
+	closing   []*Conn // to disconnect
+	conndWake chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
 
 	mu     sync.Mutex
 	conns  map[*Conn]struct{} // every connection not yet freed
@@ -128,7 +133,7 @@ func New(dev *verbs.Device, ap netip.AddrPort, cfg Config) (*NI, error) {
 		return nil, err
 	}
 	ni := &NI{cfg: cfg, ad: ad, recv: make(chan Message, 1024),
-		zombies: make(chan *Conn, 1024), closing: make(chan *Conn, 1024), stop: make(chan struct{}),
+		conndWake: make(chan struct{}, 1), stop: make(chan struct{}),
 		conns: map[*Conn]struct{}{}}
 	ni.schedC = sync.NewCond(&ni.schedMu)
 	ni.reaped = sync.NewCond(&ni.mu)

@@ -305,6 +305,17 @@ func cmpErr(err, def error) error {
 	return def
 }
 
+// toConnd puts c on one of connd's lists and wakes it.
+func (ni *NI) toConnd(list *[]*Conn, c *Conn) {
+	ni.conndMu.Lock()
+	*list = append(*list, c)
+	ni.conndMu.Unlock()
+	select {
+	case ni.conndWake <- struct{}{}:
+	default: // a wakeup is pending already
+	}
+}
+
 // connd is kiblnd_connd: it disconnects closing connections, dropping the
 // NI's reference once the disconnect is under way, and frees those whose
 // count reached zero (O2-7), away from the scheduler.
@@ -318,33 +329,44 @@ func (ni *NI) connd() {
 			for _, c := range ni.Connections() {
 				c.checkTimeout(now)
 			}
-		case c := <-ni.closing:
-			c.mu.Lock()
-			if c.connecting {
-				c.closeAfter = true // its connect's completion sends it back
-				c.mu.Unlock()
-				continue
+		case <-ni.conndWake:
+			ni.conndMu.Lock()
+			closing, zombies := ni.closing, ni.zombies
+			ni.closing, ni.zombies = nil, nil
+			ni.conndMu.Unlock()
+			for _, c := range closing {
+				c.disconnect()
 			}
-			c.mu.Unlock()
-			if c.cn == nil {
-				c.qp.Flush()
-				c.decref()
-				continue
+			for _, c := range zombies {
+				c.free()
 			}
-			// Disconnect flushes the QP and sends the DREQ; the NI's
-			// reference goes at once, as kiblnd_connd drops it after
-			// rdma_disconnect: a dead peer's DREP may never come, and the
-			// connector's close cancels the wait for it.
-			if err := c.cn.Disconnect(nil); err != nil && !errors.Is(err, ndk.ErrPending) {
-				c.qp.Flush()
-			}
-			c.decref()
-		case c := <-ni.zombies:
-			c.free()
 		case <-ni.stop:
 			return
 		}
 	}
+}
+
+// disconnect is connd's part of a close.
+func (c *Conn) disconnect() {
+	c.mu.Lock()
+	if c.connecting {
+		c.closeAfter = true // its connect's completion sends it back
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if c.cn == nil {
+		c.qp.Flush()
+		c.decref()
+		return
+	}
+	// Disconnect flushes the QP and sends the DREQ; the NI's reference goes
+	// at once, as kiblnd_connd drops it after rdma_disconnect: a dead peer's
+	// DREP may never come, and the connector's close cancels the wait for it.
+	if err := c.cn.Disconnect(nil); err != nil && !errors.Is(err, ndk.ErrPending) {
+		c.qp.Flush()
+	}
+	c.decref()
 }
 
 // free closes the connection's objects, successors first, and forgets it.
