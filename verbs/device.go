@@ -72,6 +72,9 @@ type Device struct {
 	gsi     *gsi // QP1 and the CM, from the first CM call
 	closing bool
 
+	guidOnce sync.Once
+	guid     uint64
+
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -76,7 +76,7 @@ func startGSI(d *Device, cfg cm.Config) (_ *gsi, err error) {
 	// receives are posted.
 	cfg.Transport = g
 	if cfg.CAGUID == 0 {
-		cfg.CAGUID = nodeGUID(d)
+		cfg.CAGUID = d.NodeGUID()
 	}
 	if g.cm, err = cm.New(cfg); err != nil {
 		return nil, err
@@ -124,8 +124,14 @@ func startGSI(d *Device, cfg cm.Config) (_ *gsi, err error) {
 	return g, nil
 }
 
-// nodeGUID is rxe's node GUID: the EUI-64 of the interface's MAC
-// (addrconf_addr_eui48), e.g. 52:54:00:c0:02:0b → 0x505400fffec0020b.
+// NodeGUID is the device's node GUID (ibv_query_device's node_guid), rxe's:
+// the EUI-64 of the interface's MAC (addrconf_addr_eui48), e.g.
+// 52:54:00:c0:02:0b → 0x505400fffec0020b. Computed once.
+func (d *Device) NodeGUID() uint64 {
+	d.guidOnce.Do(func() { d.guid = nodeGUID(d) })
+	return d.guid
+}
+
 func nodeGUID(d *Device) uint64 {
 	mac := d.link.Info().MAC
 	if len(mac) != 6 { // a memory link: a random locally administered MAC

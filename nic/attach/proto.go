@@ -1,0 +1,376 @@
+// Package attach is the control protocol between the xrnic daemon and the
+// processes attached to it (docs/attach.md is its written form): messages on
+// a SOCK_SEQPACKET Unix socket, one request and its reply at a time, file
+// descriptors (memfds, eventfds) passed with SCM_RIGHTS. The data path does
+// not cross the socket: it runs on the rings of package shm.
+//
+// Every message is a 16-byte Header and a fixed-layout payload, little-endian,
+// whose structs below are laid out with natural alignment (no padding a C
+// compiler would add differently).
+package attach
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Version is the protocol's; HELLO refuses another.
+const Version = 1
+
+// MaxMessage bounds a message, header and payload.
+const MaxMessage = 1024
+
+// MaxFDs bounds the descriptors one message carries.
+const MaxFDs = 2
+
+// Op is a request's operation (and its reply's).
+type Op uint32
+
+const (
+	OpHello Op = iota + 1
+	OpQueryDevice
+	OpQueryPort
+	OpQueryGID
+	OpAllocPD
+	OpRegMR
+	OpCreateCompChannel
+	OpCreateCQ
+	OpCreateQP
+	OpModifyQP
+	OpQueryQP
+	OpCreateAH
+	OpDestroy
+	OpEvent // daemon to client, Seq 0: an asynchronous event
+	numOps
+)
+
+var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID", "ALLOC_PD", "REG_MR",
+	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT"}
+
+func (o Op) String() string {
+	if o < numOps {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint32(o))
+}
+
+// Header starts every message. Status is 0 or a positive errno in a reply.
+type Header struct {
+	Op     Op
+	Seq    uint32
+	Status int32
+	Len    uint32 // the payload's length
+}
+
+// HeaderLen is the header's size.
+const HeaderLen = 16
+
+// Object kinds, for DESTROY.
+const (
+	KindPD uint32 = iota + 1
+	KindMR
+	KindCompChannel
+	KindCQ
+	KindQP
+	KindAH
+)
+
+// Payloads. A request's name ends in Req, its reply's in Rep; an op without
+// one has an empty payload.
+type (
+	HelloReq struct {
+		Version uint32
+		_       uint32
+	}
+	// HelloRep comes with the session's doorbell, an eventfd the client
+	// writes to when a ring it produces says RingNeedWakeup.
+	HelloRep struct {
+		Version  uint32
+		_        uint32
+		NodeGUID uint64
+		Name     [32]byte // the device's, NUL-padded
+	}
+	DeviceRep struct {
+		NodeGUID       uint64
+		MaxMRSize      uint64
+		PageSizeCap    uint64
+		VendorID       uint32
+		VendorPartID   uint32
+		HWVer          uint32
+		MaxQP          uint32
+		MaxQPWR        uint32
+		MaxSGE         uint32
+		MaxCQ          uint32
+		MaxCQE         uint32
+		MaxMR          uint32
+		MaxPD          uint32
+		MaxQPRdAtom    uint32
+		MaxQPInitRdAtm uint32
+		MaxAH          uint32
+		MaxSRQ         uint32
+		MaxSRQWR       uint32
+		MaxSRQSGE      uint32
+		MaxInline      uint32
+		AtomicCap      uint32
+		FWVer          [32]byte
+	}
+	PortRep struct {
+		State      uint32
+		MaxMTU     uint32
+		ActiveMTU  uint32
+		GIDTblLen  uint32
+		MaxMsgSize uint32
+		_          uint32
+	}
+	GIDReq struct {
+		Index uint32
+		_     uint32
+	}
+	GIDRep struct {
+		GID [16]byte
+	}
+	HandleRep struct {
+		Handle uint32
+		_      uint32
+	}
+	// RegMRReq comes with a memfd sealed against shrinking; the region is
+	// Length bytes of it at FileOff, which the client maps at Addr (the MR's
+	// IOVA: SGEs and remote peers address it by the client's pointers).
+	RegMRReq struct {
+		Addr    uint64
+		Length  uint64
+		FileOff uint64
+		PD      uint32
+		Access  uint32
+	}
+	RegMRRep struct {
+		Handle uint32
+		LKey   uint32
+		RKey   uint32
+		_      uint32
+	}
+	// CreateCQRep comes with the memfd holding the CQ's ring at offset 0
+	// (shm.CQEntrySize bytes per entry).
+	CreateCQReq struct {
+		CQE     uint32
+		Channel uint32 // 0, or a completion channel's handle
+	}
+	CreateCQRep struct {
+		Handle  uint32
+		CQN     uint32
+		Entries uint32
+		_       uint32
+	}
+	CreateQPReq struct {
+		PD         uint32
+		Type       uint32 // enum ibv_qp_type
+		SendCQ     uint32
+		RecvCQ     uint32
+		SRQ        uint32 // 0: none
+		SigAll     uint32
+		MaxSendWR  uint32
+		MaxRecvWR  uint32
+		MaxSendSGE uint32
+		MaxRecvSGE uint32
+		MaxInline  uint32
+		_          uint32
+	}
+	// CreateQPRep comes with the memfd of the QP's rings: the send ring at
+	// SQOff, the receive ring at RQOff (none with an SRQ: RQEntries 0).
+	CreateQPRep struct {
+		Handle      uint32
+		QPN         uint32
+		MaxSendWR   uint32
+		MaxRecvWR   uint32
+		MaxSendSGE  uint32
+		MaxRecvSGE  uint32
+		MaxInline   uint32
+		SQEntries   uint32
+		SQEntrySize uint32
+		SQOff       uint32
+		RQEntries   uint32
+		RQEntrySize uint32
+		RQOff       uint32
+		MemLen      uint32
+	}
+	// AV is struct ibv_ah_attr with its GRH, as RoCE needs it.
+	AV struct {
+		DGID         [16]byte
+		FlowLabel    uint32
+		SGIDIndex    uint8
+		HopLimit     uint8
+		TrafficClass uint8
+		Port         uint8
+	}
+	// QPAttr is struct ibv_qp_attr: only the fields whose bit is in the
+	// mask (enum ibv_qp_attr_mask) mean anything.
+	QPAttr struct {
+		QKey            uint32
+		RQPSN           uint32
+		SQPSN           uint32
+		DestQPN         uint32
+		AccessFlags     uint32
+		MaxSendWR       uint32
+		MaxRecvWR       uint32
+		MaxSendSGE      uint32
+		MaxRecvSGE      uint32
+		MaxInline       uint32
+		PKeyIndex       uint16
+		State           uint8
+		CurState        uint8
+		PathMTU         uint8
+		PathMigState    uint8
+		Port            uint8
+		Timeout         uint8
+		RetryCnt        uint8
+		RNRRetry        uint8
+		MinRNRTimer     uint8
+		MaxRdAtomic     uint8
+		MaxDestRdAtomic uint8
+		SQDrainNotify   uint8
+		_               [2]byte
+		AV              AV
+	}
+	ModifyQPReq struct {
+		Handle uint32
+		Mask   uint32
+		Attr   QPAttr
+	}
+	CreateAHReq struct {
+		PD uint32
+		_  uint32
+		AV AV
+	}
+	DestroyReq struct {
+		Kind   uint32
+		Handle uint32
+	}
+	// EventMsg is an asynchronous event (enum ibv_event_type) on an object
+	// (its kind and handle; 0 for the device's and the port's).
+	EventMsg struct {
+		Type   uint32
+		Kind   uint32
+		Handle uint32
+		_      uint32
+	}
+)
+
+// ErrProtocol is a message that breaks the protocol (short, too long, an
+// unknown op, a payload of the wrong size, descriptors where none belong).
+var ErrProtocol = errors.New("attach: protocol error")
+
+// Encode appends a message: its header and payload p (a pointer to one of
+// the payload structs, or nil).
+func Encode(b []byte, op Op, seq uint32, status int32, p any) ([]byte, error) {
+	n := 0
+	if p != nil {
+		n = binary.Size(p)
+		if n < 0 {
+			return nil, fmt.Errorf("attach: %T is not a payload", p)
+		}
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(op))
+	b = binary.LittleEndian.AppendUint32(b, seq)
+	b = binary.LittleEndian.AppendUint32(b, uint32(status))
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	if p != nil {
+		return binary.Append(b, binary.LittleEndian, p)
+	}
+	return b, nil
+}
+
+// DecodeHeader reads a message's header and returns its payload, checking
+// that the header's length is the payload's.
+func DecodeHeader(b []byte) (Header, []byte, error) {
+	if len(b) < HeaderLen {
+		return Header{}, nil, fmt.Errorf("%w: %d-byte message", ErrProtocol, len(b))
+	}
+	le := binary.LittleEndian
+	h := Header{Op: Op(le.Uint32(b)), Seq: le.Uint32(b[4:]), Status: int32(le.Uint32(b[8:])), Len: le.Uint32(b[12:])}
+	if int(h.Len) != len(b)-HeaderLen {
+		return h, nil, fmt.Errorf("%w: %v says %d payload bytes, has %d", ErrProtocol, h.Op, h.Len, len(b)-HeaderLen)
+	}
+	return h, b[HeaderLen:], nil
+}
+
+// DecodePayload reads payload b into p, which must be exactly its size.
+func DecodePayload(b []byte, p any) error {
+	if n := binary.Size(p); n != len(b) {
+		return fmt.Errorf("%w: %d payload bytes, want %d for %T", ErrProtocol, len(b), n, p)
+	}
+	_, err := binary.Decode(b, binary.LittleEndian, p)
+	return err
+}
+
+// Send writes one message with fds (closing nothing).
+func Send(c *net.UnixConn, msg []byte, fds ...int) error {
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	n, _, err := c.WriteMsgUnix(msg, oob, nil)
+	if err == nil && n != len(msg) {
+		err = fmt.Errorf("attach: short write, %d of %d bytes", n, len(msg))
+	}
+	return err
+}
+
+// Recv reads one message into buf, and the descriptors that came with it
+// (the caller owns them). A message longer than buf, or with more than
+// MaxFDs descriptors, is ErrProtocol (its descriptors closed).
+func Recv(c *net.UnixConn, buf, oob []byte) (msg []byte, fds []int, err error) {
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, err
+	}
+	if oobn > 0 {
+		fds, err = parseRights(oob[:oobn])
+	}
+	switch {
+	case err != nil:
+	case flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0:
+		err = fmt.Errorf("%w: message or descriptors truncated", ErrProtocol)
+	case len(fds) > MaxFDs:
+		err = fmt.Errorf("%w: %d descriptors", ErrProtocol, len(fds))
+	}
+	if err != nil {
+		CloseFDs(fds)
+		return nil, nil, err
+	}
+	if n == 0 {
+		return nil, nil, fmt.Errorf("attach: the other side closed: %w", net.ErrClosed)
+	}
+	return buf[:n], fds, nil
+}
+
+// OOBSpace is the control buffer Recv needs.
+var OOBSpace = unix.CmsgSpace(4 * (MaxFDs + 1))
+
+func parseRights(oob []byte) ([]int, error) {
+	cms, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	var fds []int
+	for _, cm := range cms {
+		r, err := unix.ParseUnixRights(&cm)
+		if err != nil {
+			CloseFDs(fds)
+			return nil, fmt.Errorf("%w: %w", ErrProtocol, err)
+		}
+		fds = append(fds, r...)
+	}
+	return fds, nil
+}
+
+// CloseFDs closes descriptors.
+func CloseFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

@@ -1,0 +1,356 @@
+package server
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/shm"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// obj is a session's object: close destroys it on the device (and may refuse,
+// EBUSY); release then frees the memory and descriptors it held.
+type obj interface {
+	base() *objBase
+	close() error
+	release()
+}
+
+type objBase struct {
+	kind   uint32
+	handle uint32
+	shm    int  // bytes of rings, charged to the session
+	dying  bool // being destroyed: the pump leaves it alone
+	ss     *session
+}
+
+func (b *objBase) base() *objBase { return b }
+
+type pdObj struct {
+	objBase
+	pd *verbs.PD
+}
+
+func (o *pdObj) close() error { return o.pd.Dealloc().Wait() }
+func (o *pdObj) release()     {}
+
+type mrObj struct {
+	objBase
+	mr  *verbs.MR
+	mem *shm.Region
+}
+
+func (o *mrObj) close() error { return o.mr.Dereg().Wait() }
+func (o *mrObj) release()     { o.mem.Close() }
+
+// chanObj is a completion channel: an eventfd the daemon writes when an
+// armed CQ of the channel gets a completion.
+type chanObj struct {
+	objBase
+	efd int
+}
+
+func (o *chanObj) close() error { return nil }
+func (o *chanObj) release()     { unix.Close(o.efd) }
+
+func (o *chanObj) signal() {
+	var one = [8]byte{1}
+	_, _ = unix.Write(o.efd, one[:]) // EAGAIN: the counter is already huge
+}
+
+type ahObj struct {
+	objBase
+	ah *verbs.AH
+}
+
+func (o *ahObj) close() error { return o.ah.Destroy().Wait() }
+func (o *ahObj) release()     {}
+
+func (ss *session) allocPD() (any, int, error) {
+	pd, err := ss.srv.dev.AllocPD()
+	if err != nil {
+		return nil, -1, err
+	}
+	o := &pdObj{objBase: objBase{kind: attach.KindPD}, pd: pd}
+	h, err := ss.add(o, 0)
+	if err != nil {
+		pd.Dealloc()
+		return nil, -1, err
+	}
+	return &attach.HandleRep{Handle: h}, -1, nil
+}
+
+func (ss *session) regMR(req *attach.RegMRReq, fd int) (any, int, error) {
+	pd, err := get[*pdObj](ss, attach.KindPD, req.PD)
+	if err != nil {
+		unix.Close(fd)
+		return nil, -1, err
+	}
+	mem, buf, err := regionFor(fd, req.FileOff, req.Length)
+	if err != nil {
+		return nil, -1, err
+	}
+	m, err := pd.pd.RegMR(buf, req.Addr, verbs.Access(req.Access))
+	if err != nil {
+		mem.Close()
+		return nil, -1, err
+	}
+	o := &mrObj{objBase: objBase{kind: attach.KindMR}, mr: m, mem: mem}
+	h, err := ss.add(o, 0)
+	if err != nil {
+		m.Dereg().Wait()
+		mem.Close()
+		return nil, -1, err
+	}
+	return &attach.RegMRRep{Handle: h, LKey: m.LKey(), RKey: m.RKey()}, -1, nil
+}
+
+func (ss *session) createChannel() (any, int, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, -1, err
+	}
+	o := &chanObj{objBase: objBase{kind: attach.KindCompChannel}, efd: efd}
+	h, err := ss.add(o, 0)
+	if err != nil {
+		unix.Close(efd)
+		return nil, -1, err
+	}
+	return &attach.HandleRep{Handle: h}, efd, nil
+}
+
+func (ss *session) createAH(req *attach.CreateAHReq) (any, int, error) {
+	pd, err := get[*pdObj](ss, attach.KindPD, req.PD)
+	if err != nil {
+		return nil, -1, err
+	}
+	ah, err := pd.pd.CreateAH(avFrom(req.AV))
+	if err != nil {
+		return nil, -1, err
+	}
+	o := &ahObj{objBase: objBase{kind: attach.KindAH}, ah: ah}
+	h, err := ss.add(o, 0)
+	if err != nil {
+		ah.Destroy()
+		return nil, -1, err
+	}
+	return &attach.HandleRep{Handle: h}, -1, nil
+}
+
+func avFrom(a attach.AV) verbs.AV {
+	return verbs.AV{DGID: verbs.GID(a.DGID), SGIDIndex: a.SGIDIndex, FlowLabel: a.FlowLabel,
+		HopLimit: a.HopLimit, TrafficClass: a.TrafficClass, Port: a.Port}
+}
+
+func avTo(a verbs.AV) attach.AV {
+	return attach.AV{DGID: a.DGID, SGIDIndex: a.SGIDIndex, FlowLabel: a.FlowLabel,
+		HopLimit: a.HopLimit, TrafficClass: a.TrafficClass, Port: a.Port}
+}
+
+// cqObj is a CQ and its ring: the pump moves the device CQ's completions into
+// the ring, which the client polls.
+type cqObj struct {
+	objBase
+	cq   *verbs.CQ
+	mem  *shm.Region
+	ring *shm.Ring
+	ch   *chanObj
+	wcs  []verbs.WC
+	// pending are completions the pump made itself (a WR the device
+	// refused), ahead of the device CQ's.
+	pending []shm.CQE
+	broken  bool // the client corrupted the ring's index
+}
+
+func (o *cqObj) close() error { return o.cq.Destroy().Wait() }
+func (o *cqObj) release()     { o.mem.Close() }
+
+func (ss *session) createCQ(req *attach.CreateCQReq) (any, int, error) {
+	max := ss.srv.dev.Query().MaxCQE
+	if req.CQE == 0 || int(req.CQE) > max {
+		return nil, -1, fmt.Errorf("%w: %d CQEs (1 to %d)", verbs.ErrInvalid, req.CQE, max)
+	}
+	var ch *chanObj
+	if req.Channel != 0 {
+		var err error
+		if ch, err = get[*chanObj](ss, attach.KindCompChannel, req.Channel); err != nil {
+			return nil, -1, err
+		}
+	}
+	n := pow2(req.CQE)
+	size := shm.RingSize(n, shm.CQEntrySize)
+	if err := ss.checkShm(size); err != nil {
+		return nil, -1, err
+	}
+	mem, err := shm.Create("xrnic-cq", size)
+	if err != nil {
+		return nil, -1, err
+	}
+	ring, err := shm.NewRing(mem.Bytes(), 0, n, shm.CQEntrySize, true)
+	if err != nil {
+		mem.Close()
+		return nil, -1, err
+	}
+	o := &cqObj{objBase: objBase{kind: attach.KindCQ, ss: ss}, mem: mem, ring: ring, ch: ch, wcs: make([]verbs.WC, 32)}
+	// The device CQ holds what the ring has no room for yet; the handler
+	// wakes the pump.
+	c, err := ss.srv.dev.CreateCQ(n, verbs.CQOptions{Handler: func(*verbs.CQ) { ss.kick() }, Context: o})
+	if err != nil {
+		mem.Close()
+		return nil, -1, err
+	}
+	o.cq = c
+	h, err := ss.add(o, size)
+	if err != nil {
+		c.Destroy().Wait()
+		mem.Close()
+		return nil, -1, err
+	}
+	if err := c.ReqNotify(false); err != nil {
+		ss.logf("CQ %d: arming: %v", h, err)
+	}
+	return &attach.CreateCQRep{Handle: h, CQN: uint32(h), Entries: uint32(n)}, mem.FD(), nil
+}
+
+func (ss *session) checkShm(n int) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.shm+n > ss.srv.cfg.MaxShm {
+		return fmt.Errorf("%w: %d + %d bytes", errShmLimit, ss.shm, n)
+	}
+	return nil
+}
+
+// qpObj is a QP and its rings: the pump posts what the client put on them.
+type qpObj struct {
+	objBase
+	qp       *verbs.QP
+	typ      verbs.QPType
+	mem      *shm.Region
+	sq, rq   *shm.Ring
+	maxSGE   int // send
+	maxRSGE  int
+	inline   int
+	wrs      []verbs.SendWR
+	sgls     [][]verbs.SGE
+	rwrs     []verbs.RecvWR
+	rsgls    [][]verbs.SGE
+	scratch  []shm.SGE
+	broken   bool // the client corrupted a ring's index: the QP is in error
+	sendCQ   *cqObj
+	recvCQ   *cqObj
+	errorWRs int // WRs completed in error by the pump (refused by the device)
+}
+
+func (o *qpObj) close() error { return o.qp.Destroy().Wait() }
+func (o *qpObj) release()     { o.mem.Close() }
+
+// batch is how many WRs the pump hands the device at once.
+const batch = 16
+
+func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
+	if req.SRQ != 0 {
+		return nil, -1, fmt.Errorf("%w: SRQs over the attach protocol", verbs.ErrUnsupported)
+	}
+	ss.mu.Lock()
+	pdo, err1 := ss.lookup(attach.KindPD, req.PD)
+	scq, err2 := ss.lookup(attach.KindCQ, req.SendCQ)
+	rcq, err3 := ss.lookup(attach.KindCQ, req.RecvCQ)
+	ss.mu.Unlock()
+	for _, err := range []error{err1, err2, err3} {
+		if err != nil {
+			return nil, -1, err
+		}
+	}
+	o := &qpObj{objBase: objBase{kind: attach.KindQP, ss: ss}, typ: verbs.QPType(req.Type),
+		sendCQ: scq.(*cqObj), recvCQ: rcq.(*cqObj)}
+	qp, err := pdo.(*pdObj).pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type),
+		SendCQ: o.sendCQ.cq, RecvCQ: o.recvCQ.cq, SigAll: req.SigAll != 0, Context: o,
+		Cap: verbs.QPCap{MaxSendWR: req.MaxSendWR, MaxRecvWR: req.MaxRecvWR, MaxSendSGE: req.MaxSendSGE,
+			MaxRecvSGE: req.MaxRecvSGE, MaxInlineData: req.MaxInline}})
+	if err != nil {
+		return nil, -1, err
+	}
+	c := qp.Cap()
+	sqN, rqN := pow2(c.MaxSendWR), pow2(c.MaxRecvWR)
+	sqE, rqE := shm.SendEntrySize(int(c.MaxSendSGE), int(c.MaxInlineData)), shm.RecvEntrySize(int(c.MaxRecvSGE))
+	sqOff := 0
+	rqOff := (shm.RingSize(sqN, sqE) + 63) &^ 63
+	size := rqOff + shm.RingSize(rqN, rqE)
+	if err := ss.checkShm(size); err != nil {
+		qp.Destroy().Wait()
+		return nil, -1, err
+	}
+	mem, err := shm.Create("xrnic-qp", size)
+	if err != nil {
+		qp.Destroy().Wait()
+		return nil, -1, err
+	}
+	o.qp, o.mem = qp, mem
+	o.sq, _ = shm.NewRing(mem.Bytes(), sqOff, sqN, sqE, false)
+	o.rq, _ = shm.NewRing(mem.Bytes(), rqOff, rqN, rqE, false)
+	o.maxSGE, o.maxRSGE, o.inline = int(c.MaxSendSGE), int(c.MaxRecvSGE), int(c.MaxInlineData)
+	o.wrs, o.sgls = make([]verbs.SendWR, batch), make([][]verbs.SGE, batch)
+	o.rwrs, o.rsgls = make([]verbs.RecvWR, batch), make([][]verbs.SGE, batch)
+	for i := range batch {
+		o.sgls[i] = make([]verbs.SGE, o.maxSGE)
+		o.rsgls[i] = make([]verbs.SGE, o.maxRSGE)
+	}
+	o.scratch = make([]shm.SGE, max(o.maxSGE, o.maxRSGE))
+	h, err := ss.add(o, size)
+	if err != nil {
+		qp.Destroy().Wait()
+		mem.Close()
+		return nil, -1, err
+	}
+	return &attach.CreateQPRep{Handle: h, QPN: qp.QPN(), MaxSendWR: c.MaxSendWR, MaxRecvWR: c.MaxRecvWR,
+		MaxSendSGE: c.MaxSendSGE, MaxRecvSGE: c.MaxRecvSGE, MaxInline: c.MaxInlineData,
+		SQEntries: uint32(sqN), SQEntrySize: uint32(sqE), SQOff: uint32(sqOff),
+		RQEntries: uint32(rqN), RQEntrySize: uint32(rqE), RQOff: uint32(rqOff), MemLen: uint32(size)}, mem.FD(), nil
+}
+
+func (ss *session) modifyQP(req *attach.ModifyQPReq) error {
+	o, err := get[*qpObj](ss, attach.KindQP, req.Handle)
+	if err != nil {
+		return err
+	}
+	a := &req.Attr
+	attr := verbs.QPAttr{AV: avFrom(a.AV)}
+	attr.State, attr.CurState = verbs.QPState(a.State), verbs.QPState(a.CurState)
+	attr.PathMTU = verbs.MTU(a.PathMTU)
+	attr.QKey, attr.RQPSN, attr.SQPSN = a.QKey, verbs.PSN(a.RQPSN), verbs.PSN(a.SQPSN)
+	attr.DestQPN, attr.AccessFlags, attr.PKeyIndex, attr.Port = a.DestQPN, a.AccessFlags, a.PKeyIndex, a.Port
+	attr.Timeout, attr.RetryCnt, attr.RNRRetry, attr.MinRNRTimer = a.Timeout, a.RetryCnt, a.RNRRetry, a.MinRNRTimer
+	attr.MaxRdAtomic, attr.MaxDestRdAtomic, attr.SQDrainNotify = a.MaxRdAtomic, a.MaxDestRdAtomic, a.SQDrainNotify != 0
+	attr.Cap = verbs.QPCap{MaxSendWR: a.MaxSendWR, MaxRecvWR: a.MaxRecvWR, MaxSendSGE: a.MaxSendSGE,
+		MaxRecvSGE: a.MaxRecvSGE, MaxInlineData: a.MaxInline}
+	return o.qp.ModifySync(&attr, verbs.AttrMask(req.Mask))
+}
+
+func (ss *session) queryQP(h uint32) (*attach.QPAttr, error) {
+	o, err := get[*qpObj](ss, attach.KindQP, h)
+	if err != nil {
+		return nil, err
+	}
+	attr, _, err := o.qp.Query()
+	if err != nil {
+		return nil, err
+	}
+	return &attach.QPAttr{QKey: attr.QKey, RQPSN: uint32(attr.RQPSN), SQPSN: uint32(attr.SQPSN),
+		DestQPN: attr.DestQPN, AccessFlags: attr.AccessFlags, MaxSendWR: attr.Cap.MaxSendWR,
+		MaxRecvWR: attr.Cap.MaxRecvWR, MaxSendSGE: attr.Cap.MaxSendSGE, MaxRecvSGE: attr.Cap.MaxRecvSGE,
+		MaxInline: attr.Cap.MaxInlineData, PKeyIndex: attr.PKeyIndex, State: uint8(attr.State),
+		CurState: uint8(attr.CurState), PathMTU: uint8(attr.PathMTU), PathMigState: uint8(attr.PathMigState),
+		Port: attr.Port, Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
+		MinRNRTimer: attr.MinRNRTimer, MaxRdAtomic: attr.MaxRdAtomic, MaxDestRdAtomic: attr.MaxDestRdAtomic,
+		SQDrainNotify: b2u(attr.SQDrainNotify), AV: avTo(attr.AV)}, nil
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,295 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"runtime"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/shm"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// spins is how many empty passes the pump makes before it sleeps: a client
+// posting in a loop finds it awake and never needs the doorbell.
+const spins = 64
+
+// pump moves a session's work: the work requests its process put on its QPs'
+// rings go to the device, and its CQs' completions go to their rings. Before
+// it sleeps it sets RingNeedWakeup on every ring it consumes and arms every
+// CQ, then looks once more, so that nothing posted or completed in between is
+// left waiting (the AF_XDP need_wakeup protocol).
+func (ss *session) pump() {
+	idle := 0
+	for {
+		if ss.pass() {
+			idle = 0
+			continue
+		}
+		if idle++; idle < spins {
+			runtime.Gosched()
+			continue
+		}
+		ss.sleeping(true)
+		if ss.pass() {
+			ss.sleeping(false)
+			idle = 0
+			continue
+		}
+		select {
+		case <-ss.wake:
+		case <-ss.stop:
+			return
+		}
+		ss.sleeping(false)
+		idle = 0
+	}
+}
+
+func (ss *session) sleeping(on bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, q := range ss.qps {
+		if !q.dying {
+			q.sq.SetNeedWakeup(on)
+			q.rq.SetNeedWakeup(on)
+		}
+	}
+	if on {
+		for _, c := range ss.cqs {
+			if !c.dying {
+				_ = c.cq.ReqNotify(false) // after an overflow: ErrOverrun, and nothing more comes
+			}
+		}
+	}
+}
+
+// pass does one round over the session's rings; it reports whether it moved
+// anything.
+func (ss *session) pass() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	moved := false
+	for _, q := range ss.qps {
+		if q.dying || q.broken {
+			continue
+		}
+		if ss.postSends(q) {
+			moved = true
+		}
+		if ss.postRecvs(q) {
+			moved = true
+		}
+	}
+	for _, c := range ss.cqs {
+		if !c.dying && !c.broken && ss.complete(c) {
+			moved = true
+		}
+	}
+	return moved
+}
+
+// postSends hands the send ring's WRs to the device, a batch at a time. A
+// WR the device refuses completes with IBV_WC_LOC_QP_OP_ERR on the send CQ's
+// ring and moves the QP to the error state (its later WRs flush): nothing
+// posted is lost. A full device queue leaves the rest on the ring.
+func (ss *session) postSends(q *qpObj) bool {
+	avail, err := q.sq.Available()
+	if err != nil {
+		ss.breakQP(q, err)
+		return false
+	}
+	if avail == 0 {
+		return false
+	}
+	n := min(avail, batch)
+	for k := range n {
+		e, _ := q.sq.Peek(k)
+		if err := ss.sendWR(q, e, k); err != nil {
+			if k == 0 {
+				ss.refuse(q, e)
+				return true
+			}
+			n = k
+			break
+		}
+	}
+	posted, err := q.qp.PostSend(q.wrs[:n])
+	q.sq.Release(posted)
+	for k := range n {
+		q.wrs[k] = verbs.SendWR{SGL: q.wrs[k].SGL[:0]} // drop references into the ring and to AHs
+	}
+	// ErrQueueFull leaves the rest on the ring until completions make room
+	// (the CQ's handler wakes the pump).
+	if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
+		e, _ := q.sq.Peek(0)
+		ss.refuse(q, e)
+	}
+	return posted > 0
+}
+
+// sendWR decodes a send ring entry into the batch's k-th WR. The entry is
+// the client's memory: every field is read once, and bounded before use.
+func (ss *session) sendWR(q *qpObj, e []byte, k int) error {
+	w := &q.wrs[k]
+	var h shm.SendWQE
+	shm.GetSendWQE(e, &h)
+	*w = verbs.SendWR{WRID: h.WRID, Opcode: verbs.WROpcode(h.Opcode), Flags: verbs.SendFlags(h.Flags),
+		RemoteAddr: h.RemoteAddr, RKey: h.RKey, CompareAdd: h.CompareAdd, Swap: h.Swap,
+		RemoteQPN: h.RemoteQPN, RemoteQKey: h.RemoteQKey, SGL: w.SGL[:0]}
+	w.ImmData = binary.BigEndian.Uint32(h.Imm[:])
+	w.InvalidateRKey = binary.LittleEndian.Uint32(h.Imm[:])
+	if w.Flags&verbs.SendInline != 0 && (w.Opcode == verbs.WRSend || w.Opcode == verbs.WRSendWithImm ||
+		w.Opcode == verbs.WRRDMAWrite || w.Opcode == verbs.WRRDMAWriteWithImm) {
+		if int(h.NumSGE) > q.inline {
+			return errBadWQE
+		}
+		w.InlineData = shm.SendTail(e)[:h.NumSGE]
+	} else {
+		if int(h.NumSGE) > q.maxSGE || shm.GetSGEs(shm.SendTail(e), int(h.NumSGE), q.scratch) != nil {
+			return errBadWQE
+		}
+		sgl := q.sgls[k][:h.NumSGE]
+		for i := range sgl {
+			s := q.scratch[i]
+			sgl[i] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+		}
+		w.SGL = sgl
+	}
+	if q.typ == verbs.UD {
+		o, err := ss.lookup(attach.KindAH, h.AH)
+		if err != nil {
+			return errBadWQE
+		}
+		w.AH = o.(*ahObj).ah
+	}
+	return nil
+}
+
+var errBadWQE = errors.New("malformed work request")
+
+// refuse completes the WR at the head of the send ring in error and takes it
+// off the ring; the QP goes to the error state, which flushes the rest.
+func (ss *session) refuse(q *qpObj, e []byte) {
+	var h shm.SendWQE
+	shm.GetSendWQE(e, &h)
+	q.sq.Release(1)
+	q.errorWRs++
+	q.sendCQ.pending = append(q.sendCQ.pending, shm.CQE{WRID: h.WRID, Status: uint32(verbs.WCLocQPOpErr),
+		Opcode: wcOpcode(h.Opcode), QPN: q.qp.QPN()})
+	q.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState)
+}
+
+// wcOpcode is the completion opcode of a send WR opcode (as
+// ibv_wc_opcode numbers them).
+func wcOpcode(op uint32) uint32 {
+	switch verbs.WROpcode(op) {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return uint32(verbs.WCRDMAWrite)
+	case verbs.WRRDMARead:
+		return uint32(verbs.WCRDMARead)
+	case verbs.WRAtomicCmpSwp:
+		return uint32(verbs.WCCompSwap)
+	case verbs.WRAtomicFetchAdd:
+		return uint32(verbs.WCFetchAdd)
+	}
+	return uint32(verbs.WCSend)
+}
+
+// postRecvs hands the receive ring's WRs to the device. A malformed one (too
+// many SGEs) breaks the QP: the receive side has no completion to give it
+// that the consumer would match, so the QP goes to the error state.
+func (ss *session) postRecvs(q *qpObj) bool {
+	avail, err := q.rq.Available()
+	if err != nil {
+		ss.breakQP(q, err)
+		return false
+	}
+	if avail == 0 {
+		return false
+	}
+	n := min(avail, batch)
+	for k := range n {
+		e, _ := q.rq.Peek(k)
+		wrid, nsge := shm.GetRecvWQE(e)
+		if int(nsge) > q.maxRSGE || shm.GetSGEs(shm.RecvTail(e), int(nsge), q.scratch) != nil {
+			ss.breakQP(q, errBadWQE)
+			return false
+		}
+		sgl := q.rsgls[k][:nsge]
+		for i := range sgl {
+			s := q.scratch[i]
+			sgl[i] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+		}
+		q.rwrs[k] = verbs.RecvWR{WRID: wrid, SGL: sgl}
+	}
+	posted, err := q.qp.PostRecv(q.rwrs[:n])
+	q.rq.Release(posted)
+	if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
+		ss.breakQP(q, err)
+	}
+	return posted > 0
+}
+
+// breakQP puts a QP whose rings the client corrupted in the error state; the
+// pump stops reading them. The caller holds mu.
+func (ss *session) breakQP(q *qpObj, err error) {
+	if !q.broken {
+		ss.logf("QP %d: %v: moved to the error state", q.handle, err)
+	}
+	q.broken = true
+	q.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState)
+}
+
+// complete moves the device CQ's completions into the ring, as many as it has
+// room for, and signals the completion channel if the client armed the ring.
+func (ss *session) complete(c *cqObj) bool {
+	free, err := c.ring.Free()
+	if err != nil {
+		ss.logf("CQ %d: %v: no more completions go to it", c.handle, err)
+		c.broken = true
+		return false
+	}
+	k := 0
+	for len(c.pending) > 0 && k < free {
+		e, _ := c.ring.Reserve(k)
+		shm.PutCQE(e, &c.pending[0])
+		c.pending = c.pending[1:]
+		k++
+	}
+	if len(c.pending) == 0 {
+		c.pending = c.pending[:0:cap(c.pending)]
+	}
+	n := 0
+	if k < free {
+		n = c.cq.Poll(c.wcs[:min(free-k, len(c.wcs))])
+	}
+	for i := range n {
+		e, _ := c.ring.Reserve(k + i)
+		putWC(e, &c.wcs[i])
+	}
+	if k+n == 0 {
+		return false
+	}
+	c.ring.Commit(k + n)
+	if c.ring.Armed() != 0 {
+		c.ring.Disarm()
+		c.ring.Notified()
+		if c.ch != nil {
+			c.ch.signal()
+		}
+	}
+	return true
+}
+
+func putWC(e []byte, wc *verbs.WC) {
+	c := shm.CQE{WRID: wc.WRID, Status: uint32(wc.Status), Opcode: uint32(wc.Opcode), VendorErr: wc.VendorErr,
+		ByteLen: wc.ByteLen, QPN: wc.QPN, SrcQP: wc.SrcQP, Flags: uint32(wc.Flags), PKeyIndex: wc.PKeyIndex,
+		SLID: wc.SLID, SL: wc.SL, DLIDPathBits: wc.DLIDPathBits}
+	if wc.Flags&verbs.WCWithInv != 0 {
+		binary.LittleEndian.PutUint32(c.Imm[:], wc.InvalidatedRKey)
+	} else {
+		binary.BigEndian.PutUint32(c.Imm[:], wc.ImmData)
+	}
+	shm.PutCQE(e, &c)
+}

@@ -1,0 +1,244 @@
+// Package server is the daemon's side of the attach protocol (package attach,
+// docs/attach.md): it serves processes attached to one verbs device, each in a
+// session of its own objects, and moves their work requests and completions
+// between the shared-memory rings and the device.
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// Config bounds what the attached processes may take.
+type Config struct {
+	// MaxSessions attached at once (default 64); more are refused at accept.
+	MaxSessions int
+	// MaxObjects one session may hold (default 4096).
+	MaxObjects int
+	// MaxShm bytes of rings one session may hold (default 256 MiB).
+	MaxShm int
+	// Allow decides whether a peer may attach, from its SO_PEERCRED (default:
+	// root or the daemon's own user).
+	Allow func(unix.Ucred) bool
+	// Logf reports sessions starting and ending, and their protocol errors.
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 64
+	}
+	if c.MaxObjects <= 0 {
+		c.MaxObjects = 4096
+	}
+	if c.MaxShm <= 0 {
+		c.MaxShm = 256 << 20
+	}
+	if c.Allow == nil {
+		euid := uint32(os.Geteuid())
+		c.Allow = func(u unix.Ucred) bool { return u.Uid == 0 || u.Uid == euid }
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// Server serves attachments to one device. Safe for concurrent use.
+type Server struct {
+	dev   *verbs.Device
+	cfg   Config
+	unreg func()
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// New starts a server for dev; Close stops it.
+func New(dev *verbs.Device, cfg Config) *Server {
+	cfg.setDefaults()
+	s := &Server{dev: dev, cfg: cfg, sessions: map[*session]struct{}{}}
+	s.unreg = dev.RegisterEventHandler(s.event)
+	return s
+}
+
+// SessionInfo describes an attached process.
+type SessionInfo struct {
+	PID, UID, GID int
+	Objects       int
+}
+
+// Sessions lists the attached processes.
+func (s *Server) Sessions() []SessionInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]SessionInfo, 0, len(s.sessions))
+	for ss := range s.sessions {
+		ss.mu.Lock()
+		out = append(out, SessionInfo{PID: int(ss.cred.Pid), UID: int(ss.cred.Uid), GID: int(ss.cred.Gid), Objects: len(ss.objs)})
+		ss.mu.Unlock()
+	}
+	return out
+}
+
+// Serve accepts attachments on ln (a "unixpacket" listener) until ln is
+// closed; it returns nil then.
+func (s *Server) Serve(ln *net.UnixListener) error {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		s.Attach(c)
+	}
+}
+
+// Attach serves one connection (a SOCK_SEQPACKET Unix socket) in a session
+// of its own, after checking its peer's credentials; it does not block.
+func (s *Server) Attach(c *net.UnixConn) {
+	cred, err := peerCred(c)
+	if err != nil || !s.cfg.Allow(cred) {
+		s.cfg.Logf("attach: peer %+v refused (%v)", cred, err)
+		c.Close()
+		return
+	}
+	s.mu.Lock()
+	if s.closed || len(s.sessions) >= s.cfg.MaxSessions {
+		n := len(s.sessions)
+		s.mu.Unlock()
+		s.cfg.Logf("attach: pid %d refused: %d sessions", cred.Pid, n)
+		c.Close()
+		return
+	}
+	ss, err := newSession(s, c, cred)
+	if err != nil {
+		s.mu.Unlock()
+		s.cfg.Logf("attach: pid %d: %v", cred.Pid, err)
+		c.Close()
+		return
+	}
+	s.sessions[ss] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		ss.run()
+		s.mu.Lock()
+		delete(s.sessions, ss)
+		s.mu.Unlock()
+	}()
+}
+
+// Close ends every session (freeing its objects, as if its process had
+// exited) and waits for them.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	for ss := range s.sessions {
+		ss.c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.unreg()
+	return nil
+}
+
+func peerCred(c *net.UnixConn) (unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return unix.Ucred{}, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return unix.Ucred{}, err
+	}
+	if cerr != nil {
+		return unix.Ucred{}, cerr
+	}
+	return *cred, nil
+}
+
+// event routes the device's asynchronous events to the session whose object
+// they name (its QPs' and CQs' Context).
+func (s *Server) event(ev verbs.AsyncEvent) {
+	var o obj
+	switch {
+	case ev.QP != nil:
+		if q, ok := ev.QP.Context().(*qpObj); ok {
+			o = q
+		}
+	case ev.CQ != nil:
+		if c, ok := ev.CQ.Context().(*cqObj); ok {
+			o = c
+		}
+	default: // the port's and the device's go to everyone
+		s.mu.Lock()
+		for ss := range s.sessions {
+			ss.sendEvent(attach.EventMsg{Type: uint32(ev.Type)})
+		}
+		s.mu.Unlock()
+		return
+	}
+	if o == nil {
+		return
+	}
+	b := o.base()
+	b.ss.mu.Lock()
+	h := b.handle
+	b.ss.mu.Unlock()
+	b.ss.sendEvent(attach.EventMsg{Type: uint32(ev.Type), Kind: b.kind, Handle: h})
+}
+
+// errno is the errno a reply carries for err (libibverbs' for the same
+// failures).
+func errno(err error) int32 {
+	var en syscall.Errno
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &en):
+		return int32(en)
+	case errors.Is(err, verbs.ErrBusy):
+		return int32(unix.EBUSY)
+	case errors.Is(err, verbs.ErrLimit), errors.Is(err, verbs.ErrQueueFull), errors.Is(err, errShmLimit):
+		return int32(unix.ENOMEM)
+	case errors.Is(err, verbs.ErrUnsupported):
+		return int32(unix.EOPNOTSUPP)
+	case errors.Is(err, verbs.ErrAccess):
+		return int32(unix.EACCES)
+	case errors.Is(err, verbs.ErrUnreachable):
+		return int32(unix.EHOSTUNREACH)
+	case errors.Is(err, verbs.ErrClosed):
+		return int32(unix.ENODEV)
+	case errors.Is(err, verbs.ErrNotFound), errors.Is(err, errNoHandle):
+		return int32(unix.ENOENT)
+	}
+	return int32(unix.EINVAL)
+}
+
+var (
+	errNoHandle = errors.New("no such handle")
+	errShmLimit = errors.New("the session's shared memory limit")
+)
+
+func handleErr(kind string, h uint32) error { return fmt.Errorf("%s %d: %w", kind, h, errNoHandle) }

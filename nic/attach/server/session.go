@@ -1,0 +1,458 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/shm"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// A session is one attached process: its objects, by handle, and the
+// goroutines that serve it (control here, the rings in pump.go). Its objects
+// are reachable only through its own handle table, so a process names only
+// what it made; the engine's PD checks keep its work requests to its own
+// memory.
+type session struct {
+	srv  *Server
+	c    *net.UnixConn
+	cred unix.Ucred
+
+	bell   *os.File // the doorbell eventfd: the client writes, the pump reads
+	wake   chan struct{}
+	stop   chan struct{}
+	events chan attach.EventMsg
+	wmu    sync.Mutex // writes on c
+
+	mu   sync.Mutex // the fields below; the pump holds it for a pass
+	objs map[uint32]obj
+	next uint32
+	shm  int
+	qps  []*qpObj
+	cqs  []*cqObj
+}
+
+// eventQueue bounds the events waiting for a slow client; past it they are
+// dropped (and logged), as the kernel's uverbs drops past its event limit.
+const eventQueue = 256
+
+// writeTimeout bounds a reply or event to a client that does not read.
+const writeTimeout = 5 * time.Second
+
+func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("doorbell: %w", err)
+	}
+	return &session{srv: s, c: c, cred: cred, bell: os.NewFile(uintptr(fd), "xrnic-doorbell"),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), events: make(chan attach.EventMsg, eventQueue),
+		objs: map[uint32]obj{}}, nil
+}
+
+func (ss *session) logf(format string, a ...any) {
+	ss.srv.cfg.Logf("attach: pid %d: "+format, append([]any{ss.cred.Pid}, a...)...)
+}
+
+// run serves the session until its socket closes or breaks the protocol, then
+// frees everything the process held.
+func (ss *session) run() {
+	ss.logf("attached (uid %d)", ss.cred.Uid)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); ss.readBell() }()
+	go func() { defer wg.Done(); ss.pump() }()
+	go func() { defer wg.Done(); ss.writeEvents() }()
+	err := ss.control()
+	close(ss.stop)
+	ss.bell.Close() // ends readBell
+	wg.Wait()
+	n := ss.teardown()
+	ss.c.Close()
+	ss.logf("detached (%v); freed %d objects", err, n)
+}
+
+func (ss *session) readBell() {
+	var b [8]byte
+	for {
+		if _, err := ss.bell.Read(b[:]); err != nil {
+			return
+		}
+		ss.kick()
+	}
+}
+
+// kick wakes the pump; it never blocks.
+func (ss *session) kick() {
+	select {
+	case ss.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (ss *session) sendEvent(ev attach.EventMsg) {
+	select {
+	case ss.events <- ev:
+	default:
+		ss.logf("event %d on %d/%d dropped: %d undelivered", ev.Type, ev.Kind, ev.Handle, eventQueue)
+	}
+}
+
+func (ss *session) writeEvents() {
+	buf := make([]byte, 0, attach.MaxMessage)
+	for {
+		select {
+		case ev := <-ss.events:
+			msg, _ := attach.Encode(buf[:0], attach.OpEvent, 0, 0, &ev)
+			if err := ss.write(msg); err != nil {
+				return
+			}
+		case <-ss.stop:
+			return
+		}
+	}
+}
+
+func (ss *session) write(msg []byte, fds ...int) error {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	_ = ss.c.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return attach.Send(ss.c, msg, fds...)
+}
+
+// control answers requests, one at a time, until the socket closes or a
+// message breaks the protocol.
+func (ss *session) control() error {
+	buf := make([]byte, attach.MaxMessage)
+	oob := make([]byte, attach.OOBSpace)
+	out := make([]byte, 0, attach.MaxMessage)
+	hello := false
+	for {
+		msg, fds, err := attach.Recv(ss.c, buf, oob)
+		if err != nil {
+			return err
+		}
+		h, p, err := attach.DecodeHeader(msg)
+		if err == nil && !hello && h.Op != attach.OpHello {
+			err = fmt.Errorf("%w: %v before HELLO", attach.ErrProtocol, h.Op)
+		}
+		if err != nil {
+			attach.CloseFDs(fds)
+			return err
+		}
+		rep, rfd, err := ss.handle(h.Op, p, fds)
+		if errors.Is(err, attach.ErrProtocol) {
+			return err
+		}
+		if h.Op == attach.OpHello && err == nil {
+			hello = true
+		}
+		out, _ = attach.Encode(out[:0], h.Op, h.Seq, errno(err), rep)
+		var werr error
+		if rfd >= 0 {
+			werr = ss.write(out, rfd)
+		} else {
+			werr = ss.write(out)
+		}
+		if werr != nil {
+			return werr
+		}
+	}
+}
+
+// handle runs one request. It owns fds: each is used or closed. The reply's
+// descriptor, when rfd >= 0, stays the session's (sending dups it).
+func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, err error) {
+	rfd = -1
+	wantFDs := 0
+	if op == attach.OpRegMR {
+		wantFDs = 1
+	}
+	if len(fds) != wantFDs {
+		attach.CloseFDs(fds)
+		return nil, -1, fmt.Errorf("%w: %v with %d descriptors", attach.ErrProtocol, op, len(fds))
+	}
+	d := ss.srv.dev
+	switch op {
+	case attach.OpHello:
+		var req attach.HelloReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		if req.Version != attach.Version {
+			return nil, -1, fmt.Errorf("%w: version %d, the daemon speaks %d", attach.ErrProtocol, req.Version, attach.Version)
+		}
+		r := &attach.HelloRep{Version: attach.Version, NodeGUID: d.NodeGUID()}
+		copy(r.Name[:], d.Name())
+		return r, int(ss.bell.Fd()), nil
+	case attach.OpQueryDevice:
+		return deviceRep(d), -1, checkEmpty(p)
+	case attach.OpQueryPort:
+		pa := d.QueryPort()
+		return &attach.PortRep{State: uint32(pa.State), MaxMTU: uint32(pa.MaxMTU), ActiveMTU: uint32(pa.ActiveMTU),
+			GIDTblLen: uint32(pa.GIDTblLen), MaxMsgSize: pa.MaxMsgSize}, -1, checkEmpty(p)
+	case attach.OpQueryGID:
+		var req attach.GIDReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		g, err := d.QueryGID(int(req.Index))
+		return &attach.GIDRep{GID: g}, -1, err
+	case attach.OpAllocPD:
+		if err := checkEmpty(p); err != nil {
+			return nil, -1, err
+		}
+		return ss.allocPD()
+	case attach.OpRegMR:
+		var req attach.RegMRReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			attach.CloseFDs(fds)
+			return nil, -1, err
+		}
+		return ss.regMR(&req, fds[0])
+	case attach.OpCreateCompChannel:
+		if err := checkEmpty(p); err != nil {
+			return nil, -1, err
+		}
+		return ss.createChannel()
+	case attach.OpCreateCQ:
+		var req attach.CreateCQReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		return ss.createCQ(&req)
+	case attach.OpCreateQP:
+		var req attach.CreateQPReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		return ss.createQP(&req)
+	case attach.OpModifyQP:
+		var req attach.ModifyQPReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		return nil, -1, ss.modifyQP(&req)
+	case attach.OpQueryQP:
+		var req attach.DestroyReq // kind and handle
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		r, err := ss.queryQP(req.Handle)
+		return r, -1, err
+	case attach.OpCreateAH:
+		var req attach.CreateAHReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		return ss.createAH(&req)
+	case attach.OpDestroy:
+		var req attach.DestroyReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		return nil, -1, ss.destroy(req.Kind, req.Handle)
+	}
+	return nil, -1, fmt.Errorf("%w: op %v", attach.ErrProtocol, op)
+}
+
+func checkEmpty(p []byte) error {
+	if len(p) != 0 {
+		return fmt.Errorf("%w: %d payload bytes where none belong", attach.ErrProtocol, len(p))
+	}
+	return nil
+}
+
+func deviceRep(d *verbs.Device) *attach.DeviceRep {
+	a := d.Query()
+	r := &attach.DeviceRep{NodeGUID: d.NodeGUID(), MaxMRSize: a.MaxMRSize, PageSizeCap: a.PageSizeCap,
+		MaxQP: u32(a.MaxQP), MaxQPWR: u32(a.MaxQPWR), MaxSGE: u32(a.MaxSGE), MaxCQ: u32(a.MaxCQ),
+		MaxCQE: u32(a.MaxCQE), MaxMR: u32(a.MaxMR), MaxPD: u32(a.MaxPD), MaxQPRdAtom: u32(a.MaxQPRdAtom),
+		MaxQPInitRdAtm: u32(a.MaxQPInitRdAtom), MaxAH: u32(a.MaxAH), MaxSRQ: u32(a.MaxSRQ),
+		MaxSRQWR: u32(a.MaxSRQWR), MaxSRQSGE: u32(a.MaxSRQSGE), MaxInline: u32(a.MaxInlineData),
+		AtomicCap: uint32(a.AtomicCap)}
+	return r
+}
+
+func u32(n int) uint32 { return uint32(max(n, 0)) }
+
+// pow2 is the smallest power of two at least n (and at least 1).
+func pow2(n uint32) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len32(n-1)
+}
+
+// add gives o a handle, charging shmBytes against the session's limits.
+func (ss *session) add(o obj, shmBytes int) (uint32, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.objs) >= ss.srv.cfg.MaxObjects {
+		return 0, fmt.Errorf("%w: %d objects", verbs.ErrLimit, len(ss.objs))
+	}
+	if ss.shm+shmBytes > ss.srv.cfg.MaxShm {
+		return 0, fmt.Errorf("%w: %d + %d bytes", errShmLimit, ss.shm, shmBytes)
+	}
+	for {
+		ss.next++
+		if _, taken := ss.objs[ss.next]; ss.next != 0 && !taken {
+			break
+		}
+	}
+	b := o.base()
+	b.handle, b.shm = ss.next, shmBytes
+	ss.objs[ss.next] = o
+	ss.shm += shmBytes
+	switch x := o.(type) {
+	case *qpObj:
+		ss.qps = append(ss.qps, x)
+	case *cqObj:
+		ss.cqs = append(ss.cqs, x)
+	}
+	return ss.next, nil
+}
+
+// lookup finds a live object of kind by handle; the caller holds mu.
+func (ss *session) lookup(kind, h uint32) (obj, error) {
+	o, ok := ss.objs[h]
+	if !ok || o.base().kind != kind || o.base().dying {
+		return nil, handleErr(kindName(kind), h)
+	}
+	return o, nil
+}
+
+func get[T obj](ss *session, kind, h uint32) (T, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	o, err := ss.lookup(kind, h)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return o.(T), nil
+}
+
+// destroy closes one object. The device decides whether it can go (a PD with
+// children cannot: EBUSY); the pump stops touching it first.
+func (ss *session) destroy(kind, h uint32) error {
+	ss.mu.Lock()
+	o, err := ss.lookup(kind, h)
+	if err != nil {
+		ss.mu.Unlock()
+		return err
+	}
+	o.base().dying = true
+	ss.mu.Unlock()
+	err = o.close()
+	ss.mu.Lock()
+	if err != nil {
+		o.base().dying = false
+		ss.mu.Unlock()
+		return err
+	}
+	ss.forget(o)
+	ss.mu.Unlock()
+	o.release()
+	return nil
+}
+
+// forget takes o out of the tables; the caller holds mu.
+func (ss *session) forget(o obj) {
+	b := o.base()
+	delete(ss.objs, b.handle)
+	ss.shm -= b.shm
+	switch x := o.(type) {
+	case *qpObj:
+		ss.qps = remove(ss.qps, x)
+	case *cqObj:
+		ss.cqs = remove(ss.cqs, x)
+	}
+}
+
+func remove[T comparable](s []T, x T) []T {
+	for i, y := range s {
+		if y == x {
+			s[i] = s[len(s)-1]
+			var zero T
+			s[len(s)-1] = zero
+			return s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// teardown frees what the process left, children before parents, as the
+// kernel's uverbs does when a process exits: its QPs' outstanding work
+// requests are flushed, and peers see the QPs gone. It returns how many
+// objects there were.
+func (ss *session) teardown() int {
+	ss.mu.Lock()
+	all := make([]obj, 0, len(ss.objs))
+	for _, o := range ss.objs {
+		all = append(all, o)
+	}
+	ss.mu.Unlock()
+	for _, kind := range []uint32{attach.KindQP, attach.KindAH, attach.KindMR, attach.KindCQ, attach.KindCompChannel, attach.KindPD} {
+		for _, o := range all {
+			if o.base().kind != kind {
+				continue
+			}
+			if err := o.close(); err != nil {
+				ss.logf("teardown: %s %d: %v", kindName(kind), o.base().handle, err)
+			}
+			ss.mu.Lock()
+			ss.forget(o)
+			ss.mu.Unlock()
+			o.release()
+		}
+	}
+	return len(all)
+}
+
+func kindName(k uint32) string {
+	switch k {
+	case attach.KindPD:
+		return "PD"
+	case attach.KindMR:
+		return "MR"
+	case attach.KindCompChannel:
+		return "completion channel"
+	case attach.KindCQ:
+		return "CQ"
+	case attach.KindQP:
+		return "QP"
+	case attach.KindAH:
+		return "AH"
+	}
+	return fmt.Sprintf("kind %d", k)
+}
+
+// regionFor maps the client's memfd for an MR: the pages holding Length bytes
+// at FileOff.
+func regionFor(fd int, fileOff, length uint64) (*shm.Region, []byte, error) {
+	page := uint64(os.Getpagesize())
+	if length == 0 || length > 1<<40 || fileOff > 1<<48 {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("%w: %d bytes at %d", verbs.ErrInvalid, length, fileOff)
+	}
+	start := fileOff &^ (page - 1)
+	span := (fileOff + length - start + page - 1) &^ (page - 1)
+	if span > 1<<40 {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("%w: %d bytes", verbs.ErrInvalid, span)
+	}
+	r, err := shm.Map(fd, int64(start), int(span))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", verbs.ErrInvalid, err)
+	}
+	lo := fileOff - start
+	return r, r.Bytes()[lo : lo+length], nil
+}
