@@ -33,6 +33,7 @@ const (
 	offCons   = 64  // u32: entries consumed, free-running (the consumer's)
 	offFlags  = 128 // u32: RingNeedWakeup (the consumer's)
 	offArm    = 192 // u32: CQ rings: ArmNext or ArmSolicited (the consumer's)
+	offEvents = 196 // u32: CQ rings: completion events signalled (the producer's)
 	HeaderLen = 256 // entries start here, at the ring's offset + HeaderLen
 )
 
@@ -167,5 +168,11 @@ func (r *Ring) NeedWakeup() bool { return r.word(offFlags).Load()&RingNeedWakeup
 func (r *Ring) Arm(v uint32)   { r.word(offArm).Store(v) }
 func (r *Ring) Disarm() uint32 { return r.word(offArm).Swap(0) }
 func (r *Ring) Armed() uint32  { return r.word(offArm).Load() }
+
+// Notified counts a completion event of a CQ ring (the producer's, before it
+// signals the channel); Events reads the count, by which a client finds which
+// of a channel's CQs the event was for.
+func (r *Ring) Notified()      { r.word(offEvents).Add(1) }
+func (r *Ring) Events() uint32 { return r.word(offEvents).Load() }
 func (r *Ring) Index() uint32  { return r.own }
 func (r *Ring) String() string { return fmt.Sprintf("ring(%d x %d, at %d)", r.n, r.esize, r.own) }

@@ -107,7 +107,7 @@ func (ss *session) postSends(q *qpObj) bool {
 		e, _ := q.sq.Peek(k)
 		if err := ss.sendWR(q, e, k); err != nil {
 			if k == 0 {
-				ss.refuse(q, e)
+				ss.refuse(q, e, err)
 				return true
 			}
 			n = k
@@ -123,7 +123,7 @@ func (ss *session) postSends(q *qpObj) bool {
 	// (the CQ's handler wakes the pump).
 	if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 		e, _ := q.sq.Peek(0)
-		ss.refuse(q, e)
+		ss.refuse(q, e, err)
 	}
 	return posted > 0
 }
@@ -169,13 +169,24 @@ func (ss *session) sendWR(q *qpObj, e []byte, k int) error {
 var errBadWQE = errors.New("malformed work request")
 
 // refuse completes the WR at the head of the send ring in error and takes it
-// off the ring; the QP goes to the error state, which flushes the rest.
-func (ss *session) refuse(q *qpObj, e []byte) {
+// off the ring; the QP goes to the error state, which flushes the rest. The
+// status is the one a device that checks at execution gives (rxe, hardware):
+// a key, PD, range or access fault is IBV_WC_LOC_PROT_ERR, a message too long
+// IBV_WC_LOC_LEN_ERR, anything else IBV_WC_LOC_QP_OP_ERR.
+func (ss *session) refuse(q *qpObj, e []byte, why error) {
 	var h shm.SendWQE
 	shm.GetSendWQE(e, &h)
 	q.sq.Release(1)
 	q.errorWRs++
-	q.sendCQ.pending = append(q.sendCQ.pending, shm.CQE{WRID: h.WRID, Status: uint32(verbs.WCLocQPOpErr),
+	st := verbs.WCLocQPOpErr
+	switch {
+	case errors.Is(why, verbs.ErrBadLKey), errors.Is(why, verbs.ErrWrongPD), errors.Is(why, verbs.ErrSGERange),
+		errors.Is(why, verbs.ErrAccess):
+		st = verbs.WCLocProtErr
+	case errors.Is(why, verbs.ErrLimit):
+		st = verbs.WCLocLenErr
+	}
+	q.sendCQ.pending = append(q.sendCQ.pending, shm.CQE{WRID: h.WRID, Status: uint32(st),
 		Opcode: wcOpcode(h.Opcode), QPN: q.qp.QPN()})
 	q.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState)
 }

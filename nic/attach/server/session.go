@@ -27,6 +27,7 @@ type session struct {
 	cred unix.Ucred
 
 	bell   *os.File // the doorbell eventfd: the client writes, the pump reads
+	bellFD int      // its descriptor, to send (bell.Fd would make it blocking)
 	wake   chan struct{}
 	stop   chan struct{}
 	events chan attach.EventMsg
@@ -52,7 +53,7 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("doorbell: %w", err)
 	}
-	return &session{srv: s, c: c, cred: cred, bell: os.NewFile(uintptr(fd), "xrnic-doorbell"),
+	return &session{srv: s, c: c, cred: cred, bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), events: make(chan attach.EventMsg, eventQueue),
 		objs: map[uint32]obj{}}, nil
 }
@@ -191,7 +192,7 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		}
 		r := &attach.HelloRep{Version: attach.Version, NodeGUID: d.NodeGUID()}
 		copy(r.Name[:], d.Name())
-		return r, int(ss.bell.Fd()), nil
+		return r, ss.bellFD, nil
 	case attach.OpQueryDevice:
 		return deviceRep(d), -1, checkEmpty(p)
 	case attach.OpQueryPort:
@@ -314,6 +315,7 @@ func (ss *session) add(o obj, shmBytes int) (uint32, error) {
 	switch x := o.(type) {
 	case *qpObj:
 		ss.qps = append(ss.qps, x)
+		ss.kick() // a sleeping pump set no RingNeedWakeup on these rings yet
 	case *cqObj:
 		ss.cqs = append(ss.cqs, x)
 	}

@@ -1,0 +1,409 @@
+package remote
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/shm"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// CompChannel is a completion channel (ibv_comp_channel): an eventfd the
+// daemon signals when an armed CQ of the channel gets a completion. Its
+// methods are safe for concurrent use.
+type CompChannel struct {
+	d  *Device
+	h  uint32
+	f  *os.File
+	mu sync.Mutex
+	cq []*CQ // the channel's CQs, for GetEvent to find which fired
+}
+
+// NewCompChannel creates a completion channel (ibv_create_comp_channel).
+func (d *Device) NewCompChannel() (*CompChannel, error) {
+	var rep attach.HandleRep
+	fds, err := d.call(attach.OpCreateCompChannel, nil, &rep)
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 1 {
+		attach.CloseFDs(fds)
+		return nil, fmt.Errorf("%w: %d descriptors for a channel", attach.ErrProtocol, len(fds))
+	}
+	c := &CompChannel{d: d, h: rep.Handle, f: os.NewFile(uintptr(fds[0]), "xrnic-comp-channel")}
+	d.own(c.f)
+	return c, nil
+}
+
+// FD is the eventfd, for poll(2) or epoll.
+func (c *CompChannel) FD() uintptr { return c.f.Fd() }
+
+// GetEvent blocks until a CQ of the channel has had a completion event and
+// returns those that had (ibv_get_cq_event); each must be armed again with
+// ReqNotify.
+func (c *CompChannel) GetEvent() ([]*CQ, error) {
+	var b [8]byte
+	for {
+		if _, err := c.f.Read(b[:]); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		var fired []*CQ
+		for _, q := range c.cq {
+			if ev := q.ring.Events(); ev != q.seen {
+				q.seen = ev
+				fired = append(fired, q)
+			}
+		}
+		c.mu.Unlock()
+		if len(fired) > 0 {
+			return fired, nil
+		}
+	}
+}
+
+// Destroy destroys the channel (ibv_destroy_comp_channel); its CQs must be
+// destroyed first.
+func (c *CompChannel) Destroy() error {
+	if err := c.d.destroy(attach.KindCompChannel, c.h); err != nil {
+		return err
+	}
+	return c.d.disown(c.f)
+}
+
+// CQ is a completion queue on a ring the daemon fills. Poll and ReqNotify are
+// for one goroutine at a time (a CQ has one consumer, as in libibverbs
+// practice); Destroy is safe from any.
+type CQ struct {
+	d    *Device
+	h    uint32
+	mem  *shm.Region
+	ring *shm.Ring
+	ch   *CompChannel
+	seen uint32 // ring.Events() at the last GetEvent that returned it
+	cqe  shm.CQE
+}
+
+// CreateCQ creates a CQ of at least cqe entries (ibv_create_cq), with its
+// events on ch when not nil.
+func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	req := attach.CreateCQReq{CQE: uint32(max(cqe, 0))}
+	if ch != nil {
+		req.Channel = ch.h
+	}
+	var rep attach.CreateCQRep
+	fds, err := d.call(attach.OpCreateCQ, &req, &rep)
+	if err != nil {
+		return nil, err
+	}
+	q := &CQ{d: d, h: rep.Handle, ch: ch}
+	if err := q.mapRing(fds, int(rep.Entries)); err != nil {
+		d.destroy(attach.KindCQ, rep.Handle)
+		return nil, err
+	}
+	if ch != nil {
+		ch.mu.Lock()
+		ch.cq = append(ch.cq, q)
+		q.seen = q.ring.Events()
+		ch.mu.Unlock()
+	}
+	return q, nil
+}
+
+func (q *CQ) mapRing(fds []int, n int) error {
+	mem, err := q.d.mapRing(fds, shm.RingSize(n, shm.CQEntrySize))
+	if err != nil {
+		return err
+	}
+	ring, err := shm.NewRing(mem.Bytes(), 0, n, shm.CQEntrySize, false)
+	if err != nil {
+		q.d.disown(mem)
+		return err
+	}
+	q.mem, q.ring = mem, ring
+	return nil
+}
+
+// Poll takes up to len(wcs) completions (ibv_poll_cq) without a system call.
+// A ring whose index the daemon could not have written is ErrCorrupt.
+func (q *CQ) Poll(wcs []verbs.WC) (int, error) {
+	avail, err := q.ring.Available()
+	if err != nil {
+		return 0, err
+	}
+	n := min(avail, len(wcs))
+	for i := range n {
+		e, _ := q.ring.Peek(i)
+		shm.GetCQE(e, &q.cqe)
+		c := &q.cqe
+		wcs[i] = verbs.WC{WRID: c.WRID, Status: verbs.WCStatus(c.Status), Opcode: verbs.WCOpcode(c.Opcode),
+			VendorErr: c.VendorErr, ByteLen: c.ByteLen, QPN: c.QPN, SrcQP: c.SrcQP, Flags: verbs.WCFlags(c.Flags),
+			PKeyIndex: c.PKeyIndex, SLID: c.SLID, SL: c.SL, DLIDPathBits: c.DLIDPathBits}
+		if wcs[i].Flags&verbs.WCWithInv != 0 {
+			wcs[i].InvalidatedRKey = binary.LittleEndian.Uint32(c.Imm[:])
+		} else {
+			wcs[i].ImmData = binary.BigEndian.Uint32(c.Imm[:])
+		}
+	}
+	if n > 0 {
+		q.ring.Release(n)
+	}
+	return n, nil
+}
+
+// ReqNotify arms the CQ (ibv_req_notify_cq): the next completion signals its
+// channel. A completion already on the ring when it arms may or may not
+// signal: poll after arming, as libibverbs' consumers do.
+func (q *CQ) ReqNotify(solicitedOnly bool) {
+	if solicitedOnly {
+		q.ring.Arm(shm.ArmSolicited)
+	} else {
+		q.ring.Arm(shm.ArmNext)
+	}
+	// The daemon may be asleep with completions waiting for room: the
+	// doorbell makes it look.
+	q.d.ring()
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq): EBUSY while QPs use it.
+func (q *CQ) Destroy() error {
+	if err := q.d.destroy(attach.KindCQ, q.h); err != nil {
+		return err
+	}
+	if q.ch != nil {
+		q.ch.mu.Lock()
+		for i, x := range q.ch.cq {
+			if x == q {
+				q.ch.cq = append(q.ch.cq[:i], q.ch.cq[i+1:]...)
+				break
+			}
+		}
+		q.ch.mu.Unlock()
+	}
+	return q.d.disown(q.mem)
+}
+
+// QPInitAttr is struct ibv_qp_init_attr with this package's CQs.
+type QPInitAttr struct {
+	Type           verbs.QPType
+	SendCQ, RecvCQ *CQ
+	Cap            verbs.QPCap
+	SigAll         bool
+}
+
+// QP is a queue pair whose send and receive queues are rings the daemon
+// drains. PostSend and PostRecv are safe for concurrent use (each queue has
+// its own lock; no lock is shared with other QPs).
+type QP struct {
+	pd     *PD
+	h      uint32
+	qpn    uint32
+	typ    verbs.QPType
+	cap    verbs.QPCap
+	mem    *shm.Region
+	sqMu   sync.Mutex
+	sq     *shm.Ring
+	rqMu   sync.Mutex
+	rq     *shm.Ring
+	sges   []shm.SGE
+	rsges  []shm.SGE
+	wqe    shm.SendWQE
+	closed bool
+}
+
+// CreateQP creates a QP (ibv_create_qp).
+func (p *PD) CreateQP(a QPInitAttr) (*QP, error) {
+	if a.SendCQ == nil || a.RecvCQ == nil {
+		return nil, fmt.Errorf("%w: a QP needs its CQs", verbs.ErrInvalid)
+	}
+	req := attach.CreateQPReq{PD: p.h, Type: uint32(a.Type), SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h,
+		MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
+		MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInline: a.Cap.MaxInlineData}
+	if a.SigAll {
+		req.SigAll = 1
+	}
+	var rep attach.CreateQPRep
+	fds, err := p.d.call(attach.OpCreateQP, &req, &rep)
+	if err != nil {
+		return nil, err
+	}
+	q := &QP{pd: p, h: rep.Handle, qpn: rep.QPN, typ: a.Type,
+		cap: verbs.QPCap{MaxSendWR: rep.MaxSendWR, MaxRecvWR: rep.MaxRecvWR, MaxSendSGE: rep.MaxSendSGE,
+			MaxRecvSGE: rep.MaxRecvSGE, MaxInlineData: rep.MaxInline}}
+	if err := q.mapRings(fds, &rep); err != nil {
+		p.d.destroy(attach.KindQP, rep.Handle)
+		return nil, err
+	}
+	q.sges, q.rsges = make([]shm.SGE, rep.MaxSendSGE), make([]shm.SGE, rep.MaxRecvSGE)
+	return q, nil
+}
+
+func (q *QP) mapRings(fds []int, r *attach.CreateQPRep) error {
+	mem, err := q.pd.d.mapRing(fds, int(r.MemLen))
+	if err != nil {
+		return err
+	}
+	sq, err := shm.NewRing(mem.Bytes(), int(r.SQOff), int(r.SQEntries), int(r.SQEntrySize), true)
+	if err == nil {
+		q.rq, err = shm.NewRing(mem.Bytes(), int(r.RQOff), int(r.RQEntries), int(r.RQEntrySize), true)
+	}
+	if err != nil {
+		q.pd.d.disown(mem)
+		return err
+	}
+	q.mem, q.sq = mem, sq
+	return nil
+}
+
+func (q *QP) QPN() uint32        { return q.qpn }
+func (q *QP) Type() verbs.QPType { return q.typ }
+func (q *QP) Cap() verbs.QPCap   { return q.cap }
+
+// Modify changes the QP's attributes (ibv_modify_qp); the daemon applies them
+// before it answers.
+func (q *QP) Modify(a *verbs.QPAttr, mask verbs.AttrMask) error {
+	req := attach.ModifyQPReq{Handle: q.h, Mask: uint32(mask), Attr: attach.QPAttr{
+		QKey: a.QKey, RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPN: a.DestQPN, AccessFlags: a.AccessFlags,
+		MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
+		MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInline: a.Cap.MaxInlineData, PKeyIndex: a.PKeyIndex,
+		State: uint8(a.State), CurState: uint8(a.CurState), PathMTU: uint8(a.PathMTU),
+		PathMigState: uint8(a.PathMigState), Port: a.Port, Timeout: a.Timeout, RetryCnt: a.RetryCnt,
+		RNRRetry: a.RNRRetry, MinRNRTimer: a.MinRNRTimer, MaxRdAtomic: a.MaxRdAtomic,
+		MaxDestRdAtomic: a.MaxDestRdAtomic,
+		AV: attach.AV{DGID: a.AV.DGID, SGIDIndex: a.AV.SGIDIndex, FlowLabel: a.AV.FlowLabel,
+			HopLimit: a.AV.HopLimit, TrafficClass: a.AV.TrafficClass, Port: a.AV.Port}}}
+	if a.SQDrainNotify {
+		req.Attr.SQDrainNotify = 1
+	}
+	_, err := q.pd.d.call(attach.OpModifyQP, &req, nil)
+	return err
+}
+
+// Query returns the QP's attributes (ibv_query_qp).
+func (q *QP) Query() (verbs.QPAttr, error) {
+	var r attach.QPAttr
+	if _, err := q.pd.d.call(attach.OpQueryQP, &attach.DestroyReq{Kind: attach.KindQP, Handle: q.h}, &r); err != nil {
+		return verbs.QPAttr{}, err
+	}
+	var a verbs.QPAttr
+	a.State, a.CurState, a.PathMTU = verbs.QPState(r.State), verbs.QPState(r.CurState), verbs.MTU(r.PathMTU)
+	a.QKey, a.RQPSN, a.SQPSN, a.DestQPN, a.AccessFlags = r.QKey, verbs.PSN(r.RQPSN), verbs.PSN(r.SQPSN), r.DestQPN, r.AccessFlags
+	a.PKeyIndex, a.Port, a.Timeout, a.RetryCnt, a.RNRRetry = r.PKeyIndex, r.Port, r.Timeout, r.RetryCnt, r.RNRRetry
+	a.MinRNRTimer, a.MaxRdAtomic, a.MaxDestRdAtomic, a.SQDrainNotify = r.MinRNRTimer, r.MaxRdAtomic, r.MaxDestRdAtomic, r.SQDrainNotify != 0
+	a.Cap = verbs.QPCap{MaxSendWR: r.MaxSendWR, MaxRecvWR: r.MaxRecvWR, MaxSendSGE: r.MaxSendSGE,
+		MaxRecvSGE: r.MaxRecvSGE, MaxInlineData: r.MaxInline}
+	a.AV = verbs.AV{DGID: r.AV.DGID, SGIDIndex: r.AV.SGIDIndex, FlowLabel: r.AV.FlowLabel,
+		HopLimit: r.AV.HopLimit, TrafficClass: r.AV.TrafficClass, Port: r.AV.Port}
+	return a, nil
+}
+
+// SendWR is verbs.SendWR with this package's AH for UD.
+type SendWR struct {
+	verbs.SendWR
+	RemoteAH *AH
+}
+
+// PostSend puts wrs on the send ring (ibv_post_send) and rings the doorbell
+// only if the daemon sleeps. As in libibverbs, on an error wrs[n] is the bad
+// one and nothing after it was posted: ErrQueueFull when the ring is full,
+// ErrInvalid for more SGEs or inline bytes than the QP takes.
+func (q *QP) PostSend(wrs []SendWR) (n int, err error) {
+	q.sqMu.Lock()
+	defer q.sqMu.Unlock()
+	for n = range wrs {
+		w := &wrs[n]
+		e, err := q.sq.Reserve(n)
+		if err != nil || e == nil {
+			if err == nil {
+				err = verbs.ErrQueueFull
+			}
+			q.publish(q.sq, n)
+			return n, err
+		}
+		if err := q.putSend(e, w); err != nil {
+			q.publish(q.sq, n)
+			return n, err
+		}
+	}
+	q.publish(q.sq, len(wrs))
+	return len(wrs), nil
+}
+
+func (q *QP) putSend(e []byte, w *SendWR) error {
+	h := &q.wqe
+	*h = shm.SendWQE{WRID: w.WRID, Opcode: uint32(w.Opcode), Flags: uint32(w.Flags), RemoteAddr: w.RemoteAddr,
+		RKey: w.RKey, RemoteQPN: w.RemoteQPN, RemoteQKey: w.RemoteQKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
+	if w.Opcode == verbs.WRSendWithInv || w.Opcode == verbs.WRLocalInv {
+		binary.LittleEndian.PutUint32(h.Imm[:], w.InvalidateRKey)
+	} else {
+		binary.BigEndian.PutUint32(h.Imm[:], w.ImmData)
+	}
+	if w.RemoteAH != nil {
+		h.AH = w.RemoteAH.h
+	}
+	if w.InlineData != nil {
+		if len(w.InlineData) > int(q.cap.MaxInlineData) {
+			return errInline
+		}
+		h.Flags |= uint32(verbs.SendInline)
+		return shm.PutSendWQE(e, h, nil, w.InlineData)
+	}
+	if len(w.SGL) > len(q.sges) {
+		return errSGEs
+	}
+	for i, s := range w.SGL {
+		q.sges[i] = shm.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+	}
+	h.Flags &^= uint32(verbs.SendInline) // inline comes only with InlineData
+	return shm.PutSendWQE(e, h, q.sges[:len(w.SGL)], nil)
+}
+
+// publish commits k entries and wakes the daemon if it asked to be.
+func (q *QP) publish(r *shm.Ring, k int) {
+	if k == 0 {
+		return
+	}
+	r.Commit(k)
+	if r.NeedWakeup() {
+		q.pd.d.ring()
+	}
+}
+
+// PostRecv puts wrs on the receive ring (ibv_post_recv).
+func (q *QP) PostRecv(wrs []verbs.RecvWR) (n int, err error) {
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
+	for n = range wrs {
+		e, err := q.rq.Reserve(n)
+		if err != nil || e == nil {
+			if err == nil {
+				err = verbs.ErrQueueFull
+			}
+			q.publish(q.rq, n)
+			return n, err
+		}
+		w := &wrs[n]
+		if len(w.SGL) > len(q.rsges) {
+			q.publish(q.rq, n)
+			return n, errSGEs
+		}
+		for i, s := range w.SGL {
+			q.rsges[i] = shm.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+		}
+		_ = shm.PutRecvWQE(e, w.WRID, q.rsges[:len(w.SGL)])
+	}
+	q.publish(q.rq, len(wrs))
+	return len(wrs), nil
+}
+
+// Destroy destroys the QP (ibv_destroy_qp); its outstanding WRs complete
+// flushed first.
+func (q *QP) Destroy() error {
+	if err := q.pd.d.destroy(attach.KindQP, q.h); err != nil {
+		return err
+	}
+	return q.pd.d.disown(q.mem)
+}

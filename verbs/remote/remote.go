@@ -1,0 +1,408 @@
+// Package remote is the Go client of the xrnic daemon's attach protocol
+// (package attach, docs/attach.md): a process attaches to the device a daemon
+// owns and gets PDs, MRs, CQs, QPs and AHs as it would in-process, with the
+// data path on shared-memory rings (posting and polling make no system call
+// while the daemon is busy).
+//
+// Memory a process registers must be shared with the daemon: MapBuffer
+// returns such memory (a sealed memfd); RegMR refuses a buffer it did not
+// come from.
+package remote
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/shm"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// Errors. A reply's errno comes back wrapped in the verbs sentinel that names
+// it, and as the syscall.Errno itself.
+var (
+	ErrNotShared = errors.New("remote: buffer not from MapBuffer")
+
+	// The post-time errors, made once: posting allocates nothing.
+	errInline = fmt.Errorf("%w: more inline bytes than the QP takes", verbs.ErrInvalid)
+	errSGEs   = fmt.Errorf("%w: more SGEs than the QP takes", verbs.ErrInvalid)
+)
+
+// Device is a process's attachment to a daemon's device. Its methods are safe
+// for concurrent use; the objects state their own contracts.
+type Device struct {
+	c    *net.UnixConn
+	bell int // the doorbell eventfd
+	name string
+	guid uint64
+
+	mu   sync.Mutex // one request at a time
+	seq  uint32
+	buf  []byte
+	oob  []byte
+	evMu sync.Mutex
+	evs  []attach.EventMsg
+	err  error // the socket broke: every call fails with it
+
+	// What the process's objects hold here (ring mappings, channel
+	// eventfds): Close releases what their Destroy did not.
+	ownMu sync.Mutex
+	owned map[io.Closer]struct{}
+}
+
+func (d *Device) own(c io.Closer) {
+	d.ownMu.Lock()
+	d.owned[c] = struct{}{}
+	d.ownMu.Unlock()
+}
+
+// disown closes c, which Close no longer needs to.
+func (d *Device) disown(c io.Closer) error {
+	d.ownMu.Lock()
+	delete(d.owned, c)
+	d.ownMu.Unlock()
+	return c.Close()
+}
+
+// Dial attaches to the daemon listening on path.
+func Dial(path string) (*Device, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("remote: attaching to %s: %w", path, err)
+	}
+	d := &Device{c: c, bell: -1, owned: map[io.Closer]struct{}{}, buf: make([]byte, attach.MaxMessage), oob: make([]byte, attach.OOBSpace)}
+	var rep attach.HelloRep
+	fds, err := d.call(attach.OpHello, &attach.HelloReq{Version: attach.Version}, &rep)
+	if err == nil && len(fds) != 1 {
+		attach.CloseFDs(fds)
+		err = fmt.Errorf("%w: HELLO with %d descriptors", attach.ErrProtocol, len(fds))
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("remote: attaching to %s: %w", path, err)
+	}
+	d.bell = fds[0]
+	d.guid = rep.NodeGUID
+	d.name = cstr(rep.Name[:])
+	return d, nil
+}
+
+func cstr(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// Name is the daemon's device name; NodeGUID its node GUID.
+func (d *Device) Name() string     { return d.name }
+func (d *Device) NodeGUID() uint64 { return d.guid }
+
+// Close detaches: the daemon frees everything the process held (as when it
+// exits). The process's mappings of its rings stay until the objects are
+// garbage; do not use them after Close.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err == nil {
+		d.err = fmt.Errorf("remote: device closed: %w", verbs.ErrClosed)
+	}
+	if d.bell >= 0 {
+		unix.Close(d.bell)
+		d.bell = -1
+	}
+	d.ownMu.Lock()
+	for c := range d.owned {
+		c.Close()
+	}
+	d.owned = map[io.Closer]struct{}{}
+	d.ownMu.Unlock()
+	return d.c.Close()
+}
+
+// call sends one request and reads its reply into rep (a payload pointer or
+// nil); events read on the way are kept for Events. The reply's descriptors
+// are the caller's.
+func (d *Device) call(op attach.Op, req, rep any, fds ...int) ([]int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return nil, d.err
+	}
+	d.seq++
+	if d.seq == 0 {
+		d.seq = 1
+	}
+	msg, err := attach.Encode(nil, op, d.seq, 0, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := attach.Send(d.c, msg, fds...); err != nil {
+		d.err = err
+		return nil, err
+	}
+	for {
+		m, rfds, err := attach.Recv(d.c, d.buf, d.oob)
+		if err != nil {
+			d.err = err
+			return nil, err
+		}
+		h, p, err := attach.DecodeHeader(m)
+		if err != nil {
+			attach.CloseFDs(rfds)
+			d.err = err
+			return nil, err
+		}
+		if h.Op == attach.OpEvent && h.Seq == 0 {
+			var ev attach.EventMsg
+			if attach.DecodePayload(p, &ev) == nil {
+				d.evMu.Lock()
+				d.evs = append(d.evs, ev)
+				d.evMu.Unlock()
+			}
+			attach.CloseFDs(rfds)
+			continue
+		}
+		if h.Seq != d.seq || h.Op != op {
+			attach.CloseFDs(rfds)
+			d.err = fmt.Errorf("%w: reply %v/%d to %v/%d", attach.ErrProtocol, h.Op, h.Seq, op, d.seq)
+			return nil, d.err
+		}
+		if h.Status != 0 {
+			attach.CloseFDs(rfds)
+			return nil, errnoErr(op, syscall.Errno(h.Status))
+		}
+		if rep != nil {
+			if err := attach.DecodePayload(p, rep); err != nil {
+				attach.CloseFDs(rfds)
+				return nil, err
+			}
+		} else if len(p) != 0 {
+			attach.CloseFDs(rfds)
+			return nil, fmt.Errorf("%w: %d bytes in %v's reply", attach.ErrProtocol, len(p), op)
+		}
+		return rfds, nil
+	}
+}
+
+// errnoErr wraps a reply's errno in the verbs sentinel for it.
+func errnoErr(op attach.Op, e syscall.Errno) error {
+	var s error
+	switch e {
+	case unix.EBUSY:
+		s = verbs.ErrBusy
+	case unix.ENOMEM:
+		s = verbs.ErrLimit
+	case unix.EOPNOTSUPP:
+		s = verbs.ErrUnsupported
+	case unix.EACCES:
+		s = verbs.ErrAccess
+	case unix.EHOSTUNREACH:
+		s = verbs.ErrUnreachable
+	case unix.ENODEV:
+		s = verbs.ErrClosed
+	case unix.ENOENT:
+		s = verbs.ErrNotFound
+	default:
+		s = verbs.ErrInvalid
+	}
+	return fmt.Errorf("remote: %v: %w (%w)", op, s, e)
+}
+
+// Events returns and forgets the asynchronous events received so far (they
+// arrive with replies; a process that makes no calls sees them on its next).
+func (d *Device) Events() []attach.EventMsg {
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	evs := d.evs
+	d.evs = nil
+	return evs
+}
+
+// Query returns the device's attributes (ibv_query_device).
+func (d *Device) Query() (attach.DeviceRep, error) {
+	var r attach.DeviceRep
+	_, err := d.call(attach.OpQueryDevice, nil, &r)
+	return r, err
+}
+
+// QueryPort returns the port's attributes (ibv_query_port).
+func (d *Device) QueryPort() (attach.PortRep, error) {
+	var r attach.PortRep
+	_, err := d.call(attach.OpQueryPort, nil, &r)
+	return r, err
+}
+
+// QueryGID returns GID index i (ibv_query_gid).
+func (d *Device) QueryGID(i int) (verbs.GID, error) {
+	var r attach.GIDRep
+	_, err := d.call(attach.OpQueryGID, &attach.GIDReq{Index: uint32(i)}, &r)
+	return verbs.GID(r.GID), err
+}
+
+func (d *Device) destroy(kind, h uint32) error {
+	_, err := d.call(attach.OpDestroy, &attach.DestroyReq{Kind: kind, Handle: h}, nil)
+	return err
+}
+
+// ring rings the doorbell: the daemon set RingNeedWakeup on a ring this
+// process produced into.
+func (d *Device) ring() {
+	var one = [8]byte{1}
+	_, _ = unix.Write(d.bell, one[:])
+}
+
+// PD is a protection domain.
+type PD struct {
+	d *Device
+	h uint32
+}
+
+// AllocPD allocates a PD (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	var r attach.HandleRep
+	if _, err := d.call(attach.OpAllocPD, nil, &r); err != nil {
+		return nil, err
+	}
+	return &PD{d: d, h: r.Handle}, nil
+}
+
+// Dealloc frees the PD (ibv_dealloc_pd): EBUSY (ErrBusy) while it has
+// children.
+func (p *PD) Dealloc() error { return p.d.destroy(attach.KindPD, p.h) }
+
+// Buffers from MapBuffer: where each lies in which memfd.
+var buffers struct {
+	sync.Mutex
+	m map[uintptr]*shm.Region // by the mapping's first byte
+}
+
+// MapBuffer returns n bytes of memory the daemon can share (a sealed memfd
+// mapped here): the memory RegMR takes.
+func MapBuffer(n int) ([]byte, error) {
+	r, err := shm.Create("xrnic-buffer", n)
+	if err != nil {
+		return nil, err
+	}
+	b := r.Bytes()
+	buffers.Lock()
+	if buffers.m == nil {
+		buffers.m = map[uintptr]*shm.Region{}
+	}
+	buffers.m[uintptr(unsafe.Pointer(&b[0]))] = r
+	buffers.Unlock()
+	return b, nil
+}
+
+// UnmapBuffer unmaps a buffer from MapBuffer. A region registered over it
+// stays valid in the daemon (which has its own mapping) until deregistered.
+func UnmapBuffer(b []byte) error {
+	if len(b) == 0 {
+		return ErrNotShared
+	}
+	buffers.Lock()
+	r, ok := buffers.m[uintptr(unsafe.Pointer(&b[0]))]
+	delete(buffers.m, uintptr(unsafe.Pointer(&b[0])))
+	buffers.Unlock()
+	if !ok {
+		return ErrNotShared
+	}
+	return r.Close()
+}
+
+// bufferOf finds the memfd under b and b's offset in it.
+func bufferOf(b []byte) (*shm.Region, uint64, error) {
+	if len(b) == 0 {
+		return nil, 0, fmt.Errorf("%w: empty buffer", verbs.ErrInvalid)
+	}
+	p := uintptr(unsafe.Pointer(&b[0]))
+	buffers.Lock()
+	defer buffers.Unlock()
+	for base, r := range buffers.m {
+		mem := r.Bytes()
+		if p >= base && p+uintptr(len(b)) <= base+uintptr(len(mem)) {
+			return r, uint64(p - base), nil
+		}
+	}
+	return nil, 0, ErrNotShared
+}
+
+// MR is a registered memory region. Its keys are plain values; Dereg is safe
+// from any goroutine.
+type MR struct {
+	pd         *PD
+	h          uint32
+	lkey, rkey uint32
+	addr       uint64
+	n          int
+}
+
+// RegMR registers b, which must lie in a buffer from MapBuffer, with its own
+// address as the IOVA (ibv_reg_mr).
+func (p *PD) RegMR(b []byte, access verbs.Access) (*MR, error) {
+	r, off, err := bufferOf(b)
+	if err != nil {
+		return nil, err
+	}
+	addr := uint64(uintptr(unsafe.Pointer(&b[0])))
+	var rep attach.RegMRRep
+	req := attach.RegMRReq{Addr: addr, Length: uint64(len(b)), FileOff: off, PD: p.h, Access: uint32(access)}
+	if _, err := p.d.call(attach.OpRegMR, &req, &rep, r.FD()); err != nil {
+		return nil, err
+	}
+	return &MR{pd: p, h: rep.Handle, lkey: rep.LKey, rkey: rep.RKey, addr: addr, n: len(b)}, nil
+}
+
+func (m *MR) LKey() uint32 { return m.lkey }
+func (m *MR) RKey() uint32 { return m.rkey }
+func (m *MR) Addr() uint64 { return m.addr }
+
+// SGE is the SGE of length bytes at offset off in the region.
+func (m *MR) SGE(off uint64, length uint32) verbs.SGE {
+	return verbs.SGE{Addr: m.addr + off, Length: length, LKey: m.lkey}
+}
+
+// Dereg deregisters the region (ibv_dereg_mr).
+func (m *MR) Dereg() error { return m.pd.d.destroy(attach.KindMR, m.h) }
+
+// AH is an address handle (UD destinations).
+type AH struct {
+	pd *PD
+	h  uint32
+}
+
+// CreateAH creates an address handle (ibv_create_ah).
+func (p *PD) CreateAH(av verbs.AV) (*AH, error) {
+	var rep attach.HandleRep
+	req := attach.CreateAHReq{PD: p.h, AV: attach.AV{DGID: av.DGID, SGIDIndex: av.SGIDIndex, FlowLabel: av.FlowLabel,
+		HopLimit: av.HopLimit, TrafficClass: av.TrafficClass, Port: av.Port}}
+	if _, err := p.d.call(attach.OpCreateAH, &req, &rep); err != nil {
+		return nil, err
+	}
+	return &AH{pd: p, h: rep.Handle}, nil
+}
+
+// Destroy destroys the address handle (ibv_destroy_ah).
+func (a *AH) Destroy() error { return a.pd.d.destroy(attach.KindAH, a.h) }
+
+// mapRing maps a ring memfd the daemon sent.
+func (d *Device) mapRing(fds []int, size int) (*shm.Region, error) {
+	if len(fds) != 1 {
+		attach.CloseFDs(fds)
+		return nil, fmt.Errorf("%w: %d descriptors for a ring", attach.ErrProtocol, len(fds))
+	}
+	r, err := shm.Map(fds[0], 0, size)
+	if err == nil {
+		d.own(r)
+	}
+	return r, err
+}

@@ -1,0 +1,393 @@
+package remote
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
+	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
+
+var (
+	gidA = verbs.GIDFromAddr(netip.MustParseAddr("192.0.2.11"))
+	gidB = verbs.GIDFromAddr(netip.MustParseAddr("192.0.2.12"))
+)
+
+// rig is a device A served by a server on a socket, and an in-process device
+// B on the same memory link: a process attached to A talks to B.
+type rig struct {
+	a, b *verbs.Device
+	srv  *server.Server
+	sock string
+}
+
+func newRig(t *testing.T, cfg server.Config) *rig {
+	t.Helper()
+	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{gidA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := verbs.Open(verbs.Options{Link: lb, GIDs: []verbs.GID{gidB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{a: a, b: b, sock: filepath.Join(t.TempDir(), "xrnic.sock")}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: r.sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = server.New(a, cfg)
+	done := make(chan error, 1)
+	go func() { done <- r.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ln.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		r.srv.Close()
+		a.Close()
+		b.Close()
+		la.Close()
+		lb.Close()
+	})
+	return r
+}
+
+func (r *rig) dial(t *testing.T) *Device {
+	t.Helper()
+	d, err := Dial(r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// remoteEnd is the attached process's side: a PD, a CQ, a buffer and a QP.
+type remoteEnd struct {
+	pd  *PD
+	cq  *CQ
+	buf []byte
+	mr  *MR
+	qp  *QP
+}
+
+func newRemoteEnd(t *testing.T, d *Device, typ verbs.QPType) *remoteEnd {
+	t.Helper()
+	e := &remoteEnd{}
+	var err error
+	if e.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = d.CreateCQ(64, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.buf, err = MapBuffer(1 << 16); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { UnmapBuffer(e.buf) })
+	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if e.mr, err = e.pd.RegMR(e.buf, acc); err != nil {
+		t.Fatal(err)
+	}
+	if e.qp, err = e.pd.CreateQP(QPInitAttr{Type: typ, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// localEnd is the in-process peer on B.
+type localEnd struct {
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	buf []byte
+	mr  *verbs.MR
+	qp  *verbs.QP
+}
+
+func newLocalEnd(t *testing.T, d *verbs.Device, typ verbs.QPType) *localEnd {
+	t.Helper()
+	e := &localEnd{buf: make([]byte, 1<<16)}
+	var err error
+	if e.pd, err = d.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = d.CreateCQ(64, verbs.CQOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if e.mr, err = e.pd.RegMR(e.buf, 0, acc); err != nil {
+		t.Fatal(err)
+	}
+	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{Type: typ, SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.qp.Destroy().Wait()
+		e.mr.Dereg().Wait()
+		e.cq.Destroy().Wait()
+		e.pd.Dealloc().Wait()
+	})
+	return e
+}
+
+// rcAttrs are the INIT, RTR and RTS steps of an RC QP towards dgid/dqpn.
+func rcAttrs(dgid verbs.GID, dqpn uint32) []struct {
+	a    verbs.QPAttr
+	mask verbs.AttrMask
+} {
+	acc := uint32(verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
+	init := verbs.QPAttr{}
+	init.State, init.Port, init.AccessFlags = verbs.QPSInit, 1, acc
+	rtr := verbs.QPAttr{AV: verbs.AV{DGID: dgid}}
+	rtr.State, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN, rtr.MaxDestRdAtomic, rtr.MinRNRTimer = verbs.QPSRTR, 3, dqpn, 0x100, 16, 1
+	rts := verbs.QPAttr{}
+	rts.State, rts.SQPSN, rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = verbs.QPSRTS, 0x100, 10, 3, 7, 16
+	const (
+		state   = 1 << 0
+		access  = 1 << 3
+		pkey    = 1 << 4
+		port    = 1 << 5
+		av      = 1 << 7
+		mtu     = 1 << 8
+		timeout = 1 << 9
+		retry   = 1 << 10
+		rnr     = 1 << 11
+		rqpsn   = 1 << 12
+		rdAtom  = 1 << 13
+		minRNR  = 1 << 15
+		sqpsn   = 1 << 16
+		dRdAtom = 1 << 17
+		dqp     = 1 << 20
+	)
+	return []struct {
+		a    verbs.QPAttr
+		mask verbs.AttrMask
+	}{
+		{init, state | pkey | port | access},
+		{rtr, state | av | mtu | dqp | rqpsn | dRdAtom | minRNR},
+		{rts, state | sqpsn | timeout | retry | rnr | rdAtom},
+	}
+}
+
+func connect(t *testing.T, r *remoteEnd, l *localEnd) {
+	t.Helper()
+	for _, s := range rcAttrs(gidB, l.qp.QPN()) {
+		if err := r.qp.Modify(&s.a, s.mask); err != nil {
+			t.Fatalf("remote QP to %v: %v", s.a.State, err)
+		}
+	}
+	for _, s := range rcAttrs(gidA, r.qp.QPN()) {
+		a := s.a
+		if err := l.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatalf("local QP to %v: %v", s.a.State, err)
+		}
+	}
+}
+
+func pollRemote(t *testing.T, cq *CQ, n int) []verbs.WC {
+	t.Helper()
+	var got []verbs.WC
+	wcs := make([]verbs.WC, 8)
+	for end := time.Now().Add(10 * time.Second); len(got) < n; {
+		k, err := cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, wcs[:k]...)
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d completions", len(got), n)
+		}
+		if k == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return got
+}
+
+func pollLocal(t *testing.T, cq *verbs.CQ, n int) []verbs.WC {
+	t.Helper()
+	var got []verbs.WC
+	wcs := make([]verbs.WC, 8)
+	for end := time.Now().Add(10 * time.Second); len(got) < n; {
+		k := cq.Poll(wcs)
+		got = append(got, wcs[:k]...)
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d completions", len(got), n)
+		}
+		if k == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return got
+}
+
+// An attached process does SEND, WRITE, READ and an atomic through the
+// daemon's device to an in-process peer, receives a SEND, and every byte and
+// completion is as in-process.
+func TestRemoteRC(t *testing.T) {
+	r := newRig(t, server.Config{Logf: t.Logf})
+	d := r.dial(t)
+	re := newRemoteEnd(t, d, verbs.RC)
+	le := newLocalEnd(t, r.b, verbs.RC)
+	connect(t, re, le)
+
+	copy(re.buf, "hello from an attached process")
+	if _, err := le.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{le.mr.SGE(0, 4096)}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(re.buf[8192:], "written")
+	copy(le.buf[16384:], "read me back")
+	wrs := []SendWR{
+		{SendWR: verbs.SendWR{WRID: 10, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{re.mr.SGE(0, 30)}}},
+		{SendWR: verbs.SendWR{WRID: 11, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: 0x01020304,
+			SGL: []verbs.SGE{re.mr.SGE(8192, 7)}, RemoteAddr: le.mr.Addr() + 8192, RKey: le.mr.RKey()}},
+		{SendWR: verbs.SendWR{WRID: 12, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{re.mr.SGE(16384, 12)}, RemoteAddr: le.mr.Addr() + 16384, RKey: le.mr.RKey()}},
+		{SendWR: verbs.SendWR{WRID: 13, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, CompareAdd: 5,
+			SGL: []verbs.SGE{re.mr.SGE(24576, 8)}, RemoteAddr: le.mr.Addr() + 24576, RKey: le.mr.RKey()}},
+		{SendWR: verbs.SendWR{WRID: 14, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, InlineData: []byte("inline!")}},
+	}
+	// The WRITE with immediate and the inline SEND consume receives too. (The
+	// peer's memory is set before this post: the race detector sees the
+	// engine's lock, not the rings' ordering across two mappings.)
+	le.buf[24576] = 37
+	if _, err := le.qp.PostRecv([]verbs.RecvWR{{WRID: 2}, {WRID: 3, SGL: []verbs.SGE{le.mr.SGE(4096, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := re.qp.PostSend(wrs); n != len(wrs) || err != nil {
+		t.Fatalf("PostSend: %d %v", n, err)
+	}
+	for i, wc := range pollRemote(t, re.cq, len(wrs)) {
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(10+i) {
+			t.Errorf("remote completion %d: %+v", i, wc)
+		}
+	}
+	got := pollLocal(t, le.cq, 3)
+	for _, wc := range got {
+		if wc.Status != verbs.WCSuccess {
+			t.Errorf("local completion %+v", wc)
+		}
+	}
+	if got[1].ImmData != 0x01020304 || got[1].Flags&verbs.WCWithImm == 0 {
+		t.Errorf("WRITE with immediate: %+v", got[1])
+	}
+	for _, c := range []struct{ what, got, want string }{
+		{"SEND", string(le.buf[:30]), "hello from an attached process"},
+		{"WRITE", string(le.buf[8192:8199]), "written"},
+		{"READ", string(re.buf[16384:16396]), "read me back"},
+		{"inline SEND", string(le.buf[4096:4103]), "inline!"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q, want %q", c.what, c.got, c.want)
+		}
+	}
+	if re.buf[24576] != 37 || le.buf[24576] != 42 {
+		t.Errorf("FETCH_ADD: fetched %d, left %d", re.buf[24576], le.buf[24576])
+	}
+
+	// The other way: the peer SENDs into a receive the attached process posted.
+	if _, err := re.qp.PostRecv([]verbs.RecvWR{{WRID: 20, SGL: []verbs.SGE{re.mr.SGE(32768, 100)}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(le.buf[40000:], "to the attached process")
+	if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: 30, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{le.mr.SGE(40000, 23)}}}); err != nil {
+		t.Fatal(err)
+	}
+	wc := pollRemote(t, re.cq, 1)[0]
+	if wc.WRID != 20 || wc.Status != verbs.WCSuccess || wc.ByteLen != 23 || wc.Opcode != verbs.WCRecv ||
+		!bytes.Equal(re.buf[32768:32768+23], []byte("to the attached process")) {
+		t.Fatalf("receive %+v: %q", wc, re.buf[32768:32768+23])
+	}
+	pollLocal(t, le.cq, 1)
+}
+
+// When the attached process goes away, the daemon frees everything it held:
+// the device's tables are as before it attached.
+func TestRemoteCleanupOnExit(t *testing.T) {
+	r := newRig(t, server.Config{})
+	before, err := r.a.Resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.dial(t)
+	re := newRemoteEnd(t, d, verbs.RC)
+	le := newLocalEnd(t, r.b, verbs.RC)
+	connect(t, re, le)
+	if _, err := d.NewCompChannel(); err != nil {
+		t.Fatal(err)
+	}
+	// Work in flight: receives posted, a SEND the peer has no receive for.
+	re.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{re.mr.SGE(0, 64)}}})
+	re.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{re.mr.SGE(0, 64)}}}})
+	d.Close()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		res, err := r.a.Resources()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.QPs) == len(before.QPs) && len(res.CQs) == len(before.CQs) && len(res.MRs) == len(before.MRs) &&
+			res.PDs == before.PDs && len(r.srv.Sessions()) == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after the process left: %d QPs, %d CQs, %d MRs, %d PDs, %d sessions; before: %d, %d, %d, %d",
+				len(res.QPs), len(res.CQs), len(res.MRs), res.PDs, len(r.srv.Sessions()),
+				len(before.QPs), len(before.CQs), len(before.MRs), before.PDs)
+		}
+	}
+}
+
+// A process sees only its own objects: another's handles are ENOENT, and an
+// lkey of another's region fails the PD check (a local protection error),
+// never reaching its memory.
+func TestRemoteIsolation(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d1, d2 := r.dial(t), r.dial(t)
+	e1 := newRemoteEnd(t, d1, verbs.RC)
+	e2 := newRemoteEnd(t, d2, verbs.RC)
+	le := newLocalEnd(t, r.b, verbs.RC)
+	connect(t, e2, le)
+	// Handles are per process: d1's fifth PD has a number d2 has not given.
+	var last *PD
+	for range 5 {
+		pd, err := d1.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = pd
+	}
+	stolen := &PD{d: d2, h: last.h}
+	if _, err := stolen.CreateAH(verbs.AV{DGID: gidB}); !errors.Is(err, verbs.ErrNotFound) {
+		t.Fatalf("another process's PD: %v", err)
+	}
+	if err := (&MR{pd: &PD{d: d2}, h: last.h}).Dereg(); !errors.Is(err, verbs.ErrNotFound) {
+		t.Fatalf("deregistering another process's MR: %v", err)
+	}
+	copy(e1.buf, "secret")
+	if _, err := e2.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{e1.mr.SGE(0, 6)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	wc := pollRemote(t, e2.cq, 1)[0]
+	if wc.Status != verbs.WCLocProtErr {
+		t.Fatalf("a SEND from another process's region: %+v", wc)
+	}
+}
