@@ -110,7 +110,11 @@ func (d *daemon) snapshot() (snapshot, error) {
 
 // listenControl creates the control socket. A socket file nobody listens on is
 // a leftover and is replaced; one a daemon answers on is refused.
-func listenControl(path string) (*net.UnixListener, error) {
+func listenControl(path string) (*net.UnixListener, error) { return listenUnix("unix", path) }
+
+// listenUnix is listenControl for a socket of either type ("unix" or
+// "unixpacket").
+func listenUnix(network, path string) (*net.UnixListener, error) {
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, controlDirMode); err != nil {
@@ -121,7 +125,7 @@ func listenControl(path string) (*net.UnixListener, error) {
 		}
 	}
 	if _, err := os.Lstat(path); err == nil {
-		c, err := net.DialTimeout("unix", path, time.Second)
+		c, err := net.DialTimeout(network, path, time.Second)
 		if err == nil {
 			c.Close()
 			return nil, fmt.Errorf("control socket %s: another xrnic daemon is listening on it (give --control)", path)
@@ -133,7 +137,7 @@ func listenControl(path string) (*net.UnixListener, error) {
 			return nil, fmt.Errorf("control socket: removing the leftover %s: %w", path, err)
 		}
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w (give --control PATH, or --control \"\" for none)", path, unwrapOp(err))
 	}

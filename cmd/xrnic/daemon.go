@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
@@ -30,6 +31,8 @@ type daemon struct {
 	out  *lockedWriter
 	l    link.Link
 	dev  *verbs.Device
+
+	attach *server.Server // nil without --attach
 
 	mu       sync.Mutex
 	sessions map[int]*benchSession // running bench sessions by ID
@@ -131,6 +134,13 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		}
 		cl.add(func() { ctl.Close() })
 	}
+	var attachLn *net.UnixListener
+	if c.attach != "" {
+		if attachLn, err = listenUnix("unixpacket", c.attach); err != nil {
+			return fmt.Errorf("attach socket: %w", err)
+		}
+		cl.add(func() { attachLn.Close() })
+	}
 
 	// The link and the device.
 	l, err := link.Open(link.Options{Kind: c.kind, Interface: c.iface, Mode: c.mode, Logf: d.lg.printf})
@@ -190,6 +200,19 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		stop := d.serveControl(ctl, &wg)
 		cl.add(stop)
 	}
+	if attachLn != nil {
+		d.attach = server.New(dev, server.Config{Logf: d.lg.printf})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.attach.Serve(attachLn); err != nil {
+				d.lg.printf("attach socket: %v", err)
+			}
+		}()
+		// Closing the listener ends Serve; the sessions end with the server,
+		// their objects freed before the device closes.
+		cl.add(func() { attachLn.Close(); d.attach.Close() })
+	}
 	benches := make([]*benchServer, len(servers))
 	for i, b := range servers {
 		benches[i] = d.serveBench(benchLns[i], b.params)
@@ -235,6 +258,9 @@ func (d *daemon) readyLine(benches []*benchServer, metricsLn net.Listener) strin
 	}
 	if d.cfg.control != "" {
 		fmt.Fprintf(&b, "; control socket %s", d.cfg.control)
+	}
+	if d.cfg.attach != "" {
+		fmt.Fprintf(&b, "; attach socket %s", d.cfg.attach)
 	}
 	return b.String()
 }

@@ -29,12 +29,14 @@ import (
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/testenv"
 	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/remote"
 )
 
 // testDaemon is the daemon run in-process in the A end's namespace.
 type testDaemon struct {
 	p           *testenv.Pair
 	sock        string
+	attach      string // the attach socket
 	metrics     string
 	cancel      context.CancelFunc
 	done        chan error
@@ -48,10 +50,12 @@ type testDaemon struct {
 // and waits until it answers on its control socket.
 func startDaemon(t *testing.T, p *testenv.Pair, args ...string) *testDaemon {
 	t.Helper()
-	d := &testDaemon{p: p, sock: filepath.Join(t.TempDir(), "xrnic.sock"), metrics: "127.0.0.1:9479", done: make(chan error, 1)}
+	dir := t.TempDir()
+	d := &testDaemon{p: p, sock: filepath.Join(dir, "xrnic.sock"), attach: filepath.Join(dir, "xrnic.attach"),
+		metrics: "127.0.0.1:9479", done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
-	args = append([]string{"-i", p.A.Name, "--control", d.sock, "--metrics", d.metrics}, args...)
+	args = append([]string{"-i", p.A.Name, "--control", d.sock, "--attach", d.attach, "--metrics", d.metrics}, args...)
 	if err := p.A.NS.Go(func() { d.done <- run(ctx, args, &d.out, &d.errOut) }); err != nil {
 		cancel()
 		t.Fatal(err)
@@ -602,6 +606,54 @@ func TestDemo(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("demo output:\n%s", o)
+	}
+}
+
+// The daemon serves attachments on its attach socket (mode 0600, as set, not
+// the umask's): a process attaches, sees the daemon's device, makes objects;
+// when the daemon stops, the session ends and the process's calls fail.
+func TestDaemonAttach(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	d := startDaemon(t, p)
+	if _, ok := d.errOut.WaitFor("attach socket "+d.attach, time.Second); !ok {
+		t.Errorf("the ready line does not name the attach socket:\n%s", d.errOut.String())
+	}
+	st, err := os.Stat(d.attach)
+	if err != nil || st.Mode().Perm() != 0o600 || st.Mode().Type() != os.ModeSocket {
+		t.Fatalf("attach socket: %v %v", st.Mode(), err)
+	}
+	c, err := remote.Dial(d.attach)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !strings.HasPrefix(c.Name(), "xrnic") {
+		t.Errorf("attached to %q", c.Name())
+	}
+	port, err := c.QueryPort()
+	if err != nil || port.State != uint32(verbs.PortActive) {
+		t.Fatalf("port %+v: %v", port, err)
+	}
+	pd, err := c.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := c.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pd.CreateQP(remote.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatalf("daemon: %v", err)
+	}
+	if _, err := c.AllocPD(); err == nil {
+		t.Fatal("a call after the daemon stopped succeeded")
+	}
+	if !strings.Contains(d.errOut.String(), "freed 3 objects") {
+		t.Errorf("the daemon's log does not show the session's objects freed:\n%s", d.errOut.String())
 	}
 }
 

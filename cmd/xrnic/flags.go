@@ -18,6 +18,7 @@ import (
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/verbs/remote"
 )
 
 // Defaults of the daemon.
@@ -37,6 +38,7 @@ type config struct {
 	bench     *perftest.Params
 	servers   []benchCfg // --bench-server: more bench servers, each on its own port
 	control   string     // unix socket path; "" = none
+	attach    string     // the attach socket's path; "" = none
 	interval  time.Duration
 	pcap      string // --pcap: record the device's frames here; "" = no
 
@@ -59,6 +61,9 @@ type benchCfg struct {
 // defaultControl is the control socket of the daemon on iface.
 func defaultControl(iface string) string { return filepath.Join(controlDir, iface+".sock") }
 
+// DefaultAttach is the attach socket of the daemon on iface (remote.SocketFor).
+func defaultAttach(iface string) string { return remote.SocketFor(iface) }
+
 func daemonFlags(c *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("xrnic", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -75,6 +80,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.DurationVar(&c.benchLimit, "bench-session-limit", 10*time.Minute, "the longest a bench session runs before the daemon ends it")
 	fs.BoolVar(&c.benchAnyGID, "bench-any-gid", false, "let a bench client announce GIDs other than its own address (its test traffic then goes wherever it says)")
 	fs.StringVar(&c.control, "control", "", `control socket, mode 0600, for root and the daemon's user only: it shows every session's keys and addresses (default `+controlDir+`/IFACE.sock; "" turns it off)`)
+	fs.StringVar(&c.attach, "attach", "", `attach socket, mode 0600, where processes of root and the daemon's user attach to the device (default `+controlDir+`/IFACE.attach; "" turns it off)`)
 	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
 	fs.StringVar(&c.pcap, "pcap", "", "record every frame the device sends and receives to this pcap file, as ibdump does (tcpdump on the interface misses what XDP redirects)")
 	fs.BoolP("help", "h", false, "show this help")
@@ -141,6 +147,9 @@ func parse(args []string) (config, error) {
 	}
 	if !fs.Changed("control") {
 		c.control = defaultControl(c.iface)
+	}
+	if !fs.Changed("attach") {
+		c.attach = defaultAttach(c.iface)
 	}
 	if c.benchListenS != "" {
 		if c.benchListen, err = netip.ParseAddr(c.benchListenS); err != nil {

@@ -71,6 +71,10 @@ func (d *Device) disown(c io.Closer) error {
 	return c.Close()
 }
 
+// SocketFor is where the daemon on iface listens for attachments by default
+// (xrnic --attach).
+func SocketFor(iface string) string { return "/run/xrnic/" + iface + ".attach" }
+
 // Dial attaches to the daemon listening on path.
 func Dial(path string) (*Device, error) {
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})

@@ -12,6 +12,7 @@ import (
 	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/testenv"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -23,19 +24,22 @@ var (
 )
 
 // rig is a device A served by a server on a socket, and an in-process device
-// B on the same memory link: a process attached to A talks to B.
+// B linked to it: a process attached to A talks to B.
 type rig struct {
-	a, b *verbs.Device
-	srv  *server.Server
-	sock string
+	a, b       *verbs.Device
+	gidA, gidB verbs.GID
+	srv        *server.Server
+	sock       string
 }
 
+// newRig links A and B in memory.
 func newRig(t *testing.T, cfg server.Config) *rig {
 	t.Helper()
 	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { la.Close(); lb.Close() })
 	a, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{gidA}})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +48,31 @@ func newRig(t *testing.T, cfg server.Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{a: a, b: b, sock: filepath.Join(t.TempDir(), "xrnic.sock")}
+	return serve(t, cfg, a, b, gidA, gidB)
+}
+
+// newVethRig puts A and B on the two ends of a veth pair, each in its
+// namespace, on AF_XDP links with the XDP program, as the daemon runs.
+func newVethRig(t *testing.T, cfg server.Config) *rig {
+	t.Helper()
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	open := func(e *testenv.Endpoint) *verbs.Device {
+		var d *verbs.Device
+		if err := e.Do(func() (err error) {
+			d, err = verbs.Open(verbs.Options{Interface: e.Name, LinkKind: link.KindAFXDP})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a, b := open(&p.A), open(&p.B)
+	return serve(t, cfg, a, b, verbs.GIDFromAddr(p.A.IPv4), verbs.GIDFromAddr(p.B.IPv4))
+}
+
+func serve(t *testing.T, cfg server.Config, a, b *verbs.Device, ga, gb verbs.GID) *rig {
+	t.Helper()
+	r := &rig{a: a, b: b, gidA: ga, gidB: gb, sock: filepath.Join(t.TempDir(), "xrnic.sock")}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: r.sock, Net: "unixpacket"})
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +88,6 @@ func newRig(t *testing.T, cfg server.Config) *rig {
 		r.srv.Close()
 		a.Close()
 		b.Close()
-		la.Close()
-		lb.Close()
 	})
 	return r
 }
@@ -146,15 +172,16 @@ func newLocalEnd(t *testing.T, d *verbs.Device, typ verbs.QPType) *localEnd {
 	return e
 }
 
-// rcAttrs are the INIT, RTR and RTS steps of an RC QP towards dgid/dqpn.
-func rcAttrs(dgid verbs.GID, dqpn uint32) []struct {
+// rcAttrs are the INIT, RTR and RTS steps of an RC QP from GID index sgid
+// towards dgid/dqpn.
+func rcAttrs(sgid uint8, dgid verbs.GID, dqpn uint32) []struct {
 	a    verbs.QPAttr
 	mask verbs.AttrMask
 } {
 	acc := uint32(verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic)
 	init := verbs.QPAttr{}
 	init.State, init.Port, init.AccessFlags = verbs.QPSInit, 1, acc
-	rtr := verbs.QPAttr{AV: verbs.AV{DGID: dgid}}
+	rtr := verbs.QPAttr{AV: verbs.AV{DGID: dgid, SGIDIndex: sgid}}
 	rtr.State, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN, rtr.MaxDestRdAtomic, rtr.MinRNRTimer = verbs.QPSRTR, 3, dqpn, 0x100, 16, 1
 	rts := verbs.QPAttr{}
 	rts.State, rts.SQPSN, rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = verbs.QPSRTS, 0x100, 10, 3, 7, 16
@@ -185,19 +212,31 @@ func rcAttrs(dgid verbs.GID, dqpn uint32) []struct {
 	}
 }
 
-func connect(t *testing.T, r *remoteEnd, l *localEnd) {
+func (rg *rig) connect(t *testing.T, r *remoteEnd, l *localEnd) {
 	t.Helper()
-	for _, s := range rcAttrs(gidB, l.qp.QPN()) {
+	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, l.qp.QPN()) {
 		if err := r.qp.Modify(&s.a, s.mask); err != nil {
 			t.Fatalf("remote QP to %v: %v", s.a.State, err)
 		}
 	}
-	for _, s := range rcAttrs(gidA, r.qp.QPN()) {
+	for _, s := range rcAttrs(gidIndex(t, rg.b, rg.gidB), rg.gidA, r.qp.QPN()) {
 		a := s.a
 		if err := l.qp.ModifySync(&a, s.mask); err != nil {
 			t.Fatalf("local QP to %v: %v", s.a.State, err)
 		}
 	}
+}
+
+// gidIndex is g's index in d's GID table.
+func gidIndex(t *testing.T, d *verbs.Device, g verbs.GID) uint8 {
+	t.Helper()
+	for i, x := range d.GIDs() {
+		if x == g {
+			return uint8(i)
+		}
+	}
+	t.Fatalf("%v not in %s's GID table %v", g, d.Name(), d.GIDs())
+	return 0
 }
 
 func pollRemote(t *testing.T, cq *CQ, n int) []verbs.WC {
@@ -239,13 +278,18 @@ func pollLocal(t *testing.T, cq *verbs.CQ, n int) []verbs.WC {
 
 // An attached process does SEND, WRITE, READ and an atomic through the
 // daemon's device to an in-process peer, receives a SEND, and every byte and
-// completion is as in-process.
+// completion is as in-process: over memory, and over a veth pair with the XDP
+// program and AF_XDP sockets.
 func TestRemoteRC(t *testing.T) {
-	r := newRig(t, server.Config{Logf: t.Logf})
+	t.Run("memory", func(t *testing.T) { testRemoteRC(t, newRig(t, server.Config{Logf: t.Logf})) })
+	t.Run("veth", func(t *testing.T) { testRemoteRC(t, newVethRig(t, server.Config{Logf: t.Logf})) })
+}
+
+func testRemoteRC(t *testing.T, r *rig) {
 	d := r.dial(t)
 	re := newRemoteEnd(t, d, verbs.RC)
 	le := newLocalEnd(t, r.b, verbs.RC)
-	connect(t, re, le)
+	r.connect(t, re, le)
 
 	copy(re.buf, "hello from an attached process")
 	if _, err := le.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{le.mr.SGE(0, 4096)}}}); err != nil {
@@ -329,7 +373,7 @@ func TestRemoteCleanupOnExit(t *testing.T) {
 	d := r.dial(t)
 	re := newRemoteEnd(t, d, verbs.RC)
 	le := newLocalEnd(t, r.b, verbs.RC)
-	connect(t, re, le)
+	r.connect(t, re, le)
 	if _, err := d.NewCompChannel(); err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +408,7 @@ func TestRemoteIsolation(t *testing.T) {
 	e1 := newRemoteEnd(t, d1, verbs.RC)
 	e2 := newRemoteEnd(t, d2, verbs.RC)
 	le := newLocalEnd(t, r.b, verbs.RC)
-	connect(t, e2, le)
+	r.connect(t, e2, le)
 	// Handles are per process: d1's fifth PD has a number d2 has not given.
 	var last *PD
 	for range 5 {

@@ -155,6 +155,10 @@ func (ss *session) control() error {
 		if h.Op == attach.OpHello && err == nil {
 			hello = true
 		}
+		if err != nil {
+			// The reply carries only the errno, as libibverbs' calls return.
+			ss.logf("%v: %v", h.Op, err)
+		}
 		out, _ = attach.Encode(out[:0], h.Op, h.Seq, errno(err), rep)
 		var werr error
 		if rfd >= 0 {
