@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"syscall"
 
@@ -325,7 +326,14 @@ func Send(c *net.UnixConn, msg []byte, fds ...int) error {
 // MaxFDs descriptors, is ErrProtocol (its descriptors closed).
 func Recv(c *net.UnixConn, buf, oob []byte) (msg []byte, fds []int, err error) {
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	if errors.Is(err, io.EOF) {
+		err = errClosed // also an empty message: EOF is how a SEQPACKET reads one
+	}
 	if err != nil {
+		if oobn > 0 {
+			fds, _ := parseRights(oob[:oobn])
+			CloseFDs(fds)
+		}
 		return nil, nil, err
 	}
 	if oobn > 0 {
@@ -343,10 +351,13 @@ func Recv(c *net.UnixConn, buf, oob []byte) (msg []byte, fds []int, err error) {
 		return nil, nil, err
 	}
 	if n == 0 {
-		return nil, nil, fmt.Errorf("attach: the other side closed: %w", net.ErrClosed)
+		CloseFDs(fds)
+		return nil, nil, errClosed
 	}
 	return buf[:n], fds, nil
 }
+
+var errClosed = fmt.Errorf("attach: the other side closed: %w", net.ErrClosed)
 
 // OOBSpace is the control buffer Recv needs.
 var OOBSpace = unix.CmsgSpace(4 * (MaxFDs + 1))

@@ -198,20 +198,19 @@ type QPInitAttr struct {
 // drains. PostSend and PostRecv are safe for concurrent use (each queue has
 // its own lock; no lock is shared with other QPs).
 type QP struct {
-	pd     *PD
-	h      uint32
-	qpn    uint32
-	typ    verbs.QPType
-	cap    verbs.QPCap
-	mem    *shm.Region
-	sqMu   sync.Mutex
-	sq     *shm.Ring
-	rqMu   sync.Mutex
-	rq     *shm.Ring
-	sges   []shm.SGE
-	rsges  []shm.SGE
-	wqe    shm.SendWQE
-	closed bool
+	pd    *PD
+	h     uint32
+	qpn   uint32
+	typ   verbs.QPType
+	cap   verbs.QPCap
+	mem   *shm.Region
+	sqMu  sync.Mutex
+	sq    *shm.Ring
+	rqMu  sync.Mutex
+	rq    *shm.Ring
+	sges  []shm.SGE
+	rsges []shm.SGE
+	wqe   shm.SendWQE
 }
 
 // CreateQP creates a QP (ibv_create_qp).

@@ -1,0 +1,450 @@
+package remote
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// rawConn is a hostile client: it writes what it likes on the socket.
+func rawConn(t *testing.T, sock string) *net.UnixConn {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func hello(t *testing.T, c *net.UnixConn) {
+	t.Helper()
+	msg, _ := attach.Encode(nil, attach.OpHello, 1, 0, &attach.HelloReq{Version: attach.Version})
+	if err := attach.Send(c, msg); err != nil {
+		t.Fatal(err)
+	}
+	_, fds, err := attach.Recv(c, make([]byte, attach.MaxMessage), make([]byte, attach.OOBSpace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attach.CloseFDs(fds)
+}
+
+// closed reports whether the daemon closed c (a read sees EOF).
+func closedByDaemon(c *net.UnixConn) bool {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _, err := attach.Recv(c, make([]byte, attach.MaxMessage), make([]byte, attach.OOBSpace))
+	return errors.Is(err, net.ErrClosed)
+}
+
+// Malformed control messages end the sender's session and nothing else: the
+// daemon neither panics nor stalls another process, and frees what the
+// hostile one made.
+func TestHostileControl(t *testing.T) {
+	r := newRig(t, server.Config{})
+	good := r.dial(t)
+	hdr := func(op attach.Op, seq, n uint32) []byte {
+		b := binary.LittleEndian.AppendUint32(nil, uint32(op))
+		b = binary.LittleEndian.AppendUint32(b, seq)
+		b = binary.LittleEndian.AppendUint32(b, 0)
+		return binary.LittleEndian.AppendUint32(b, n)
+	}
+	memfd := func() int {
+		fd, err := unix.MemfdCreate("x", unix.MFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	cases := []struct {
+		name  string
+		hello bool
+		msg   []byte
+		fds   int
+	}{
+		{"empty", false, []byte{}, 0},
+		{"short header", false, []byte{1, 0, 0}, 0},
+		{"before HELLO", false, hdr(attach.OpAllocPD, 1, 0), 0},
+		{"bad version", false, append(hdr(attach.OpHello, 1, 8), 9, 0, 0, 0, 0, 0, 0, 0), 0},
+		{"length lies", true, append(hdr(attach.OpQueryGID, 2, 100), 0, 0, 0, 0, 0, 0, 0, 0), 0},
+		{"payload too short", true, append(hdr(attach.OpQueryGID, 2, 4), 0, 0, 0, 0), 0},
+		{"payload where none belongs", true, append(hdr(attach.OpAllocPD, 2, 4), 0, 0, 0, 0), 0},
+		{"unknown op", true, hdr(99, 2, 0), 0},
+		{"descriptor where none belongs", true, hdr(attach.OpAllocPD, 2, 0), 1},
+		{"REG_MR without its memfd", true, append(hdr(attach.OpRegMR, 2, 32), make([]byte, 32)...), 0},
+		{"too many descriptors", true, hdr(attach.OpAllocPD, 2, 0), 5},
+		{"oversized", true, append(hdr(attach.OpAllocPD, 2, 4000), make([]byte, 4000)...), 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conn := rawConn(t, r.sock)
+			if c.hello {
+				hello(t, conn)
+				// Something for the daemon to free.
+				msg, _ := attach.Encode(nil, attach.OpAllocPD, 9, 0, nil)
+				attach.Send(conn, msg)
+				attach.Recv(conn, make([]byte, attach.MaxMessage), make([]byte, attach.OOBSpace))
+			}
+			var fds []int
+			for range c.fds {
+				fds = append(fds, memfd())
+			}
+			err := attach.Send(conn, c.msg, fds...)
+			attach.CloseFDs(fds)
+			if err != nil && c.name != "oversized" {
+				t.Fatal(err)
+			}
+			if !closedByDaemon(conn) {
+				t.Fatal("the daemon kept the session")
+			}
+			if _, err := good.AllocPD(); err != nil {
+				t.Fatalf("another process after it: %v", err)
+			}
+		})
+	}
+	waitSessions(t, r.srv, 1)
+}
+
+func waitSessions(t *testing.T, s *server.Server, n int) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); len(s.Sessions()) != n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d sessions, want %d", len(s.Sessions()), n)
+		}
+	}
+}
+
+// Requests that are well formed but wrong get their errno and the session
+// goes on: handles that name nothing, an unsealed or short memfd, limits.
+func TestHostileRequests(t *testing.T) {
+	r := newRig(t, server.Config{MaxObjects: 8})
+	d := r.dial(t)
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(op attach.Op, req any, fds ...int) error {
+		_, err := d.call(op, req, nil, fds...)
+		return err
+	}
+	if err := call(attach.OpDestroy, &attach.DestroyReq{Kind: attach.KindQP, Handle: pd.h}); !errors.Is(err, verbs.ErrNotFound) {
+		t.Errorf("a PD's handle destroyed as a QP: %v", err)
+	}
+	if err := call(attach.OpDestroy, &attach.DestroyReq{Kind: 77, Handle: 12345}); !errors.Is(err, verbs.ErrNotFound) {
+		t.Errorf("an unknown kind: %v", err)
+	}
+	unsealed, _ := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC)
+	unix.Ftruncate(unsealed, 1<<16)
+	defer unix.Close(unsealed)
+	if err := call(attach.OpRegMR, &attach.RegMRReq{Addr: 4096, Length: 4096, PD: pd.h, Access: 1}, unsealed); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("an unsealed memfd: %v", err)
+	}
+	buf, _ := MapBuffer(4096)
+	defer UnmapBuffer(buf)
+	rg, off, _ := bufferOf(buf)
+	if err := call(attach.OpRegMR, &attach.RegMRReq{Addr: 4096, Length: 8192, FileOff: off, PD: pd.h, Access: 1}, rg.FD()); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("a region past its memfd's end: %v", err)
+	}
+	if _, err := d.CreateCQ(1<<30, nil); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("a CQ of 2^30 entries: %v", err)
+	}
+	if _, err := pd.CreateQP(QPInitAttr{Type: verbs.RC, SendCQ: &CQ{h: 999}, RecvCQ: &CQ{h: 999}}); !errors.Is(err, verbs.ErrNotFound) {
+		t.Errorf("a QP on CQs that do not exist: %v", err)
+	}
+	var made int
+	for ; made < 20; made++ {
+		if _, err := d.AllocPD(); err != nil {
+			if !errors.Is(err, verbs.ErrLimit) {
+				t.Errorf("past the object limit: %v", err)
+			}
+			break
+		}
+	}
+	if made != 7 {
+		t.Errorf("%d more PDs under a limit of 8 objects, want 7", made)
+	}
+	if _, err := d.Query(); err != nil {
+		t.Errorf("the session after its errors: %v", err)
+	}
+}
+
+// A ring whose index the process corrupted puts that QP in the error state;
+// the daemon reads nothing outside the ring, and the process's other QPs and
+// other processes go on.
+func TestHostileRing(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	bad := newRemoteEnd(t, d, verbs.RC)
+	ok := newRemoteEnd(t, d, verbs.RC)
+	le := newLocalEnd(t, r.b, verbs.RC)
+	le2 := newLocalEnd(t, r.b, verbs.RC)
+	r.connect(t, bad, le)
+	r.connect(t, ok, le2)
+	// prod at 1000 in a ring of 32: the daemon would read 1000 entries.
+	binary.LittleEndian.PutUint32(bad.mem()[0:], 1000)
+	d.ring()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a, err := bad.qp.Query()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.State == verbs.QPSErr {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the QP whose ring is corrupted is %v", a.State)
+		}
+	}
+	if _, err := ok.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{ok.mr.SGE(0, 64)}, RemoteAddr: le2.mr.Addr(), RKey: le2.mr.RKey()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollRemote(t, ok.cq, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("the other QP: %+v", wc)
+	}
+}
+
+func (e *remoteEnd) mem() []byte { return e.qp.mem.Bytes() }
+
+// A process that never polls its CQ overflows only its own CQ (an
+// IBV_EVENT_CQ_ERR to it); another process's traffic goes on.
+func TestHostileNeverPolls(t *testing.T) {
+	r := newRig(t, server.Config{})
+	lazy, busy := r.dial(t), r.dial(t)
+	le := newLocalEnd(t, r.b, verbs.RC)
+	e := newRemoteEnd(t, lazy, verbs.RC)
+	r.connect(t, e, le)
+	// 64-entry ring, device CQ of 64: 200 signaled WRITEs overflow both.
+	for i := 0; i < 200; {
+		n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
+			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: le.mr.Addr(), RKey: le.mr.RKey()}}})
+		if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
+			t.Fatal(err)
+		}
+		i += n
+		if n == 0 {
+			if hasEvent(lazy, verbs.EventCQErr) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for end := time.Now().Add(10 * time.Second); !hasEvent(lazy, verbs.EventCQErr); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no CQ error event for the CQ nobody polls")
+		}
+	}
+	le2 := newLocalEnd(t, r.b, verbs.RC)
+	e2 := newRemoteEnd(t, busy, verbs.RC)
+	r.connect(t, e2, le2)
+	for i := range 100 {
+		if _, err := e2.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
+			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e2.mr.SGE(0, 8)}, RemoteAddr: le2.mr.Addr(), RKey: le2.mr.RKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pollRemote(t, e2.cq, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("the other process: %+v", wc)
+		}
+	}
+}
+
+// hasEvent makes a call (events arrive with replies) and looks for typ.
+func hasEvent(d *Device, typ verbs.EventType) bool {
+	d.Query()
+	for _, ev := range d.Events() {
+		if ev.Type == uint32(typ) {
+			return true
+		}
+	}
+	return false
+}
+
+// A process that registers memory and unmaps it: the daemon's mapping is its
+// own, so the peer's WRITE into the region lands there and nothing faults.
+func TestHostileUnmapRegistered(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	e := newRemoteEnd(t, d, verbs.RC)
+	le := newLocalEnd(t, r.b, verbs.RC)
+	r.connect(t, e, le)
+	if err := UnmapBuffer(e.buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{le.mr.SGE(0, 4096)}, RemoteAddr: e.mr.Addr(), RKey: e.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollLocal(t, le.cq, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("WRITE into a region its process unmapped: %+v", wc)
+	}
+	if err := e.mr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// When an attached process is killed mid-transfer, the daemon frees
+// everything it held, and its peer's QP sees the error the spec names: its
+// next request goes unanswered and completes with IBV_WC_RETRY_EXC_ERR.
+func TestKilledMidTransfer(t *testing.T) {
+	r := newRig(t, server.Config{})
+	before, err := r.a.Resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := newLocalEnd(t, r.b, verbs.RC)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "XRNIC_REMOTE_CHILD="+r.sock,
+		"XRNIC_CHILD_PEER="+strconv.Itoa(int(le.qp.QPN()))+","+strconv.Itoa(int(gidIndex(t, r.a, r.gidA)))+","+
+			strconv.FormatUint(le.mr.Addr(), 10)+","+strconv.Itoa(int(le.mr.RKey())),
+		"XRNIC_CHILD_GID="+r.gidB.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var qpn uint32
+	buf := make([]byte, 4096)
+	var got []byte
+	for qpn == 0 {
+		n, err := out.Read(buf)
+		if err != nil {
+			t.Fatalf("the child: %v (%q)", err, got)
+		}
+		got = append(got, buf[:n]...)
+		for _, line := range splitLines(string(got)) {
+			if v, ok := cutPrefix(line, "child qpn "); ok {
+				x, _ := strconv.Atoi(v)
+				qpn = uint32(x)
+			}
+		}
+	}
+	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, qpn) {
+		a := s.a
+		if err := le.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Mid-transfer: the child's WRITEs with immediate are landing (each
+	// consumes a receive).
+	for i := range 32 {
+		if _, err := le.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(1000 + i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollLocal(t, le.cq, 3)
+	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	waitSessions(t, r.srv, 0)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		res, _ := r.a.Resources()
+		if len(res.QPs) == len(before.QPs) && len(res.CQs) == len(before.CQs) && len(res.MRs) == len(before.MRs) && res.PDs == before.PDs {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after the kill: %d QPs, %d CQs, %d MRs, %d PDs", len(res.QPs), len(res.CQs), len(res.MRs), res.PDs)
+		}
+	}
+	if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: 99, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{le.mr.SGE(0, 8)}, RemoteAddr: 4096, RKey: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; {
+		wc := pollLocal(t, le.cq, 1)[0]
+		if wc.WRID == 99 {
+			if wc.Status != verbs.WCRetryExcErr {
+				t.Fatalf("the peer's WRITE to the dead QP: %v, want %v", wc.Status, verbs.WCRetryExcErr)
+			}
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no completion for the WRITE to the dead QP")
+		}
+	}
+}
+
+// TestKilledChild is the child of TestKilledMidTransfer: it attaches,
+// connects to the peer in its environment and WRITEs a counter until killed.
+func TestKilledChild(t *testing.T) {
+	sock := os.Getenv("XRNIC_REMOTE_CHILD")
+	if sock == "" {
+		t.Skip("run by TestKilledMidTransfer")
+	}
+	var peer [4]uint64
+	for i, f := range splitFields(os.Getenv("XRNIC_CHILD_PEER"), ',') {
+		peer[i], _ = strconv.ParseUint(f, 10, 64)
+	}
+	gid, err := verbs.ParseGID(os.Getenv("XRNIC_CHILD_GID"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newRemoteEnd(t, d, verbs.RC)
+	for _, s := range rcAttrs(uint8(peer[1]), gid, uint32(peer[0])) {
+		if err := e.qp.Modify(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Stdout.WriteString("child qpn " + strconv.Itoa(int(e.qp.QPN())) + "\n")
+	wcs := make([]verbs.WC, 16)
+	for i := uint64(1); ; i++ {
+		binary.LittleEndian.PutUint64(e.buf, i)
+		for {
+			n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: i, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: peer[2], RKey: uint32(peer[3])}}})
+			if n == 1 {
+				break
+			}
+			if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
+				t.Fatal(err)
+			}
+			e.cq.Poll(wcs)
+		}
+		e.cq.Poll(wcs)
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func splitLines(s string) []string { return splitFields(s, '\n') }
+
+func splitFields(s string, sep byte) []string {
+	var out []string
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && s[i] != sep {
+			i++
+		}
+		out = append(out, s[:i])
+		if i == len(s) {
+			break
+		}
+		s = s[i+1:]
+	}
+	return out
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return "", false
+}
