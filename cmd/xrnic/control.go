@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
@@ -46,23 +47,24 @@ const (
 // snapshot is the daemon's device as the introspection commands print it. A
 // plain value, JSON on the control socket.
 type snapshot struct {
-	Error     string          `json:"error,omitempty"`
-	Device    string          `json:"device"`
-	Port      int             `json:"port"`
-	Interface string          `json:"interface"`
-	Link      string          `json:"link"`
-	XDPMode   string          `json:"xdp_mode,omitempty"`
-	PortState string          `json:"port_state"`
-	PID       int             `json:"pid"`
-	Comm      string          `json:"comm"`
-	Counters  []namedValue    `json:"counters"`        // in the order of verbs.Counter
-	Engine    []namedValue    `json:"engine_counters"` // in the order of verbs.EngineCounter
-	LinkStats link.Stats      `json:"link_stats"`
-	XDP       *bpf.Counters   `json:"xdp,omitempty"` // AF_XDP links only
-	Resources verbs.Resources `json:"resources"`
-	CMIDs     []rdmacm.IDInfo `json:"cm_ids"`
-	Sessions  []sessionInfo   `json:"sessions"`
-	Ended     [2]uint64       `json:"sessions_ended"` // ok, failed
+	Error     string               `json:"error,omitempty"`
+	Device    string               `json:"device"`
+	Port      int                  `json:"port"`
+	Interface string               `json:"interface"`
+	Link      string               `json:"link"`
+	XDPMode   string               `json:"xdp_mode,omitempty"`
+	PortState string               `json:"port_state"`
+	PID       int                  `json:"pid"`
+	Comm      string               `json:"comm"`
+	Counters  []namedValue         `json:"counters"`        // in the order of verbs.Counter
+	Engine    []namedValue         `json:"engine_counters"` // in the order of verbs.EngineCounter
+	LinkStats link.Stats           `json:"link_stats"`
+	XDP       *bpf.Counters        `json:"xdp,omitempty"` // AF_XDP links only
+	Resources verbs.Resources      `json:"resources"`
+	CMIDs     []rdmacm.IDInfo      `json:"cm_ids"`
+	Sessions  []sessionInfo        `json:"sessions"`
+	Attached  []server.SessionInfo `json:"attached"`       // processes attached to the device
+	Ended     [2]uint64            `json:"sessions_ended"` // ok, failed
 }
 
 type namedValue struct {
@@ -105,6 +107,9 @@ func (d *daemon) snapshot() (snapshot, error) {
 		}
 	}
 	s.Sessions, s.Ended = d.sessionInfos()
+	if d.attach != nil {
+		s.Attached = d.attach.Sessions()
+	}
 	return s, nil
 }
 

@@ -347,7 +347,7 @@ func TestDaemonOnVeth(t *testing.T) {
 		!strings.Contains(stat, "\n    xdp seen ") || !strings.Contains(stat, "\n    engine loops ") || !strings.Contains(stat, "bench sessions 0 ended-ok 2 ended-failed 0") {
 		t.Errorf("statistic -d:\n%s", stat)
 	}
-	if r := d.cmd(t, "resource"); r != "0: xrnic0: pd 0 cq 0 qp 0 mr 0 srq 0 ah 0 sessions 0\n" {
+	if r := d.cmd(t, "resource"); r != "0: xrnic0: pd 0 cq 0 qp 0 mr 0 srq 0 ah 0 sessions 0 attached 0\n" {
 		t.Errorf("resource after the sessions: %q", r)
 	}
 
@@ -642,9 +642,28 @@ func TestDaemonAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pd.CreateQP(remote.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	qp, err := pd.CreateQP(remote.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// rdma resource shows the QP as the attached process's, not the daemon's.
+	if r := d.cmd(t, "resource"); !strings.Contains(r, " attached 1\n") {
+		t.Errorf("resource: %q", r)
+	}
+	want := fmt.Sprintf("lqpn %d type RC state RESET", qp.QPN())
+	mine := fmt.Sprintf("pid %d comm %s\n", os.Getpid(), procComm(t))
+	found := false
+	for _, l := range strings.SplitAfter(d.cmd(t, "resource", "show", "qp"), "\n") {
+		if strings.Contains(l, want) {
+			found = true
+			if !strings.HasSuffix(l, mine) {
+				t.Errorf("the attached process's QP: %q, want it to end %q", l, mine)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("resource show qp lacks %q", want)
 	}
 	if err := d.stop(); err != nil {
 		t.Fatalf("daemon: %v", err)
@@ -655,6 +674,14 @@ func TestDaemonAttach(t *testing.T) {
 	if !strings.Contains(d.errOut.String(), "freed 3 objects") {
 		t.Errorf("the daemon's log does not show the session's objects freed:\n%s", d.errOut.String())
 	}
+}
+
+func procComm(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func xdpAttached(t *testing.T, e *testenv.Endpoint) bool {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -53,38 +54,55 @@ func formatStatistic(w io.Writer, s *snapshot, details bool) {
 // formatResources is `rdma resource show`: the objects counted.
 func formatResources(w io.Writer, s *snapshot) {
 	r := &s.Resources
-	fmt.Fprintf(w, "0: %s: pd %d cq %d qp %d mr %d srq %d ah %d sessions %d\n",
-		s.Device, r.PDs, len(r.CQs), len(r.QPs), len(r.MRs), r.SRQs, r.AHs, len(s.Sessions))
+	fmt.Fprintf(w, "0: %s: pd %d cq %d qp %d mr %d srq %d ah %d sessions %d attached %d\n",
+		s.Device, r.PDs, len(r.CQs), len(r.QPs), len(r.MRs), r.SRQs, r.AHs, len(s.Sessions), len(s.Attached))
 }
 
-// owners maps QPNs, CQNs and PD handles to the bench session that created them.
+// owner is who made an object: a bench session of the daemon's, or an
+// attached process.
+type owner struct {
+	bench    *sessionInfo
+	attached *server.SessionInfo
+}
+
+// owners maps QPNs, CQNs and PD handles to their owners.
 type owners struct {
-	qp map[uint32]*sessionInfo
-	cq map[uint32]*sessionInfo
-	pd map[uint32]*sessionInfo
+	qp map[uint32]owner
+	cq map[uint32]owner
+	pd map[uint32]owner
 }
 
 func ownersOf(s *snapshot) owners {
-	o := owners{qp: map[uint32]*sessionInfo{}, cq: map[uint32]*sessionInfo{}, pd: map[uint32]*sessionInfo{}}
+	o := owners{qp: map[uint32]owner{}, cq: map[uint32]owner{}, pd: map[uint32]owner{}}
 	for i := range s.Sessions {
 		for _, q := range s.Sessions[i].QPNs {
-			o.qp[q] = &s.Sessions[i]
+			o.qp[q] = owner{bench: &s.Sessions[i]}
+		}
+	}
+	for i := range s.Attached {
+		for _, q := range s.Attached[i].QPNs {
+			o.qp[q] = owner{attached: &s.Attached[i]}
 		}
 	}
 	for _, q := range s.Resources.QPs {
-		if ss := o.qp[q.QPN]; ss != nil {
-			o.cq[q.SendCQ] = ss
-			o.cq[q.RecvCQ] = ss
-			o.pd[q.PD] = ss
+		if ow, ok := o.qp[q.QPN]; ok {
+			o.cq[q.SendCQ] = ow
+			o.cq[q.RecvCQ] = ow
+			o.pd[q.PD] = ow
 		}
 	}
 	return o
 }
 
-// comm ends a line: the process, and the bench session when there is one.
-func comm(b *strings.Builder, s *snapshot, ss *sessionInfo) {
+// comm ends a line: the process (the attached one, or the daemon), and the
+// bench session when there is one.
+func comm(b *strings.Builder, s *snapshot, ow owner) {
+	if a := ow.attached; a != nil {
+		fmt.Fprintf(b, " pid %d comm %s\n", a.PID, a.Comm)
+		return
+	}
 	fmt.Fprintf(b, " pid %d comm %s", s.PID, s.Comm)
-	if ss != nil {
+	if ss := ow.bench; ss != nil {
 		fmt.Fprintf(b, " session %d peer %s", ss.ID, ss.Peer)
 	}
 	b.WriteString("\n")

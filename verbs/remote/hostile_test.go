@@ -225,8 +225,8 @@ func TestHostileNeverPolls(t *testing.T) {
 	le := newLocalEnd(t, r.b, verbs.RC)
 	e := newRemoteEnd(t, lazy, verbs.RC)
 	r.connect(t, e, le)
-	// 64-entry ring, device CQ of 64: 200 signaled WRITEs overflow both.
-	for i := 0; i < 200; {
+	// 256-entry ring, device CQ of 256: 1000 signaled WRITEs overflow both.
+	for i := 0; i < 1000; {
 		n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
 			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: le.mr.Addr(), RKey: le.mr.RKey()}}})
 		if err != nil && !errors.Is(err, verbs.ErrQueueFull) {

@@ -33,7 +33,7 @@ type rig struct {
 }
 
 // newRig links A and B in memory.
-func newRig(t *testing.T, cfg server.Config) *rig {
+func newRig(t testing.TB, cfg server.Config) *rig {
 	t.Helper()
 	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
 	if err != nil {
@@ -53,7 +53,7 @@ func newRig(t *testing.T, cfg server.Config) *rig {
 
 // newVethRig puts A and B on the two ends of a veth pair, each in its
 // namespace, on AF_XDP links with the XDP program, as the daemon runs.
-func newVethRig(t *testing.T, cfg server.Config) *rig {
+func newVethRig(t testing.TB, cfg server.Config) *rig {
 	t.Helper()
 	p := testenv.NewTestPair(t, testenv.PairOptions{})
 	open := func(e *testenv.Endpoint) *verbs.Device {
@@ -70,7 +70,7 @@ func newVethRig(t *testing.T, cfg server.Config) *rig {
 	return serve(t, cfg, a, b, verbs.GIDFromAddr(p.A.IPv4), verbs.GIDFromAddr(p.B.IPv4))
 }
 
-func serve(t *testing.T, cfg server.Config, a, b *verbs.Device, ga, gb verbs.GID) *rig {
+func serve(t testing.TB, cfg server.Config, a, b *verbs.Device, ga, gb verbs.GID) *rig {
 	t.Helper()
 	r := &rig{a: a, b: b, gidA: ga, gidB: gb, sock: filepath.Join(t.TempDir(), "xrnic.sock")}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: r.sock, Net: "unixpacket"})
@@ -92,7 +92,7 @@ func serve(t *testing.T, cfg server.Config, a, b *verbs.Device, ga, gb verbs.GID
 	return r
 }
 
-func (r *rig) dial(t *testing.T) *Device {
+func (r *rig) dial(t testing.TB) *Device {
 	t.Helper()
 	d, err := Dial(r.sock)
 	if err != nil {
@@ -111,14 +111,14 @@ type remoteEnd struct {
 	qp  *QP
 }
 
-func newRemoteEnd(t *testing.T, d *Device, typ verbs.QPType) *remoteEnd {
+func newRemoteEnd(t testing.TB, d *Device, typ verbs.QPType) *remoteEnd {
 	t.Helper()
 	e := &remoteEnd{}
 	var err error
 	if e.pd, err = d.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if e.cq, err = d.CreateCQ(64, nil); err != nil {
+	if e.cq, err = d.CreateCQ(256, nil); err != nil {
 		t.Fatal(err)
 	}
 	if e.buf, err = MapBuffer(1 << 16); err != nil {
@@ -130,7 +130,7 @@ func newRemoteEnd(t *testing.T, d *Device, typ verbs.QPType) *remoteEnd {
 		t.Fatal(err)
 	}
 	if e.qp, err = e.pd.CreateQP(QPInitAttr{Type: typ, SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -145,14 +145,14 @@ type localEnd struct {
 	qp  *verbs.QP
 }
 
-func newLocalEnd(t *testing.T, d *verbs.Device, typ verbs.QPType) *localEnd {
+func newLocalEnd(t testing.TB, d *verbs.Device, typ verbs.QPType) *localEnd {
 	t.Helper()
 	e := &localEnd{buf: make([]byte, 1<<16)}
 	var err error
 	if e.pd, err = d.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
-	if e.cq, err = d.CreateCQ(64, verbs.CQOptions{}); err != nil {
+	if e.cq, err = d.CreateCQ(256, verbs.CQOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
@@ -160,7 +160,7 @@ func newLocalEnd(t *testing.T, d *verbs.Device, typ verbs.QPType) *localEnd {
 		t.Fatal(err)
 	}
 	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{Type: typ, SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 2, MaxRecvSGE: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -212,7 +212,7 @@ func rcAttrs(sgid uint8, dgid verbs.GID, dqpn uint32) []struct {
 	}
 }
 
-func (rg *rig) connect(t *testing.T, r *remoteEnd, l *localEnd) {
+func (rg *rig) connect(t testing.TB, r *remoteEnd, l *localEnd) {
 	t.Helper()
 	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, l.qp.QPN()) {
 		if err := r.qp.Modify(&s.a, s.mask); err != nil {
@@ -227,8 +227,25 @@ func (rg *rig) connect(t *testing.T, r *remoteEnd, l *localEnd) {
 	}
 }
 
+// connectLocal connects two in-process QPs, x on A and y on B.
+func (rg *rig) connectLocal(t testing.TB, x, y *localEnd) {
+	t.Helper()
+	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, y.qp.QPN()) {
+		a := s.a
+		if err := x.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range rcAttrs(gidIndex(t, rg.b, rg.gidB), rg.gidA, x.qp.QPN()) {
+		a := s.a
+		if err := y.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // gidIndex is g's index in d's GID table.
-func gidIndex(t *testing.T, d *verbs.Device, g verbs.GID) uint8 {
+func gidIndex(t testing.TB, d *verbs.Device, g verbs.GID) uint8 {
 	t.Helper()
 	for i, x := range d.GIDs() {
 		if x == g {
@@ -239,7 +256,7 @@ func gidIndex(t *testing.T, d *verbs.Device, g verbs.GID) uint8 {
 	return 0
 }
 
-func pollRemote(t *testing.T, cq *CQ, n int) []verbs.WC {
+func pollRemote(t testing.TB, cq *CQ, n int) []verbs.WC {
 	t.Helper()
 	var got []verbs.WC
 	wcs := make([]verbs.WC, 8)
@@ -259,7 +276,7 @@ func pollRemote(t *testing.T, cq *CQ, n int) []verbs.WC {
 	return got
 }
 
-func pollLocal(t *testing.T, cq *verbs.CQ, n int) []verbs.WC {
+func pollLocal(t testing.TB, cq *verbs.CQ, n int) []verbs.WC {
 	t.Helper()
 	var got []verbs.WC
 	wcs := make([]verbs.WC, 8)

@@ -72,10 +72,14 @@ func New(dev *verbs.Device, cfg Config) *Server {
 	return s
 }
 
-// SessionInfo describes an attached process.
+// SessionInfo describes an attached process. A plain value.
 type SessionInfo struct {
-	PID, UID, GID int
-	Objects       int
+	PID     int      `json:"pid"`
+	UID     int      `json:"uid"`
+	GID     int      `json:"gid"`
+	Comm    string   `json:"comm"`
+	Objects int      `json:"objects"`
+	QPNs    []uint32 `json:"qpns"`
 }
 
 // Sessions lists the attached processes.
@@ -85,8 +89,13 @@ func (s *Server) Sessions() []SessionInfo {
 	out := make([]SessionInfo, 0, len(s.sessions))
 	for ss := range s.sessions {
 		ss.mu.Lock()
-		out = append(out, SessionInfo{PID: int(ss.cred.Pid), UID: int(ss.cred.Uid), GID: int(ss.cred.Gid), Objects: len(ss.objs)})
+		si := SessionInfo{PID: int(ss.cred.Pid), UID: int(ss.cred.Uid), GID: int(ss.cred.Gid), Comm: ss.comm,
+			Objects: len(ss.objs)}
+		for _, q := range ss.qps {
+			si.QPNs = append(si.QPNs, q.qp.QPN())
+		}
 		ss.mu.Unlock()
+		out = append(out, si)
 	}
 	return out
 }

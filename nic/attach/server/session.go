@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type session struct {
 	srv  *Server
 	c    *net.UnixConn
 	cred unix.Ucred
+	comm string // the process's name at attach (/proc/PID/comm), for rdma resource's comm
 
 	bell   *os.File // the doorbell eventfd: the client writes, the pump reads
 	bellFD int      // its descriptor, to send (bell.Fd would make it blocking)
@@ -53,7 +55,8 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("doorbell: %w", err)
 	}
-	return &session{srv: s, c: c, cred: cred, bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid))
+	return &session{srv: s, c: c, cred: cred, comm: strings.TrimSpace(string(comm)), bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), events: make(chan attach.EventMsg, eventQueue),
 		objs: map[uint32]obj{}}, nil
 }
