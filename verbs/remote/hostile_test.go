@@ -245,6 +245,9 @@ func TestHostileNeverPolls(t *testing.T) {
 			t.Fatal("no CQ error event for the CQ nobody polls")
 		}
 	}
+	if hasEvent(busy, verbs.EventCQErr) {
+		t.Error("the CQ error event reached another process")
+	}
 	le2 := newLocalEnd(t, r.b, verbs.RC)
 	e2 := newRemoteEnd(t, busy, verbs.RC)
 	r.connect(t, e2, le2)

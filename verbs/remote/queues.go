@@ -15,9 +15,10 @@ import (
 // daemon signals when an armed CQ of the channel gets a completion. Its
 // methods are safe for concurrent use.
 type CompChannel struct {
-	d  *Device
-	h  uint32
-	f  *os.File
+	d   *Device
+	h   uint32
+	efd int      // f's descriptor (f.Fd would make it blocking)
+	f   *os.File
 	mu sync.Mutex
 	cq []*CQ // the channel's CQs, for GetEvent to find which fired
 }
@@ -33,13 +34,13 @@ func (d *Device) NewCompChannel() (*CompChannel, error) {
 		attach.CloseFDs(fds)
 		return nil, fmt.Errorf("%w: %d descriptors for a channel", attach.ErrProtocol, len(fds))
 	}
-	c := &CompChannel{d: d, h: rep.Handle, f: os.NewFile(uintptr(fds[0]), "xrnic-comp-channel")}
+	c := &CompChannel{d: d, h: rep.Handle, efd: fds[0], f: os.NewFile(uintptr(fds[0]), "xrnic-comp-channel")}
 	d.own(c.f)
 	return c, nil
 }
 
-// FD is the eventfd, for poll(2) or epoll.
-func (c *CompChannel) FD() uintptr { return c.f.Fd() }
+// FD is the eventfd, for poll(2) or epoll (the channel's fd in libibverbs).
+func (c *CompChannel) FD() int { return c.efd }
 
 // GetEvent blocks until a CQ of the channel has had a completion event and
 // returns those that had (ibv_get_cq_event); each must be armed again with

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/link"
@@ -450,5 +452,70 @@ func TestRemoteIsolation(t *testing.T) {
 	wc := pollRemote(t, e2.cq, 1)[0]
 	if wc.Status != verbs.WCLocProtErr {
 		t.Fatalf("a SEND from another process's region: %+v", wc)
+	}
+}
+
+// A completion channel: an armed CQ's completion signals the channel's
+// eventfd and GetEvent names the CQ; a CQ not armed again does not signal.
+func TestRemoteCompChannel(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	ch, err := d.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newRemoteEnd(t, d, verbs.RC)
+	cq, err := d.CreateCQ(16, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := e.pd.CreateQP(QPInitAttr{Type: verbs.RC, SendCQ: e.cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.qp = qp
+	le := newLocalEnd(t, r.b, verbs.RC)
+	r.connect(t, e, le)
+	send := func(id uint64) {
+		if _, err := e.qp.PostRecv([]verbs.RecvWR{{WRID: id, SGL: []verbs.SGE{e.mr.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: id, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{le.mr.SGE(0, 8)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readable := func(timeout time.Duration) bool {
+		fds := []unix.PollFd{{Fd: int32(ch.FD()), Events: unix.POLLIN}}
+		n, _ := unix.Poll(fds, int(timeout/time.Millisecond))
+		return n > 0
+	}
+	cq.ReqNotify(false)
+	send(1)
+	if !readable(5 * time.Second) {
+		t.Fatal("the armed CQ's completion did not signal the channel")
+	}
+	fired, err := ch.GetEvent()
+	if err != nil || len(fired) != 1 || fired[0] != cq {
+		t.Fatalf("GetEvent: %v %v", fired, err)
+	}
+	if wc := pollRemote(t, cq, 1)[0]; wc.WRID != 1 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("%+v", wc)
+	}
+	send(2) // not armed again
+	pollRemote(t, cq, 1)
+	if readable(200 * time.Millisecond) {
+		t.Fatal("a CQ not armed again signalled its channel")
+	}
+	pollLocal(t, le.cq, 2)
+	if err := e.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Destroy(); err != nil {
+		t.Fatal(err)
 	}
 }
