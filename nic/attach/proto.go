@@ -47,11 +47,13 @@ const (
 	OpCreateAH
 	OpDestroy
 	OpEvent // daemon to client, Seq 0: an asynchronous event
+	OpCreateSRQ
+	OpModifySRQ
 	numOps
 )
 
 var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID", "ALLOC_PD", "REG_MR",
-	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT"}
+	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -79,6 +81,7 @@ const (
 	KindCQ
 	KindQP
 	KindAH
+	KindSRQ
 )
 
 // Payloads. A request's name ends in Req, its reply's in Rep; an op without
@@ -246,6 +249,28 @@ type (
 		PD uint32
 		_  uint32
 		AV AV
+	}
+	CreateSRQReq struct {
+		PD     uint32
+		MaxWR  uint32
+		MaxSGE uint32
+		Limit  uint32
+	}
+	// CreateSRQRep comes with the memfd of the SRQ's receive ring, at
+	// offset 0.
+	CreateSRQRep struct {
+		Handle    uint32
+		MaxWR     uint32
+		MaxSGE    uint32
+		Entries   uint32
+		EntrySize uint32
+		MemLen    uint32
+	}
+	ModifySRQReq struct {
+		Handle uint32
+		Mask   uint32 // enum ibv_srq_attr_mask
+		MaxWR  uint32
+		Limit  uint32
 	}
 	DestroyReq struct {
 		Kind   uint32

@@ -16,7 +16,8 @@ func TestPayloadSizes(t *testing.T) {
 		{HelloReq{}, 8}, {HelloRep{}, 48}, {DeviceRep{}, 128}, {PortRep{}, 24}, {GIDReq{}, 8}, {GIDRep{}, 16},
 		{HandleRep{}, 8}, {RegMRReq{}, 32}, {RegMRRep{}, 16}, {CreateCQReq{}, 8}, {CreateCQRep{}, 16},
 		{CreateQPReq{}, 48}, {CreateQPRep{}, 56}, {AV{}, 24}, {QPAttr{}, 80}, {ModifyQPReq{}, 88},
-		{CreateAHReq{}, 32}, {DestroyReq{}, 8}, {EventMsg{}, 16},
+		{CreateAHReq{}, 32}, {DestroyReq{}, 8}, {EventMsg{}, 16}, {CreateSRQReq{}, 16}, {CreateSRQRep{}, 24},
+		{ModifySRQReq{}, 16},
 	} {
 		if n := binary.Size(c.p); n != c.size {
 			t.Errorf("%T: %d bytes, docs/attach.md says %d", c.p, n, c.size)

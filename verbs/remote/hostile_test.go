@@ -226,7 +226,8 @@ func TestHostileNeverPolls(t *testing.T) {
 	e := newRemoteEnd(t, lazy, verbs.RC)
 	r.connect(t, e, le)
 	// 256-entry ring, device CQ of 256: 1000 signaled WRITEs overflow both.
-	for i := 0; i < 1000; {
+	overflowed := false
+	for i := 0; i < 1000 && !overflowed; {
 		n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
 			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: le.mr.Addr(), RKey: le.mr.RKey()}}})
 		if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
@@ -234,13 +235,11 @@ func TestHostileNeverPolls(t *testing.T) {
 		}
 		i += n
 		if n == 0 {
-			if hasEvent(lazy, verbs.EventCQErr) {
-				break
-			}
+			overflowed = hasEvent(lazy, verbs.EventCQErr)
 			time.Sleep(time.Millisecond)
 		}
 	}
-	for end := time.Now().Add(10 * time.Second); !hasEvent(lazy, verbs.EventCQErr); time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(10 * time.Second); !overflowed && !hasEvent(lazy, verbs.EventCQErr); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatal("no CQ error event for the CQ nobody polls")
 		}

@@ -17,10 +17,10 @@ import (
 type CompChannel struct {
 	d   *Device
 	h   uint32
-	efd int      // f's descriptor (f.Fd would make it blocking)
+	efd int // f's descriptor (f.Fd would make it blocking)
 	f   *os.File
-	mu sync.Mutex
-	cq []*CQ // the channel's CQs, for GetEvent to find which fired
+	mu  sync.Mutex
+	cq  []*CQ // the channel's CQs, for GetEvent to find which fired
 }
 
 // NewCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -187,31 +187,116 @@ func (q *CQ) Destroy() error {
 	return q.d.disown(q.mem)
 }
 
-// QPInitAttr is struct ibv_qp_init_attr with this package's CQs.
+// QPInitAttr is struct ibv_qp_init_attr with this package's CQs and SRQ.
 type QPInitAttr struct {
 	Type           verbs.QPType
 	SendCQ, RecvCQ *CQ
+	SRQ            *SRQ // optional: receives come from it
 	Cap            verbs.QPCap
 	SigAll         bool
+}
+
+// SRQ is a shared receive queue on a ring the daemon drains. PostRecv is safe
+// for concurrent use.
+type SRQ struct {
+	pd  *PD
+	h   uint32
+	mem *shm.Region
+	rq  recvQueue
+}
+
+// CreateSRQ creates an SRQ (ibv_create_srq).
+func (p *PD) CreateSRQ(a verbs.SRQAttr) (*SRQ, error) {
+	var rep attach.CreateSRQRep
+	fds, err := p.d.call(attach.OpCreateSRQ, &attach.CreateSRQReq{PD: p.h, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE,
+		Limit: a.Limit}, &rep)
+	if err != nil {
+		return nil, err
+	}
+	s := &SRQ{pd: p, h: rep.Handle}
+	mem, err := p.d.mapRing(fds, int(rep.MemLen))
+	if err == nil {
+		var r *shm.Ring
+		if r, err = shm.NewRing(mem.Bytes(), 0, int(rep.Entries), int(rep.EntrySize), true); err == nil {
+			s.mem, s.rq = mem, recvQueue{d: p.d, ring: r, sges: make([]shm.SGE, rep.MaxSGE)}
+			return s, nil
+		}
+		p.d.disown(mem)
+	}
+	p.d.destroy(attach.KindSRQ, rep.Handle)
+	return nil, err
+}
+
+// PostRecv puts wrs on the SRQ's ring (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) { return s.rq.post(wrs) }
+
+// Modify arms the SRQ's limit (ibv_modify_srq).
+func (s *SRQ) Modify(a verbs.SRQAttr, mask verbs.SRQAttrMask) error {
+	_, err := s.pd.d.call(attach.OpModifySRQ, &attach.ModifySRQReq{Handle: s.h, Mask: uint32(mask), MaxWR: a.MaxWR,
+		Limit: a.Limit}, nil)
+	return err
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq): EBUSY while QPs use it.
+func (s *SRQ) Destroy() error {
+	if err := s.pd.d.destroy(attach.KindSRQ, s.h); err != nil {
+		return err
+	}
+	return s.pd.d.disown(s.mem)
+}
+
+// recvQueue is the producer side of a receive ring (a QP's or an SRQ's).
+type recvQueue struct {
+	d    *Device
+	mu   sync.Mutex
+	ring *shm.Ring
+	sges []shm.SGE
+}
+
+func (q *recvQueue) post(wrs []verbs.RecvWR) (n int, err error) {
+	if q.ring == nil {
+		return 0, errSRQPost
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for n = range wrs {
+		e, err := q.ring.Reserve(n)
+		if err != nil || e == nil {
+			if err == nil {
+				err = verbs.ErrQueueFull
+			}
+			q.d.publish(q.ring, n)
+			return n, err
+		}
+		w := &wrs[n]
+		if len(w.SGL) > len(q.sges) {
+			q.d.publish(q.ring, n)
+			return n, errSGEs
+		}
+		for i, s := range w.SGL {
+			q.sges[i] = shm.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+		}
+		_ = shm.PutRecvWQE(e, w.WRID, q.sges[:len(w.SGL)])
+	}
+	q.d.publish(q.ring, len(wrs))
+	return len(wrs), nil
 }
 
 // QP is a queue pair whose send and receive queues are rings the daemon
 // drains. PostSend and PostRecv are safe for concurrent use (each queue has
 // its own lock; no lock is shared with other QPs).
 type QP struct {
-	pd    *PD
-	h     uint32
-	qpn   uint32
-	typ   verbs.QPType
-	cap   verbs.QPCap
-	mem   *shm.Region
-	sqMu  sync.Mutex
-	sq    *shm.Ring
-	rqMu  sync.Mutex
-	rq    *shm.Ring
-	sges  []shm.SGE
-	rsges []shm.SGE
-	wqe   shm.SendWQE
+	pd   *PD
+	h    uint32
+	qpn  uint32
+	typ  verbs.QPType
+	cap  verbs.QPCap
+	mem  *shm.Region
+	sqMu sync.Mutex
+	sq   *shm.Ring
+	rq   recvQueue // no ring with an SRQ
+	sges []shm.SGE
+	wqe  shm.SendWQE
 }
 
 // CreateQP creates a QP (ibv_create_qp).
@@ -220,6 +305,7 @@ func (p *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("%w: a QP needs its CQs", verbs.ErrInvalid)
 	}
 	req := attach.CreateQPReq{PD: p.h, Type: uint32(a.Type), SendCQ: a.SendCQ.h, RecvCQ: a.RecvCQ.h,
+		SRQ:       srqHandle(a.SRQ),
 		MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
 		MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInline: a.Cap.MaxInlineData}
 	if a.SigAll {
@@ -237,8 +323,15 @@ func (p *PD) CreateQP(a QPInitAttr) (*QP, error) {
 		p.d.destroy(attach.KindQP, rep.Handle)
 		return nil, err
 	}
-	q.sges, q.rsges = make([]shm.SGE, rep.MaxSendSGE), make([]shm.SGE, rep.MaxRecvSGE)
+	q.sges = make([]shm.SGE, rep.MaxSendSGE)
 	return q, nil
+}
+
+func srqHandle(s *SRQ) uint32 {
+	if s == nil {
+		return 0
+	}
+	return s.h
 }
 
 func (q *QP) mapRings(fds []int, r *attach.CreateQPRep) error {
@@ -247,8 +340,10 @@ func (q *QP) mapRings(fds []int, r *attach.CreateQPRep) error {
 		return err
 	}
 	sq, err := shm.NewRing(mem.Bytes(), int(r.SQOff), int(r.SQEntries), int(r.SQEntrySize), true)
-	if err == nil {
-		q.rq, err = shm.NewRing(mem.Bytes(), int(r.RQOff), int(r.RQEntries), int(r.RQEntrySize), true)
+	q.rq = recvQueue{d: q.pd.d}
+	if err == nil && r.RQEntries > 0 {
+		q.rq.sges = make([]shm.SGE, r.MaxRecvSGE)
+		q.rq.ring, err = shm.NewRing(mem.Bytes(), int(r.RQOff), int(r.RQEntries), int(r.RQEntrySize), true)
 	}
 	if err != nil {
 		q.pd.d.disown(mem)
@@ -320,15 +415,15 @@ func (q *QP) PostSend(wrs []SendWR) (n int, err error) {
 			if err == nil {
 				err = verbs.ErrQueueFull
 			}
-			q.publish(q.sq, n)
+			q.pd.d.publish(q.sq, n)
 			return n, err
 		}
 		if err := q.putSend(e, w); err != nil {
-			q.publish(q.sq, n)
+			q.pd.d.publish(q.sq, n)
 			return n, err
 		}
 	}
-	q.publish(q.sq, len(wrs))
+	q.pd.d.publish(q.sq, len(wrs))
 	return len(wrs), nil
 }
 
@@ -362,42 +457,19 @@ func (q *QP) putSend(e []byte, w *SendWR) error {
 }
 
 // publish commits k entries and wakes the daemon if it asked to be.
-func (q *QP) publish(r *shm.Ring, k int) {
+func (d *Device) publish(r *shm.Ring, k int) {
 	if k == 0 {
 		return
 	}
 	r.Commit(k)
 	if r.NeedWakeup() {
-		q.pd.d.ring()
+		d.ring()
 	}
 }
 
-// PostRecv puts wrs on the receive ring (ibv_post_recv).
-func (q *QP) PostRecv(wrs []verbs.RecvWR) (n int, err error) {
-	q.rqMu.Lock()
-	defer q.rqMu.Unlock()
-	for n = range wrs {
-		e, err := q.rq.Reserve(n)
-		if err != nil || e == nil {
-			if err == nil {
-				err = verbs.ErrQueueFull
-			}
-			q.publish(q.rq, n)
-			return n, err
-		}
-		w := &wrs[n]
-		if len(w.SGL) > len(q.rsges) {
-			q.publish(q.rq, n)
-			return n, errSGEs
-		}
-		for i, s := range w.SGL {
-			q.rsges[i] = shm.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
-		}
-		_ = shm.PutRecvWQE(e, w.WRID, q.rsges[:len(w.SGL)])
-	}
-	q.publish(q.rq, len(wrs))
-	return len(wrs), nil
-}
+// PostRecv puts wrs on the receive ring (ibv_post_recv); a QP whose receives
+// come from an SRQ takes none.
+func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) { return q.rq.post(wrs) }
 
 // Destroy destroys the QP (ibv_destroy_qp); its outstanding WRs complete
 // flushed first.

@@ -31,8 +31,9 @@ var (
 	ErrNotShared = errors.New("remote: buffer not from MapBuffer")
 
 	// The post-time errors, made once: posting allocates nothing.
-	errInline = fmt.Errorf("%w: more inline bytes than the QP takes", verbs.ErrInvalid)
-	errSGEs   = fmt.Errorf("%w: more SGEs than the QP takes", verbs.ErrInvalid)
+	errInline  = fmt.Errorf("%w: more inline bytes than the QP takes", verbs.ErrInvalid)
+	errSGEs    = fmt.Errorf("%w: more SGEs than the queue takes", verbs.ErrInvalid)
+	errSRQPost = fmt.Errorf("%w: the QP's receives come from its SRQ", verbs.ErrInvalid)
 )
 
 // Device is a process's attachment to a daemon's device. Its methods are safe

@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -517,5 +518,63 @@ func TestRemoteCompChannel(t *testing.T) {
 	}
 	if err := ch.Destroy(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An SRQ over the protocol: two QPs take their receives from one SRQ ring,
+// and the SRQ's limit event reaches the process (IBV_EVENT_SRQ_LIMIT_REACHED).
+func TestRemoteSRQ(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	e := newRemoteEnd(t, d, verbs.RC)
+	srq, err := e.pd.CreateSRQ(verbs.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qps [2]*QP
+	var peers [2]*localEnd
+	for i := range qps {
+		if qps[i], err = e.pd.CreateQP(QPInitAttr{Type: verbs.RC, SendCQ: e.cq, RecvCQ: e.cq, SRQ: srq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		peers[i] = newLocalEnd(t, r.b, verbs.RC)
+		r.connect(t, &remoteEnd{qp: qps[i]}, peers[i])
+	}
+	if _, err := qps[0].PostRecv([]verbs.RecvWR{{WRID: 1}}); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("a receive on a QP of an SRQ: %v", err)
+	}
+	for i := range 8 {
+		if _, err := srq.PostRecv([]verbs.RecvWR{{WRID: uint64(100 + i), SGL: []verbs.SGE{e.mr.SGE(uint64(i)*1024, 1024)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srq.Modify(verbs.SRQAttr{Limit: 7}, verbs.SRQLimit); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range peers {
+		copy(p.buf, fmt.Sprintf("from peer %d", i))
+		if _, err := p.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{p.mr.SGE(0, 11)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[uint32]bool{}
+	for _, wc := range pollRemote(t, e.cq, 2) {
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecv || wc.WRID < 100 || wc.WRID >= 108 {
+			t.Errorf("%+v", wc)
+		}
+		seen[wc.QPN] = true
+	}
+	if !seen[qps[0].QPN()] || !seen[qps[1].QPN()] {
+		t.Errorf("receives completed on QPs %v", seen)
+	}
+	for end := time.Now().Add(5 * time.Second); !hasEvent(d, verbs.EventSRQLimitReached); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no SRQ limit event: 6 receives left (8 posted, 2 used) under a limit of 7")
+		}
+	}
+	if err := srq.Destroy(); !errors.Is(err, verbs.ErrBusy) {
+		t.Errorf("destroying an SRQ its QPs use: %v", err)
 	}
 }

@@ -229,14 +229,12 @@ type qpObj struct {
 	qp       *verbs.QP
 	typ      verbs.QPType
 	mem      *shm.Region
-	sq, rq   *shm.Ring
-	maxSGE   int // send
-	maxRSGE  int
+	sq       *shm.Ring
+	rq       *recvRing // nil with an SRQ
+	maxSGE   int       // send
 	inline   int
 	wrs      []verbs.SendWR
 	sgls     [][]verbs.SGE
-	rwrs     []verbs.RecvWR
-	rsgls    [][]verbs.SGE
 	scratch  []shm.SGE
 	broken   bool // the client corrupted a ring's index: the QP is in error
 	sendCQ   *cqObj
@@ -251,15 +249,20 @@ func (o *qpObj) release()     { o.mem.Close() }
 const batch = 16
 
 func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
-	if req.SRQ != 0 {
-		return nil, -1, fmt.Errorf("%w: SRQs over the attach protocol", verbs.ErrUnsupported)
-	}
 	ss.mu.Lock()
 	pdo, err1 := ss.lookup(attach.KindPD, req.PD)
 	scq, err2 := ss.lookup(attach.KindCQ, req.SendCQ)
 	rcq, err3 := ss.lookup(attach.KindCQ, req.RecvCQ)
+	var srq *verbs.SRQ
+	var err4 error
+	if req.SRQ != 0 {
+		var so obj
+		if so, err4 = ss.lookup(attach.KindSRQ, req.SRQ); err4 == nil {
+			srq = so.(*srqObj).srq
+		}
+	}
 	ss.mu.Unlock()
-	for _, err := range []error{err1, err2, err3} {
+	for _, err := range []error{err1, err2, err3, err4} {
 		if err != nil {
 			return nil, -1, err
 		}
@@ -267,7 +270,7 @@ func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
 	o := &qpObj{objBase: objBase{kind: attach.KindQP, ss: ss}, typ: verbs.QPType(req.Type),
 		sendCQ: scq.(*cqObj), recvCQ: rcq.(*cqObj)}
 	qp, err := pdo.(*pdObj).pd.CreateQP(verbs.QPInitAttr{Type: verbs.QPType(req.Type),
-		SendCQ: o.sendCQ.cq, RecvCQ: o.recvCQ.cq, SigAll: req.SigAll != 0, Context: o,
+		SendCQ: o.sendCQ.cq, RecvCQ: o.recvCQ.cq, SRQ: srq, SigAll: req.SigAll != 0, Context: o,
 		Cap: verbs.QPCap{MaxSendWR: req.MaxSendWR, MaxRecvWR: req.MaxRecvWR, MaxSendSGE: req.MaxSendSGE,
 			MaxRecvSGE: req.MaxRecvSGE, MaxInlineData: req.MaxInline}})
 	if err != nil {
@@ -279,6 +282,10 @@ func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
 	sqOff := 0
 	rqOff := (shm.RingSize(sqN, sqE) + 63) &^ 63
 	size := rqOff + shm.RingSize(rqN, rqE)
+	if srq != nil { // receives come from the SRQ's ring
+		rqN, rqE, rqOff = 0, 0, 0
+		size = shm.RingSize(sqN, sqE)
+	}
 	if err := ss.checkShm(size); err != nil {
 		qp.Destroy().Wait()
 		return nil, -1, err
@@ -290,15 +297,16 @@ func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
 	}
 	o.qp, o.mem = qp, mem
 	o.sq, _ = shm.NewRing(mem.Bytes(), sqOff, sqN, sqE, false)
-	o.rq, _ = shm.NewRing(mem.Bytes(), rqOff, rqN, rqE, false)
-	o.maxSGE, o.maxRSGE, o.inline = int(c.MaxSendSGE), int(c.MaxRecvSGE), int(c.MaxInlineData)
+	if srq == nil {
+		rq, _ := shm.NewRing(mem.Bytes(), rqOff, rqN, rqE, false)
+		o.rq = newRecvRing(rq, int(c.MaxRecvSGE))
+	}
+	o.maxSGE, o.inline = int(c.MaxSendSGE), int(c.MaxInlineData)
 	o.wrs, o.sgls = make([]verbs.SendWR, batch), make([][]verbs.SGE, batch)
-	o.rwrs, o.rsgls = make([]verbs.RecvWR, batch), make([][]verbs.SGE, batch)
 	for i := range batch {
 		o.sgls[i] = make([]verbs.SGE, o.maxSGE)
-		o.rsgls[i] = make([]verbs.SGE, o.maxRSGE)
 	}
-	o.scratch = make([]shm.SGE, max(o.maxSGE, o.maxRSGE))
+	o.scratch = make([]shm.SGE, o.maxSGE)
 	h, err := ss.add(o, size)
 	if err != nil {
 		qp.Destroy().Wait()
@@ -309,6 +317,54 @@ func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
 		MaxSendSGE: c.MaxSendSGE, MaxRecvSGE: c.MaxRecvSGE, MaxInline: c.MaxInlineData,
 		SQEntries: uint32(sqN), SQEntrySize: uint32(sqE), SQOff: uint32(sqOff),
 		RQEntries: uint32(rqN), RQEntrySize: uint32(rqE), RQOff: uint32(rqOff), MemLen: uint32(size)}, mem.FD(), nil
+}
+
+// srqObj is an SRQ and its receive ring.
+type srqObj struct {
+	objBase
+	srq    *verbs.SRQ
+	mem    *shm.Region
+	rq     *recvRing
+	broken bool
+}
+
+func (o *srqObj) close() error { return o.srq.Destroy().Wait() }
+func (o *srqObj) release() {
+	o.ss.srv.srqs.Delete(o.srq)
+	o.mem.Close()
+}
+
+func (ss *session) createSRQ(req *attach.CreateSRQReq) (any, int, error) {
+	pd, err := get[*pdObj](ss, attach.KindPD, req.PD)
+	if err != nil {
+		return nil, -1, err
+	}
+	srq, err := pd.pd.CreateSRQ(verbs.SRQAttr{MaxWR: req.MaxWR, MaxSGE: req.MaxSGE, Limit: req.Limit})
+	if err != nil {
+		return nil, -1, err
+	}
+	a := srq.Query()
+	n, esize := pow2(a.MaxWR), shm.RecvEntrySize(int(a.MaxSGE))
+	size := shm.RingSize(n, esize)
+	var mem *shm.Region
+	if err = ss.checkShm(size); err == nil {
+		mem, err = shm.Create("xrnic-srq", size)
+	}
+	if err != nil {
+		srq.Destroy().Wait()
+		return nil, -1, err
+	}
+	ring, _ := shm.NewRing(mem.Bytes(), 0, n, esize, false)
+	o := &srqObj{objBase: objBase{kind: attach.KindSRQ, ss: ss}, srq: srq, mem: mem, rq: newRecvRing(ring, int(a.MaxSGE))}
+	h, err := ss.add(o, size)
+	if err != nil {
+		srq.Destroy().Wait()
+		mem.Close()
+		return nil, -1, err
+	}
+	ss.srv.srqs.Store(srq, o)
+	return &attach.CreateSRQRep{Handle: h, MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, Entries: uint32(n),
+		EntrySize: uint32(esize), MemLen: uint32(size)}, mem.FD(), nil
 }
 
 func (ss *session) modifyQP(req *attach.ModifyQPReq) error {

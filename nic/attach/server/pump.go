@@ -52,7 +52,14 @@ func (ss *session) sleeping(on bool) {
 	for _, q := range ss.qps {
 		if !q.dying {
 			q.sq.SetNeedWakeup(on)
-			q.rq.SetNeedWakeup(on)
+			if q.rq != nil {
+				q.rq.ring.SetNeedWakeup(on)
+			}
+		}
+	}
+	for _, s := range ss.srqs {
+		if !s.dying {
+			s.rq.ring.SetNeedWakeup(on)
 		}
 	}
 	if on {
@@ -78,6 +85,11 @@ func (ss *session) pass() bool {
 			moved = true
 		}
 		if ss.postRecvs(q) {
+			moved = true
+		}
+	}
+	for _, s := range ss.srqs {
+		if !s.dying && !s.broken && ss.postSRQ(s) {
 			moved = true
 		}
 	}
@@ -207,39 +219,77 @@ func wcOpcode(op uint32) uint32 {
 	return uint32(verbs.WCSend)
 }
 
-// postRecvs hands the receive ring's WRs to the device. A malformed one (too
-// many SGEs) breaks the QP: the receive side has no completion to give it
-// that the consumer would match, so the QP goes to the error state.
-func (ss *session) postRecvs(q *qpObj) bool {
-	avail, err := q.rq.Available()
-	if err != nil {
-		ss.breakQP(q, err)
-		return false
+// recvRing is a receive ring (a QP's or an SRQ's) and what the pump needs to
+// hand its entries to the device without allocating.
+type recvRing struct {
+	ring    *shm.Ring
+	maxSGE  int
+	wrs     []verbs.RecvWR
+	sgls    [][]verbs.SGE
+	scratch []shm.SGE
+}
+
+func newRecvRing(ring *shm.Ring, maxSGE int) *recvRing {
+	r := &recvRing{ring: ring, maxSGE: maxSGE, wrs: make([]verbs.RecvWR, batch), sgls: make([][]verbs.SGE, batch),
+		scratch: make([]shm.SGE, maxSGE)}
+	for i := range r.sgls {
+		r.sgls[i] = make([]verbs.SGE, maxSGE)
 	}
-	if avail == 0 {
-		return false
+	return r
+}
+
+// drain hands a batch of the ring's receive WRs to post. A corrupted index, a
+// malformed entry (more SGEs than the queue takes) or a device error other
+// than a full queue is returned: the receive side has no completion to give
+// such an entry that its consumer would match.
+func (r *recvRing) drain(post func([]verbs.RecvWR) (int, error)) (bool, error) {
+	avail, err := r.ring.Available()
+	if err != nil || avail == 0 {
+		return false, err
 	}
 	n := min(avail, batch)
 	for k := range n {
-		e, _ := q.rq.Peek(k)
+		e, _ := r.ring.Peek(k)
 		wrid, nsge := shm.GetRecvWQE(e)
-		if int(nsge) > q.maxRSGE || shm.GetSGEs(shm.RecvTail(e), int(nsge), q.scratch) != nil {
-			ss.breakQP(q, errBadWQE)
-			return false
+		if int(nsge) > r.maxSGE || shm.GetSGEs(shm.RecvTail(e), int(nsge), r.scratch) != nil {
+			return false, errBadWQE
 		}
-		sgl := q.rsgls[k][:nsge]
+		sgl := r.sgls[k][:nsge]
 		for i := range sgl {
-			s := q.scratch[i]
+			s := r.scratch[i]
 			sgl[i] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
 		}
-		q.rwrs[k] = verbs.RecvWR{WRID: wrid, SGL: sgl}
+		r.wrs[k] = verbs.RecvWR{WRID: wrid, SGL: sgl}
 	}
-	posted, err := q.qp.PostRecv(q.rwrs[:n])
-	q.rq.Release(posted)
+	posted, err := post(r.wrs[:n])
+	r.ring.Release(posted)
 	if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
+		return posted > 0, err
+	}
+	return posted > 0, nil
+}
+
+// postRecvs drains a QP's receive ring; a bad one puts the QP in error.
+func (ss *session) postRecvs(q *qpObj) bool {
+	if q.rq == nil { // an SRQ's
+		return false
+	}
+	moved, err := q.rq.drain(q.qp.PostRecv)
+	if err != nil {
 		ss.breakQP(q, err)
 	}
-	return posted > 0
+	return moved
+}
+
+// postSRQ drains an SRQ's ring; a bad one stops it (its QPs get no more
+// receives from it).
+func (ss *session) postSRQ(s *srqObj) bool {
+	moved, err := s.rq.drain(s.srq.PostRecv)
+	if err != nil {
+		ss.logf("SRQ %d: %v: no more receives taken from it", s.handle, err)
+		s.broken = true
+	}
+	return moved
 }
 
 // breakQP puts a QP whose rings the client corrupted in the error state; the

@@ -58,6 +58,8 @@ type Server struct {
 	cfg   Config
 	unreg func()
 
+	srqs sync.Map // *verbs.SRQ to *srqObj: where an SRQ's events go (SRQs have no Context)
+
 	mu       sync.Mutex
 	sessions map[*session]struct{}
 	closed   bool
@@ -199,6 +201,10 @@ func (s *Server) event(ev verbs.AsyncEvent) {
 	case ev.CQ != nil:
 		if c, ok := ev.CQ.Context().(*cqObj); ok {
 			o = c
+		}
+	case ev.SRQ != nil:
+		if x, ok := s.srqs.Load(ev.SRQ); ok {
+			o = x.(*srqObj)
 		}
 	default: // the port's and the device's go to everyone
 		s.mu.Lock()

@@ -41,6 +41,7 @@ type session struct {
 	shm  int
 	qps  []*qpObj
 	cqs  []*cqObj
+	srqs []*srqObj
 }
 
 // eventQueue bounds the events waiting for a slow client; past it they are
@@ -261,6 +262,22 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 			return nil, -1, err
 		}
 		return ss.createAH(&req)
+	case attach.OpCreateSRQ:
+		var req attach.CreateSRQReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		return ss.createSRQ(&req)
+	case attach.OpModifySRQ:
+		var req attach.ModifySRQReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		o, err := get[*srqObj](ss, attach.KindSRQ, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		return nil, -1, o.srq.Modify(verbs.SRQAttr{MaxWR: req.MaxWR, Limit: req.Limit}, verbs.SRQAttrMask(req.Mask))
 	case attach.OpDestroy:
 		var req attach.DestroyReq
 		if err := attach.DecodePayload(p, &req); err != nil {
@@ -325,6 +342,9 @@ func (ss *session) add(o obj, shmBytes int) (uint32, error) {
 		ss.kick() // a sleeping pump set no RingNeedWakeup on these rings yet
 	case *cqObj:
 		ss.cqs = append(ss.cqs, x)
+	case *srqObj:
+		ss.srqs = append(ss.srqs, x)
+		ss.kick()
 	}
 	return ss.next, nil
 }
@@ -383,6 +403,8 @@ func (ss *session) forget(o obj) {
 		ss.qps = remove(ss.qps, x)
 	case *cqObj:
 		ss.cqs = remove(ss.cqs, x)
+	case *srqObj:
+		ss.srqs = remove(ss.srqs, x)
 	}
 }
 
@@ -409,7 +431,8 @@ func (ss *session) teardown() int {
 		all = append(all, o)
 	}
 	ss.mu.Unlock()
-	for _, kind := range []uint32{attach.KindQP, attach.KindAH, attach.KindMR, attach.KindCQ, attach.KindCompChannel, attach.KindPD} {
+	for _, kind := range []uint32{attach.KindQP, attach.KindSRQ, attach.KindAH, attach.KindMR, attach.KindCQ,
+		attach.KindCompChannel, attach.KindPD} {
 		for _, o := range all {
 			if o.base().kind != kind {
 				continue
@@ -440,6 +463,8 @@ func kindName(k uint32) string {
 		return "QP"
 	case attach.KindAH:
 		return "AH"
+	case attach.KindSRQ:
+		return "SRQ"
 	}
 	return fmt.Sprintf("kind %d", k)
 }
