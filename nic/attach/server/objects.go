@@ -160,8 +160,9 @@ type cqObj struct {
 	wcs  []verbs.WC
 	// pending are completions the pump made itself (a WR the device
 	// refused), ahead of the device CQ's.
-	pending []shm.CQE
-	broken  bool // the client corrupted the ring's index
+	pending  []shm.CQE
+	pendHead int  // pending[pendHead:] are still to go
+	broken   bool // the client corrupted the ring's index
 }
 
 func (o *cqObj) close() error { return o.cq.Destroy().Wait() }

@@ -312,14 +312,14 @@ func (ss *session) complete(c *cqObj) bool {
 		return false
 	}
 	k := 0
-	for len(c.pending) > 0 && k < free {
+	for c.pendHead < len(c.pending) && k < free {
 		e, _ := c.ring.Reserve(k)
-		shm.PutCQE(e, &c.pending[0])
-		c.pending = c.pending[1:]
+		shm.PutCQE(e, &c.pending[c.pendHead])
+		c.pendHead++
 		k++
 	}
-	if len(c.pending) == 0 {
-		c.pending = c.pending[:0:cap(c.pending)]
+	if c.pendHead == len(c.pending) { // keep the array for the next
+		c.pending, c.pendHead = c.pending[:0], 0
 	}
 	n := 0
 	if k < free {
