@@ -343,3 +343,16 @@ func (d *Device) AVFromWC(wc *WC, grh []byte) (AV, error) {
 	}
 	return AV{}, fmt.Errorf("%w: no GID holds %v", ErrInvalid, dst)
 }
+
+// Poller is work the engine goroutine does in every loop (the attach server's
+// rings); see engine.Poller for its contract.
+type Poller = engine.Poller
+
+// AddPoller has the engine goroutine run p in every loop until RemovePoller.
+func (d *Device) AddPoller(p Poller) error { return d.eng.AddPoller(p) }
+
+// RemovePoller stops running p; when it returns, p runs no more.
+func (d *Device) RemovePoller(p Poller) error { return d.eng.RemovePoller(p) }
+
+// Wake makes the engine run its loop soon: a poller's doorbell.
+func (d *Device) Wake() { d.eng.Wake() }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/verbs"
@@ -196,6 +197,7 @@ func fixture() snapshot {
 			Src: netip.MustParseAddrPort("192.0.2.1:7174"), Dst: netip.MustParseAddrPort("192.0.2.2:38412")},
 	}
 	s.Sessions = []sessionInfo{{ID: 7, Peer: "192.0.2.2:41234", Test: "write_bw", QPNs: []uint32{17}}}
+	s.Attached = []server.SessionInfo{{PID: 5151, UID: 1000, GID: 1000, Comm: "ib_send_bw", Objects: 7, QPNs: []uint32{19, 20}}}
 	s.Ended = [2]uint64{3, 1}
 	return s
 }

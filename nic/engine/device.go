@@ -196,7 +196,8 @@ type Device struct {
 	closeErr  error
 
 	// Doorbells: a lock-free stack of QPs with newly posted work.
-	dbHead atomic.Pointer[QP]
+	dbHead  atomic.Pointer[QP]
+	polling atomic.Bool // the engine goroutine is running its pollers (poller.go)
 
 	// The port's administrative state, as SetPortState reports it. portMu orders a
 	// change with its event, so events follow the changes in order.
@@ -552,6 +553,9 @@ func (d *Device) routineEngine() {
 		}
 		busy := e.receive()
 		e.fireTimers()
+		if e.poll() {
+			busy = true
+		}
 		e.drainDoorbells()
 		blocked := e.transmit()
 		for _, op := range e.syncs {
@@ -559,6 +563,15 @@ func (d *Device) routineEngine() {
 		}
 		e.syncs = e.syncs[:0]
 		if busy || (len(e.active) > 0 && !blocked) {
+			continue
+		}
+		if len(e.pollers) > 0 {
+			if e.pollersIdle(true) {
+				e.pollersIdle(false)
+				continue
+			}
+			e.idle(blocked)
+			e.pollersIdle(false)
 			continue
 		}
 		e.idle(blocked)
@@ -580,6 +593,7 @@ type engine struct {
 	wc      cq.WC
 	syncs   []*Op
 	pending []ctlReq
+	pollers []Poller // AddPoller's
 	budget  int
 	mtu     int    // port MTU in bytes (UD)
 	scratch []byte // one READ response's payload gathered from a page list

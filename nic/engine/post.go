@@ -38,7 +38,9 @@ func (qp *QP) ring() {
 			break
 		}
 	}
-	d.wake()
+	if !d.polling.Load() { // a poller posting: the loop drains doorbells next
+		d.wake()
+	}
 }
 
 // lookupFault maps an mr.Fault of a local SGE to the post-time error.

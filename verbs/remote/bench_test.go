@@ -2,6 +2,7 @@ package remote
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 // from device A to B on a veth pair (AF_XDP, the XDP program), once through
 // the daemon's server and its rings (a process attached to A) and once with
 // A's engine in-process, in the same run, alternating. It reports each and
-// the ratio attached/in-process: the shared-device issue asks for >= 0.9.
+// the ratio attached/in-process (the median of 8 alternating rounds'): the
+// shared-device issue asks for >= 0.9. The attached process is a goroutine of
+// this one here; its rings and the engine's poll of them are as across
+// processes.
 //
 //	go test -run '^$' -bench AttachVsInProcess -benchtime 20000x ./verbs/remote/
 func BenchmarkAttachVsInProcess(b *testing.B) {
@@ -34,22 +38,28 @@ func BenchmarkAttachVsInProcess(b *testing.B) {
 			le2 := newLocalEnd(b, r.b, verbs.RC)
 			r.connect(b, re, le)
 			r.connectLocal(b, lo, le2)
-			const rounds = 4
+			// Rounds alternate so that the shared host's moods hit both; the
+			// ratio reported is the median of the rounds'.
+			const rounds = 8
 			per := max(b.N/rounds, 1)
 			var rem, loc time.Duration
+			ratios := make([]float64, rounds)
 			b.ResetTimer()
-			for range rounds {
-				rem += remoteWrites(b, re, le, c.size, per)
-				loc += localWrites(b, lo, le2, c.size, per)
+			for i := range rounds {
+				r := remoteWrites(b, re, le, c.size, per)
+				l := localWrites(b, lo, le2, c.size, per)
+				rem, loc = rem+r, loc+l
+				ratios[i] = l.Seconds() / r.Seconds()
 			}
 			b.StopTimer()
+			slices.Sort(ratios)
 			n := float64(per * rounds)
 			remRate, locRate := n/rem.Seconds(), n/loc.Seconds()
 			b.ReportMetric(remRate*float64(c.size)/1e6, "MB/s_attached")
 			b.ReportMetric(locRate*float64(c.size)/1e6, "MB/s_inprocess")
 			b.ReportMetric(remRate/1e6, "Mmsg/s_attached")
 			b.ReportMetric(locRate/1e6, "Mmsg/s_inprocess")
-			b.ReportMetric(remRate/locRate, "x_inprocess")
+			b.ReportMetric((ratios[rounds/2-1]+ratios[rounds/2])/2, "x_inprocess")
 		})
 	}
 }

@@ -187,7 +187,7 @@ func rcAttrs(sgid uint8, dgid verbs.GID, dqpn uint32) []struct {
 	rtr := verbs.QPAttr{AV: verbs.AV{DGID: dgid, SGIDIndex: sgid}}
 	rtr.State, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN, rtr.MaxDestRdAtomic, rtr.MinRNRTimer = verbs.QPSRTR, 3, dqpn, 0x100, 16, 1
 	rts := verbs.QPAttr{}
-	rts.State, rts.SQPSN, rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = verbs.QPSRTS, 0x100, 10, 3, 7, 16
+	rts.State, rts.SQPSN, rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = verbs.QPSRTS, 0x100, 14, 7, 7, 16
 	const (
 		state   = 1 << 0
 		access  = 1 << 3

@@ -195,9 +195,9 @@ func (ss *session) createCQ(req *attach.CreateCQReq) (any, int, error) {
 		return nil, -1, err
 	}
 	o := &cqObj{objBase: objBase{kind: attach.KindCQ, ss: ss}, mem: mem, ring: ring, ch: ch, wcs: make([]verbs.WC, 32)}
-	// The device CQ holds what the ring has no room for yet; the handler
-	// wakes the pump.
-	c, err := ss.srv.dev.CreateCQ(n, verbs.CQOptions{Handler: func(*verbs.CQ) { ss.kick() }, Context: o})
+	// The device CQ holds what the ring has no room for yet; the engine
+	// moves the rest in its loop (Poll), so no handler.
+	c, err := ss.srv.dev.CreateCQ(n, verbs.CQOptions{Context: o})
 	if err != nil {
 		mem.Close()
 		return nil, -1, err
@@ -208,9 +208,6 @@ func (ss *session) createCQ(req *attach.CreateCQReq) (any, int, error) {
 		c.Destroy().Wait()
 		mem.Close()
 		return nil, -1, err
-	}
-	if err := c.ReqNotify(false); err != nil {
-		ss.logf("CQ %d: arming: %v", h, err)
 	}
 	return &attach.CreateCQRep{Handle: h, CQN: uint32(h), Entries: uint32(n)}, mem.FD(), nil
 }

@@ -3,72 +3,41 @@ package server
 import (
 	"encoding/binary"
 	"errors"
-	"runtime"
 
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
 )
 
-// spins is how many empty passes the pump makes before it sleeps: a client
-// posting in a loop finds it awake and never needs the doorbell.
-const spins = 64
+// The session is a poller of the device's engine: the engine goroutine
+// moves the work requests the process put on its rings to the device, and the
+// device's completions to the process's CQ rings, in its own loop (run to
+// completion: no goroutine of the session's in between). Before the engine
+// sleeps, Idle sets RingNeedWakeup on every ring the session consumes and
+// looks once more, so that nothing posted in between waits (the AF_XDP
+// need_wakeup protocol); the process's doorbell then wakes the engine.
 
-// pump moves a session's work: the work requests its process put on its QPs'
-// rings go to the device, and its CQs' completions go to their rings. Before
-// it sleeps it sets RingNeedWakeup on every ring it consumes and arms every
-// CQ, then looks once more, so that nothing posted or completed in between is
-// left waiting (the AF_XDP need_wakeup protocol).
-func (ss *session) pump() {
-	idle := 0
-	for {
-		if ss.pass() {
-			idle = 0
-			continue
-		}
-		if idle++; idle < spins {
-			runtime.Gosched()
-			continue
-		}
-		ss.sleeping(true)
-		if ss.pass() {
-			ss.sleeping(false)
-			idle = 0
-			continue
-		}
-		select {
-		case <-ss.wake:
-		case <-ss.stop:
-			return
-		}
-		ss.sleeping(false)
-		idle = 0
-	}
-}
+// Poll implements verbs.Poller.
+func (ss *session) Poll() bool { return ss.pass() }
 
-func (ss *session) sleeping(on bool) {
+// Idle implements verbs.Poller.
+func (ss *session) Idle(sleeping bool) bool {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	for _, q := range ss.qps {
 		if !q.dying {
-			q.sq.SetNeedWakeup(on)
+			q.sq.SetNeedWakeup(sleeping)
 			if q.rq != nil {
-				q.rq.ring.SetNeedWakeup(on)
+				q.rq.ring.SetNeedWakeup(sleeping)
 			}
 		}
 	}
 	for _, s := range ss.srqs {
 		if !s.dying {
-			s.rq.ring.SetNeedWakeup(on)
+			s.rq.ring.SetNeedWakeup(sleeping)
 		}
 	}
-	if on {
-		for _, c := range ss.cqs {
-			if !c.dying {
-				_ = c.cq.ReqNotify(false) // after an overflow: ErrOverrun, and nothing more comes
-			}
-		}
-	}
+	ss.mu.Unlock()
+	return sleeping && ss.pass()
 }
 
 // pass does one round over the session's rings; it reports whether it moved
@@ -132,7 +101,7 @@ func (ss *session) postSends(q *qpObj) bool {
 		q.wrs[k] = verbs.SendWR{SGL: q.wrs[k].SGL[:0]} // drop references into the ring and to AHs
 	}
 	// ErrQueueFull leaves the rest on the ring until completions make room
-	// (the CQ's handler wakes the pump).
+	// (the engine retries in its loops as completions come).
 	if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 		e, _ := q.sq.Peek(0)
 		ss.refuse(q, e, err)

@@ -28,9 +28,8 @@ type session struct {
 	cred unix.Ucred
 	comm string // the process's name at attach (/proc/PID/comm), for rdma resource's comm
 
-	bell   *os.File // the doorbell eventfd: the client writes, the pump reads
+	bell   *os.File // the doorbell eventfd: the client writes, readBell wakes the engine
 	bellFD int      // its descriptor, to send (bell.Fd would make it blocking)
-	wake   chan struct{}
 	stop   chan struct{}
 	events chan attach.EventMsg
 	wmu    sync.Mutex // writes on c
@@ -58,7 +57,7 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid))
 	return &session{srv: s, c: c, cred: cred, comm: strings.TrimSpace(string(comm)), bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), events: make(chan attach.EventMsg, eventQueue),
+		stop: make(chan struct{}), events: make(chan attach.EventMsg, eventQueue),
 		objs: map[uint32]obj{}}, nil
 }
 
@@ -71,11 +70,16 @@ func (ss *session) logf(format string, a ...any) {
 func (ss *session) run() {
 	ss.logf("attached (uid %d)", ss.cred.Uid)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
 	go func() { defer wg.Done(); ss.readBell() }()
-	go func() { defer wg.Done(); ss.pump() }()
 	go func() { defer wg.Done(); ss.writeEvents() }()
-	err := ss.control()
+	err := ss.srv.dev.AddPoller(ss)
+	if err == nil {
+		err = ss.control()
+		if rerr := ss.srv.dev.RemovePoller(ss); rerr != nil {
+			ss.logf("removing the poller: %v", rerr)
+		}
+	}
 	close(ss.stop)
 	ss.bell.Close() // ends readBell
 	wg.Wait()
@@ -94,13 +98,8 @@ func (ss *session) readBell() {
 	}
 }
 
-// kick wakes the pump; it never blocks.
-func (ss *session) kick() {
-	select {
-	case ss.wake <- struct{}{}:
-	default:
-	}
-}
+// kick wakes the engine to look at the session's rings; it never blocks.
+func (ss *session) kick() { ss.srv.dev.Wake() }
 
 func (ss *session) sendEvent(ev attach.EventMsg) {
 	select {
@@ -339,7 +338,7 @@ func (ss *session) add(o obj, shmBytes int) (uint32, error) {
 	switch x := o.(type) {
 	case *qpObj:
 		ss.qps = append(ss.qps, x)
-		ss.kick() // a sleeping pump set no RingNeedWakeup on these rings yet
+		ss.kick() // a sleeping engine set no RingNeedWakeup on these rings yet
 	case *cqObj:
 		ss.cqs = append(ss.cqs, x)
 	case *srqObj:

@@ -1,0 +1,70 @@
+package engine
+
+// Poller is work the engine goroutine does in its loop besides the
+// transport's: the attach server's rings, whose posts and completions then move
+// without a goroutine of their own (run to completion: the core that runs the
+// transport moves the rings too).
+type Poller interface {
+	// Poll does a bounded amount of work and reports whether it did any. It
+	// runs on the engine goroutine: it must not block, and of the device's
+	// API it may post, poll and queue control operations, never wait for one.
+	Poll() bool
+	// Idle(true) comes before the engine sleeps: the poller arms whatever
+	// wakes the engine (Device.Wake) when work comes, and reports whether
+	// work came meanwhile (the engine then does not sleep). Idle(false) comes
+	// when the engine wakes or does not sleep after all.
+	Idle(sleeping bool) bool
+}
+
+// AddPoller has the engine goroutine run p in every loop until RemovePoller.
+func (d *Device) AddPoller(p Poller) error {
+	return d.exec(func(e *engine) error {
+		e.pollers = append(e.pollers, p)
+		return nil
+	}).Wait()
+}
+
+// RemovePoller stops running p; when it returns, p runs no more.
+func (d *Device) RemovePoller(p Poller) error {
+	return d.exec(func(e *engine) error {
+		for i, x := range e.pollers {
+			if x == p {
+				e.pollers = append(e.pollers[:i], e.pollers[i+1:]...)
+				break
+			}
+		}
+		return nil
+	}).Wait()
+}
+
+// Wake makes the engine run its loop soon (a poller's doorbell).
+func (d *Device) Wake() { d.wake() }
+
+// poll runs the pollers. While they run, a QP's doorbell skips waking the
+// engine: the loop drains the doorbells right after.
+func (e *engine) poll() bool {
+	if len(e.pollers) == 0 {
+		return false
+	}
+	e.d.polling.Store(true)
+	busy := false
+	for _, p := range e.pollers {
+		if p.Poll() {
+			busy = true
+		}
+	}
+	e.d.polling.Store(false)
+	return busy
+}
+
+// pollersIdle tells the pollers the engine is about to sleep (or woke); it
+// reports whether one of them found work.
+func (e *engine) pollersIdle(sleeping bool) bool {
+	work := false
+	for _, p := range e.pollers {
+		if p.Idle(sleeping) {
+			work = true
+		}
+	}
+	return work
+}
