@@ -182,6 +182,10 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		}
 	})
 
+	if attachLn != nil { // before the control socket's goroutine reads it
+		d.attach = server.New(dev, server.Config{Logf: d.lg.printf})
+	}
+
 	// The goroutines. A fatal condition (the interface removed) ends the daemon
 	// with an error, as a signal ends it without one.
 	ctx, fatal := context.WithCancelCause(ctx)
@@ -201,7 +205,6 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		cl.add(stop)
 	}
 	if attachLn != nil {
-		d.attach = server.New(dev, server.Config{Logf: d.lg.printf})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

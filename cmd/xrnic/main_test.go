@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/xrnic/xrnic/bpf"
-	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/verbs"
