@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -49,11 +50,27 @@ const (
 	OpEvent // daemon to client, Seq 0: an asynchronous event
 	OpCreateSRQ
 	OpModifySRQ
+	// The connection manager: the daemon's rdma_cm, its IDs the process's
+	// objects (KindCMID), their events CM_EVENT messages (Seq 0).
+	OpCMCreateID
+	OpCMBindAddr
+	OpCMResolveAddr
+	OpCMResolveRoute
+	OpCMListen
+	OpCMConnect
+	OpCMAccept
+	OpCMReject
+	OpCMDisconnect
+	OpCMEstablish
+	OpCMInitQPAttr
+	OpCMEvent
 	numOps
 )
 
 var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID", "ALLOC_PD", "REG_MR",
-	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ"}
+	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ",
+	"CM_CREATE_ID", "CM_BIND_ADDR", "CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT",
+	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -82,6 +99,7 @@ const (
 	KindQP
 	KindAH
 	KindSRQ
+	KindCMID
 )
 
 // Payloads. A request's name ends in Req, its reply's in Rep; an op without
@@ -272,6 +290,64 @@ type (
 		MaxWR  uint32
 		Limit  uint32
 	}
+	// SockAddr is an IP address and port: Family 4 or 6 (0: none), the
+	// address in IP (IPv4 in its first 4 bytes), Port in host order.
+	SockAddr struct {
+		IP     [16]byte
+		Port   uint16
+		Family uint16
+		_      uint32
+	}
+	// CMParam is struct rdma_conn_param (and, in events, rdma_ud_param's QPN
+	// and Q_Key).
+	CMParam struct {
+		QPN                uint32
+		QKey               uint32
+		PrivLen            uint32
+		ResponderResources uint8
+		InitiatorDepth     uint8
+		FlowControl        uint8
+		RetryCount         uint8
+		RNRRetryCount      uint8
+		SRQ                uint8
+		_                  [2]byte
+		Private            [196]byte
+	}
+	// CMIDReq names a CM ID, with an argument: CM_LISTEN's backlog,
+	// CM_INIT_QP_ATTR's QP state, CM_CREATE_ID's port space (ID 0).
+	CMIDReq struct {
+		ID  uint32
+		Arg uint32
+	}
+	CMAddrReq struct {
+		ID       uint32
+		_        uint32
+		Src, Dst SockAddr // CM_BIND_ADDR: Src
+	}
+	// CMConnReq is CM_CONNECT's, CM_ACCEPT's and CM_REJECT's: QP is the
+	// handle of the process's QP the connection is for (0 for none: the
+	// ID's peer learns Param.QPN, which the daemon sets from the QP).
+	CMConnReq struct {
+		ID    uint32
+		QP    uint32
+		Param CMParam
+	}
+	CMInitQPAttrRep struct {
+		Mask uint32
+		_    uint32
+		Attr QPAttr
+	}
+	// CMEventMsg is struct rdma_cm_event: on ID, or (CONNECT_REQUEST) on a
+	// new ID the daemon made the process's, with Listen its listener.
+	CMEventMsg struct {
+		Type     uint32 // enum rdma_cm_event_type
+		ID       uint32
+		Listen   uint32
+		Status   int32
+		Src, Dst SockAddr
+		Param    CMParam
+		AV       AV // UD: the peer's address vector
+	}
 	DestroyReq struct {
 		Kind   uint32
 		Handle uint32
@@ -409,4 +485,37 @@ func CloseFDs(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
+}
+
+// MakeSockAddr is ap as a SockAddr (Family 0 for an invalid ap).
+func MakeSockAddr(ap netip.AddrPort) SockAddr {
+	var s SockAddr
+	a := ap.Addr()
+	switch {
+	case !a.IsValid():
+		return s
+	case a.Is4() || a.Is4In6():
+		v4 := a.Unmap().As4()
+		copy(s.IP[:], v4[:])
+		s.Family = 4
+	default:
+		s.IP = a.As16()
+		s.Family = 6
+	}
+	s.Port = ap.Port()
+	return s
+}
+
+// AddrPort is s as a netip.AddrPort (invalid for Family 0), or ErrProtocol
+// for a family that is neither.
+func (s SockAddr) AddrPort() (netip.AddrPort, error) {
+	switch s.Family {
+	case 0:
+		return netip.AddrPort{}, nil
+	case 4:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(s.IP[:4])), s.Port), nil
+	case 6:
+		return netip.AddrPortFrom(netip.AddrFrom16(s.IP), s.Port), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("%w: address family %d", ErrProtocol, s.Family)
 }

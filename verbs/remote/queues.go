@@ -383,6 +383,10 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 	if _, err := q.pd.d.call(attach.OpQueryQP, &attach.DestroyReq{Kind: attach.KindQP, Handle: q.h}, &r); err != nil {
 		return verbs.QPAttr{}, err
 	}
+	return qpAttrFrom(&r), nil
+}
+
+func qpAttrFrom(r *attach.QPAttr) verbs.QPAttr {
 	var a verbs.QPAttr
 	a.State, a.CurState, a.PathMTU = verbs.QPState(r.State), verbs.QPState(r.CurState), verbs.MTU(r.PathMTU)
 	a.QKey, a.RQPSN, a.SQPSN, a.DestQPN, a.AccessFlags = r.QKey, verbs.PSN(r.RQPSN), verbs.PSN(r.SQPSN), r.DestQPN, r.AccessFlags
@@ -390,9 +394,8 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 	a.MinRNRTimer, a.MaxRdAtomic, a.MaxDestRdAtomic, a.SQDrainNotify = r.MinRNRTimer, r.MaxRdAtomic, r.MaxDestRdAtomic, r.SQDrainNotify != 0
 	a.Cap = verbs.QPCap{MaxSendWR: r.MaxSendWR, MaxRecvWR: r.MaxRecvWR, MaxSendSGE: r.MaxSendSGE,
 		MaxRecvSGE: r.MaxRecvSGE, MaxInlineData: r.MaxInline}
-	a.AV = verbs.AV{DGID: r.AV.DGID, SGIDIndex: r.AV.SGIDIndex, FlowLabel: r.AV.FlowLabel,
-		HopLimit: r.AV.HopLimit, TrafficClass: r.AV.TrafficClass, Port: r.AV.Port}
-	return a, nil
+	a.AV = avFrom(r.AV)
+	return a
 }
 
 // SendWR is verbs.SendWR with this package's AH for UD.

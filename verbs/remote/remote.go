@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,13 +46,15 @@ type Device struct {
 	name string
 	guid uint64
 
-	mu   sync.Mutex // one request at a time
-	seq  uint32
-	buf  []byte
-	oob  []byte
-	evMu sync.Mutex
-	evs  []attach.EventMsg
-	err  error // the socket broke: every call fails with it
+	mu    sync.Mutex // one request at a time
+	seq   uint32
+	buf   []byte
+	oob   []byte
+	evMu  sync.Mutex
+	evs   []attach.EventMsg
+	cmEvs []*attach.CMEventMsg
+	cmIDs map[uint32]*CMID // by handle
+	err   error            // the socket broke: every call fails with it
 
 	// What the process's objects hold here (ring mappings, channel
 	// eventfds): Close releases what their Destroy did not.
@@ -167,14 +171,12 @@ func (d *Device) call(op attach.Op, req, rep any, fds ...int) ([]int, error) {
 			d.err = err
 			return nil, err
 		}
-		if h.Op == attach.OpEvent && h.Seq == 0 {
-			var ev attach.EventMsg
-			if attach.DecodePayload(p, &ev) == nil {
-				d.evMu.Lock()
-				d.evs = append(d.evs, ev)
-				d.evMu.Unlock()
-			}
+		if h.Seq == 0 {
 			attach.CloseFDs(rfds)
+			if err := d.event(h, p); err != nil {
+				d.err = err
+				return nil, err
+			}
 			continue
 		}
 		if h.Seq != d.seq || h.Op != op {
@@ -197,6 +199,65 @@ func (d *Device) call(op attach.Op, req, rep any, fds ...int) ([]int, error) {
 		}
 		return rfds, nil
 	}
+}
+
+// event keeps an event the daemon sent (Seq 0): an asynchronous event for
+// Events, a CM event for GetCMEvent.
+func (d *Device) event(h attach.Header, p []byte) error {
+	switch h.Op {
+	case attach.OpEvent:
+		var ev attach.EventMsg
+		if err := attach.DecodePayload(p, &ev); err != nil {
+			return err
+		}
+		d.evMu.Lock()
+		d.evs = append(d.evs, ev)
+		d.evMu.Unlock()
+	case attach.OpCMEvent:
+		ev := new(attach.CMEventMsg)
+		if err := attach.DecodePayload(p, ev); err != nil {
+			return err
+		}
+		d.evMu.Lock()
+		d.cmEvs = append(d.cmEvs, ev)
+		d.evMu.Unlock()
+	default:
+		return fmt.Errorf("%w: %v with sequence 0", attach.ErrProtocol, h.Op)
+	}
+	return nil
+}
+
+// waitEvent reads what the daemon sends for up to wait, keeping its events;
+// it is how a process waiting for CM events hears them when it makes no
+// calls.
+func (d *Device) waitEvent(wait time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return d.err
+	}
+	_ = d.c.SetReadDeadline(time.Now().Add(wait))
+	defer d.c.SetReadDeadline(time.Time{})
+	m, rfds, err := attach.Recv(d.c, d.buf, d.oob)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	if err == nil {
+		attach.CloseFDs(rfds)
+		var h attach.Header
+		var p []byte
+		if h, p, err = attach.DecodeHeader(m); err == nil {
+			if h.Seq != 0 {
+				err = fmt.Errorf("%w: a reply to no request (%v/%d)", attach.ErrProtocol, h.Op, h.Seq)
+			} else {
+				err = d.event(h, p)
+			}
+		}
+	}
+	if err != nil {
+		d.err = err
+	}
+	return err
 }
 
 // errnoErr wraps a reply's errno in the verbs sentinel for it.

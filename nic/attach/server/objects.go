@@ -392,14 +392,19 @@ func (ss *session) queryQP(h uint32) (*attach.QPAttr, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &attach.QPAttr{QKey: attr.QKey, RQPSN: uint32(attr.RQPSN), SQPSN: uint32(attr.SQPSN),
+	a := qpAttrTo(attr)
+	return &a, nil
+}
+
+func qpAttrTo(attr verbs.QPAttr) attach.QPAttr {
+	return attach.QPAttr{QKey: attr.QKey, RQPSN: uint32(attr.RQPSN), SQPSN: uint32(attr.SQPSN),
 		DestQPN: attr.DestQPN, AccessFlags: attr.AccessFlags, MaxSendWR: attr.Cap.MaxSendWR,
 		MaxRecvWR: attr.Cap.MaxRecvWR, MaxSendSGE: attr.Cap.MaxSendSGE, MaxRecvSGE: attr.Cap.MaxRecvSGE,
 		MaxInline: attr.Cap.MaxInlineData, PKeyIndex: attr.PKeyIndex, State: uint8(attr.State),
 		CurState: uint8(attr.CurState), PathMTU: uint8(attr.PathMTU), PathMigState: uint8(attr.PathMigState),
 		Port: attr.Port, Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
 		MinRNRTimer: attr.MinRNRTimer, MaxRdAtomic: attr.MaxRdAtomic, MaxDestRdAtomic: attr.MaxDestRdAtomic,
-		SQDrainNotify: b2u(attr.SQDrainNotify), AV: avTo(attr.AV)}, nil
+		SQDrainNotify: b2u(attr.SQDrainNotify), AV: avTo(attr.AV)}
 }
 
 func b2u(b bool) uint8 {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -15,6 +16,7 @@ import (
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
 
 // A session is one attached process: its objects, by handle, and the
@@ -31,8 +33,14 @@ type session struct {
 	bell   *os.File // the doorbell eventfd: the client writes, readBell wakes the engine
 	bellFD int      // its descriptor, to send (bell.Fd would make it blocking)
 	stop   chan struct{}
-	events chan attach.EventMsg
-	wmu    sync.Mutex // writes on c
+	events chan outMsg // events for the process, written by writeEvents
+	wmu    sync.Mutex  // writes on c
+
+	// The connection manager's channel, made by the first CM request.
+	cmOnce sync.Once
+	cm     *rdmacm.EventChannel
+	cmStop context.CancelFunc
+	cmDone chan struct{}
 
 	mu   sync.Mutex // the fields below; the pump holds it for a pass
 	objs map[uint32]obj
@@ -41,6 +49,7 @@ type session struct {
 	qps  []*qpObj
 	cqs  []*cqObj
 	srqs []*srqObj
+	cmID map[*rdmacm.ID]*cmObj // an ID's object: a CONNECT_REQUEST's ID has its listener's Context
 }
 
 // eventQueue bounds the events waiting for a slow client; past it they are
@@ -57,8 +66,8 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid))
 	return &session{srv: s, c: c, cred: cred, comm: strings.TrimSpace(string(comm)), bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
-		stop: make(chan struct{}), events: make(chan attach.EventMsg, eventQueue),
-		objs: map[uint32]obj{}}, nil
+		stop: make(chan struct{}), events: make(chan outMsg, eventQueue),
+		objs: map[uint32]obj{}, cmID: map[*rdmacm.ID]*cmObj{}}, nil
 }
 
 func (ss *session) logf(format string, a ...any) {
@@ -84,6 +93,11 @@ func (ss *session) run() {
 	ss.bell.Close() // ends readBell
 	wg.Wait()
 	n := ss.teardown()
+	if ss.cm != nil { // the IDs are gone: no more events
+		ss.cmStop()
+		<-ss.cmDone
+		ss.cm.Close()
+	}
 	ss.c.Close()
 	ss.logf("detached (%v); freed %d objects", err, n)
 }
@@ -101,11 +115,21 @@ func (ss *session) readBell() {
 // kick wakes the engine to look at the session's rings; it never blocks.
 func (ss *session) kick() { ss.srv.dev.Wake() }
 
-func (ss *session) sendEvent(ev attach.EventMsg) {
+// outMsg is an event for the process: its op and payload.
+type outMsg struct {
+	op attach.Op
+	p  any
+}
+
+func (ss *session) sendEvent(ev attach.EventMsg) { ss.queue(attach.OpEvent, &ev) }
+
+// queue hands an event to writeEvents; past eventQueue undelivered ones it is
+// dropped.
+func (ss *session) queue(op attach.Op, p any) {
 	select {
-	case ss.events <- ev:
+	case ss.events <- outMsg{op, p}:
 	default:
-		ss.logf("event %d on %d/%d dropped: %d undelivered", ev.Type, ev.Kind, ev.Handle, eventQueue)
+		ss.logf("%v %+v dropped: %d undelivered", op, p, eventQueue)
 	}
 }
 
@@ -114,7 +138,7 @@ func (ss *session) writeEvents() {
 	for {
 		select {
 		case ev := <-ss.events:
-			msg, _ := attach.Encode(buf[:0], attach.OpEvent, 0, 0, &ev)
+			msg, _ := attach.Encode(buf[:0], ev.op, 0, 0, ev.p)
 			if err := ss.write(msg); err != nil {
 				return
 			}
@@ -277,6 +301,11 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 			return nil, -1, err
 		}
 		return nil, -1, o.srq.Modify(verbs.SRQAttr{MaxWR: req.MaxWR, Limit: req.Limit}, verbs.SRQAttrMask(req.Mask))
+	case attach.OpCMCreateID, attach.OpCMBindAddr, attach.OpCMResolveAddr, attach.OpCMResolveRoute,
+		attach.OpCMListen, attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject, attach.OpCMDisconnect,
+		attach.OpCMEstablish, attach.OpCMInitQPAttr:
+		rep, err := ss.cmRequest(op, p)
+		return rep, -1, err
 	case attach.OpDestroy:
 		var req attach.DestroyReq
 		if err := attach.DecodePayload(p, &req); err != nil {
@@ -344,6 +373,8 @@ func (ss *session) add(o obj, shmBytes int) (uint32, error) {
 	case *srqObj:
 		ss.srqs = append(ss.srqs, x)
 		ss.kick()
+	case *cmObj:
+		ss.cmID[x.id] = x
 	}
 	return ss.next, nil
 }
@@ -404,6 +435,8 @@ func (ss *session) forget(o obj) {
 		ss.cqs = remove(ss.cqs, x)
 	case *srqObj:
 		ss.srqs = remove(ss.srqs, x)
+	case *cmObj:
+		delete(ss.cmID, x.id)
 	}
 }
 
@@ -430,8 +463,8 @@ func (ss *session) teardown() int {
 		all = append(all, o)
 	}
 	ss.mu.Unlock()
-	for _, kind := range []uint32{attach.KindQP, attach.KindSRQ, attach.KindAH, attach.KindMR, attach.KindCQ,
-		attach.KindCompChannel, attach.KindPD} {
+	for _, kind := range []uint32{attach.KindCMID, attach.KindQP, attach.KindSRQ, attach.KindAH, attach.KindMR,
+		attach.KindCQ, attach.KindCompChannel, attach.KindPD} {
 		for _, o := range all {
 			if o.base().kind != kind {
 				continue
@@ -464,6 +497,8 @@ func kindName(k uint32) string {
 		return "AH"
 	case attach.KindSRQ:
 		return "SRQ"
+	case attach.KindCMID:
+		return "CM ID"
 	}
 	return fmt.Sprintf("kind %d", k)
 }

@@ -1,0 +1,208 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
+)
+
+// The connection manager over the socket: the daemon's rdma_cm (QP1 and the
+// IB CM belong to the device, one per port) runs the process's IDs, as the
+// kernel's rdma_ucm does for librdmacm. The IDs have no QP of the daemon's
+// making: CM_CONNECT and CM_ACCEPT name the process's own QP, whose number the
+// daemon announces, and the process moves it through its states with the
+// attributes CM_INIT_QP_ATTR gives (rdma_init_qp_attr), as librdmacm does.
+
+// cmObj is a CM ID of the process's.
+type cmObj struct {
+	objBase
+	id *rdmacm.ID
+}
+
+func (o *cmObj) close() error { return o.id.Destroy() }
+func (o *cmObj) release()     {}
+
+// cmChannel returns the session's event channel, starting its goroutine the
+// first time.
+func (ss *session) cmChannel() *rdmacm.EventChannel {
+	ss.cmOnce.Do(func() {
+		ss.cm = rdmacm.NewEventChannel()
+		ctx, cancel := context.WithCancel(context.Background())
+		ss.cmStop = cancel
+		ss.cmDone = make(chan struct{})
+		go func() {
+			defer close(ss.cmDone)
+			ss.cmEvents(ctx)
+		}()
+	})
+	return ss.cm
+}
+
+// cmEvents forwards the channel's events to the process. A CONNECT_REQUEST's
+// new ID becomes the process's object first; an event that finds the process
+// at its object limit rejects the request.
+func (ss *session) cmEvents(ctx context.Context) {
+	for {
+		ev, err := ss.cm.GetEvent(ctx)
+		if err != nil {
+			return
+		}
+		var o *cmObj
+		var listen uint32
+		if ev.Type == rdmacm.EventConnectRequest {
+			o = &cmObj{objBase: objBase{kind: attach.KindCMID, ss: ss}, id: ev.ID}
+			if _, err := ss.add(o, 0); err != nil {
+				ss.logf("CONNECT_REQUEST rejected: %v", err)
+				ev.ID.Reject(nil)
+				ev.ID.Destroy()
+				continue
+			}
+			if l := ss.cmObjOf(ev.Listen); l != nil {
+				listen = ss.handleOf(l)
+			}
+		} else {
+			o = ss.cmObjOf(ev.ID)
+		}
+		if o == nil { // destroyed meanwhile
+			continue
+		}
+		msg := &attach.CMEventMsg{Type: uint32(ev.Type), ID: ss.handleOf(o), Listen: listen, Status: int32(ev.Status),
+			Src: attach.MakeSockAddr(ev.ID.LocalAddr()), Dst: attach.MakeSockAddr(ev.ID.PeerAddr()),
+			Param: cmParam(ev.Param), AV: avTo(ev.UD.AV)}
+		if ev.ID.PortSpace() == rdmacm.PSUDP {
+			msg.Param.QPN, msg.Param.QKey = ev.UD.QPN, ev.UD.QKey
+			msg.Param.PrivLen = uint32(copy(msg.Param.Private[:], ev.UD.PrivateData))
+		}
+		ss.queue(attach.OpCMEvent, msg)
+	}
+}
+
+// cmObjOf is the process's object of an ID (nil once destroyed).
+func (ss *session) cmObjOf(id *rdmacm.ID) *cmObj {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.cmID[id]
+}
+
+// handleOf reads an object's handle.
+func (ss *session) handleOf(o obj) uint32 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return o.base().handle
+}
+
+func cmParam(p rdmacm.ConnParam) attach.CMParam {
+	c := attach.CMParam{QPN: p.QPN, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+		FlowControl: b2u(p.FlowControl), RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, SRQ: b2u(p.SRQ)}
+	c.PrivLen = uint32(copy(c.Private[:], p.PrivateData))
+	return c
+}
+
+// connParam is the request's rdma_conn_param, with the QPN of the process's
+// QP it names.
+func (ss *session) connParam(req *attach.CMConnReq) (rdmacm.ConnParam, error) {
+	p := req.Param
+	if p.PrivLen > uint32(len(p.Private)) {
+		return rdmacm.ConnParam{}, fmt.Errorf("%w: %d bytes of private data", verbs.ErrInvalid, p.PrivLen)
+	}
+	c := rdmacm.ConnParam{PrivateData: p.Private[:p.PrivLen], ResponderResources: p.ResponderResources,
+		InitiatorDepth: p.InitiatorDepth, FlowControl: p.FlowControl != 0, RetryCount: p.RetryCount,
+		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != 0}
+	if req.QP != 0 {
+		q, err := get[*qpObj](ss, attach.KindQP, req.QP)
+		if err != nil {
+			return c, err
+		}
+		c.QPN = q.qp.QPN()
+	}
+	return c, nil
+}
+
+// cmRequest runs a CM request.
+func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
+	switch op {
+	case attach.OpCMCreateID:
+		var req attach.CMIDReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, err
+		}
+		o := &cmObj{objBase: objBase{kind: attach.KindCMID, ss: ss}}
+		id, err := ss.cmChannel().CreateID(o, rdmacm.PortSpace(req.Arg))
+		if err != nil {
+			return nil, err
+		}
+		o.id = id
+		h, err := ss.add(o, 0)
+		if err != nil {
+			id.Destroy()
+			return nil, err
+		}
+		return &attach.HandleRep{Handle: h}, nil
+	case attach.OpCMBindAddr, attach.OpCMResolveAddr:
+		var req attach.CMAddrReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, err
+		}
+		o, err := get[*cmObj](ss, attach.KindCMID, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		src, err1 := req.Src.AddrPort()
+		dst, err2 := req.Dst.AddrPort()
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%w: address family", verbs.ErrInvalid)
+		}
+		if op == attach.OpCMBindAddr {
+			return nil, o.id.BindAddr(src)
+		}
+		return nil, o.id.ResolveAddr(src.Addr(), dst)
+	case attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject:
+		var req attach.CMConnReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, err
+		}
+		o, err := get[*cmObj](ss, attach.KindCMID, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		c, err := ss.connParam(&req)
+		if err != nil {
+			return nil, err
+		}
+		switch op {
+		case attach.OpCMConnect:
+			return nil, o.id.Connect(c)
+		case attach.OpCMAccept:
+			return nil, o.id.Accept(c)
+		}
+		return nil, o.id.Reject(c.PrivateData)
+	}
+	var req attach.CMIDReq
+	if err := attach.DecodePayload(p, &req); err != nil {
+		return nil, err
+	}
+	o, err := get[*cmObj](ss, attach.KindCMID, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	switch op {
+	case attach.OpCMResolveRoute:
+		return nil, o.id.ResolveRoute()
+	case attach.OpCMListen:
+		return nil, o.id.Listen(int(req.Arg))
+	case attach.OpCMDisconnect:
+		return nil, o.id.Disconnect()
+	case attach.OpCMEstablish:
+		return nil, o.id.Establish()
+	case attach.OpCMInitQPAttr:
+		a, mask, err := o.id.InitQPAttr(verbs.QPState(req.Arg))
+		if err != nil {
+			return nil, err
+		}
+		return &attach.CMInitQPAttrRep{Mask: uint32(mask), Attr: qpAttrTo(a)}, nil
+	}
+	return nil, fmt.Errorf("%w: op %v", attach.ErrProtocol, op)
+}

@@ -1,0 +1,188 @@
+package remote
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
+)
+
+// CMID is an rdma_cm ID the daemon runs for the process (struct rdma_cm_id
+// over rdma_ucm). It has no QP of its own: Connect and Accept name the
+// process's QP, which it moves through INIT, RTR and RTS with InitQPAttr's
+// attributes, as librdmacm does. Safe for concurrent use.
+type CMID struct {
+	d *Device
+	h uint32
+}
+
+// CMEvent is struct rdma_cm_event. A plain value.
+type CMEvent struct {
+	Type   rdmacm.EventType
+	ID     *CMID
+	Listen *CMID // CONNECT_REQUEST: the listener (ID is the new one)
+	Status int
+	// Src and Dst are the ID's addresses (rdma_get_local_addr,
+	// rdma_get_peer_addr).
+	Src, Dst netip.AddrPort
+	Param    rdmacm.ConnParam
+	UD       rdmacm.UDParam // UD IDs
+}
+
+// CreateCMID makes an ID in port space ps (rdma_create_id).
+func (d *Device) CreateCMID(ps rdmacm.PortSpace) (*CMID, error) {
+	var rep attach.HandleRep
+	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{Arg: uint32(ps)}, &rep); err != nil {
+		return nil, err
+	}
+	return d.cmID(rep.Handle), nil
+}
+
+// cmID is the CMID of a handle, made the first time it is seen.
+func (d *Device) cmID(h uint32) *CMID {
+	if h == 0 {
+		return nil
+	}
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	if d.cmIDs == nil {
+		d.cmIDs = map[uint32]*CMID{}
+	}
+	id := d.cmIDs[h]
+	if id == nil {
+		id = &CMID{d: d, h: h}
+		d.cmIDs[h] = id
+	}
+	return id
+}
+
+func (id *CMID) simple(op attach.Op, arg uint32) error {
+	_, err := id.d.call(op, &attach.CMIDReq{ID: id.h, Arg: arg}, nil)
+	return err
+}
+
+// BindAddr binds the ID to a local address (rdma_bind_addr).
+func (id *CMID) BindAddr(a netip.AddrPort) error {
+	_, err := id.d.call(attach.OpCMBindAddr, &attach.CMAddrReq{ID: id.h, Src: attach.MakeSockAddr(a)}, nil)
+	return err
+}
+
+// ResolveAddr resolves dst from src (rdma_resolve_addr); ADDR_RESOLVED or
+// ADDR_ERROR follows.
+func (id *CMID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
+	_, err := id.d.call(attach.OpCMResolveAddr, &attach.CMAddrReq{ID: id.h,
+		Src: attach.MakeSockAddr(netip.AddrPortFrom(src, 0)), Dst: attach.MakeSockAddr(dst)}, nil)
+	return err
+}
+
+// ResolveRoute resolves the route (rdma_resolve_route).
+func (id *CMID) ResolveRoute() error { return id.simple(attach.OpCMResolveRoute, 0) }
+
+// Listen listens on the bound address (rdma_listen).
+func (id *CMID) Listen(backlog int) error {
+	return id.simple(attach.OpCMListen, uint32(max(backlog, 0)))
+}
+
+// Disconnect sends a DREQ (rdma_disconnect); the process moves its QP to
+// ERR itself.
+func (id *CMID) Disconnect() error { return id.simple(attach.OpCMDisconnect, 0) }
+
+// Establish answers a CONNECT_RESPONSE (rdma_establish).
+func (id *CMID) Establish() error { return id.simple(attach.OpCMEstablish, 0) }
+
+// Destroy destroys the ID (rdma_destroy_id).
+func (id *CMID) Destroy() error {
+	err := id.d.destroy(attach.KindCMID, id.h)
+	if err == nil {
+		id.d.evMu.Lock()
+		delete(id.d.cmIDs, id.h)
+		id.d.evMu.Unlock()
+	}
+	return err
+}
+
+func (id *CMID) conn(op attach.Op, qp *QP, p rdmacm.ConnParam) error {
+	req := attach.CMConnReq{ID: id.h, Param: attach.CMParam{ResponderResources: p.ResponderResources,
+		InitiatorDepth: p.InitiatorDepth, RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount}}
+	if p.FlowControl {
+		req.Param.FlowControl = 1
+	}
+	if p.SRQ {
+		req.Param.SRQ = 1
+	}
+	if qp != nil {
+		req.QP = qp.h
+	}
+	if len(p.PrivateData) > len(req.Param.Private) {
+		return rdmacm.ErrPrivate
+	}
+	req.Param.PrivLen = uint32(copy(req.Param.Private[:], p.PrivateData))
+	_, err := id.d.call(op, &req, nil)
+	return err
+}
+
+// Connect sends a REQ for qp (rdma_connect).
+func (id *CMID) Connect(qp *QP, p rdmacm.ConnParam) error { return id.conn(attach.OpCMConnect, qp, p) }
+
+// Accept answers a CONNECT_REQUEST with a REP for qp (rdma_accept).
+func (id *CMID) Accept(qp *QP, p rdmacm.ConnParam) error { return id.conn(attach.OpCMAccept, qp, p) }
+
+// Reject answers a CONNECT_REQUEST with a REJ (rdma_reject).
+func (id *CMID) Reject(private []byte) error {
+	return id.conn(attach.OpCMReject, nil, rdmacm.ConnParam{PrivateData: private})
+}
+
+// InitQPAttr gives the attributes and mask that move the process's QP to
+// state for this connection (rdma_init_qp_attr).
+func (id *CMID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
+	var rep attach.CMInitQPAttrRep
+	if _, err := id.d.call(attach.OpCMInitQPAttr, &attach.CMIDReq{ID: id.h, Arg: uint32(state)}, &rep); err != nil {
+		return verbs.QPAttr{}, 0, err
+	}
+	return qpAttrFrom(&rep.Attr), verbs.AttrMask(rep.Mask), nil
+}
+
+// GetCMEvent waits for the next CM event of the process's IDs
+// (rdma_get_cm_event). While it waits it holds the socket for up to 20 ms at a
+// time, which delays other calls by as much.
+func (d *Device) GetCMEvent(ctx context.Context) (*CMEvent, error) {
+	for {
+		d.evMu.Lock()
+		var m *attach.CMEventMsg
+		if len(d.cmEvs) > 0 {
+			m = d.cmEvs[0]
+			d.cmEvs = d.cmEvs[1:]
+		}
+		d.evMu.Unlock()
+		if m != nil {
+			return d.cmEvent(m), nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := d.waitEvent(20 * time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *Device) cmEvent(m *attach.CMEventMsg) *CMEvent {
+	ev := &CMEvent{Type: rdmacm.EventType(m.Type), ID: d.cmID(m.ID), Listen: d.cmID(m.Listen), Status: int(m.Status)}
+	ev.Src, _ = m.Src.AddrPort()
+	ev.Dst, _ = m.Dst.AddrPort()
+	p := &m.Param
+	priv := append([]byte(nil), p.Private[:min(p.PrivLen, uint32(len(p.Private)))]...)
+	ev.Param = rdmacm.ConnParam{PrivateData: priv, ResponderResources: p.ResponderResources,
+		InitiatorDepth: p.InitiatorDepth, FlowControl: p.FlowControl != 0, RetryCount: p.RetryCount,
+		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != 0, QPN: p.QPN}
+	ev.UD = rdmacm.UDParam{PrivateData: priv, QPN: p.QPN, QKey: p.QKey, AV: avFrom(m.AV)}
+	return ev
+}
+
+func avFrom(a attach.AV) verbs.AV {
+	return verbs.AV{DGID: a.DGID, SGIDIndex: a.SGIDIndex, FlowLabel: a.FlowLabel, HopLimit: a.HopLimit,
+		TrafficClass: a.TrafficClass, Port: a.Port}
+}

@@ -1,0 +1,228 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
+)
+
+var (
+	addrA = netip.MustParseAddr("192.0.2.11")
+	addrB = netip.MustParseAddr("192.0.2.12")
+)
+
+func cmEvent(t *testing.T, d *Device, want rdmacm.EventType) *CMEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ev, err := d.GetCMEvent(ctx)
+	if err != nil {
+		t.Fatalf("waiting for %v: %v", want, err)
+	}
+	if ev.Type != want {
+		t.Fatalf("event %v (status %d), want %v", ev.Type, ev.Status, want)
+	}
+	return ev
+}
+
+func localCMEvent(t *testing.T, ch *rdmacm.EventChannel, want rdmacm.EventType) *rdmacm.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ev, err := ch.GetEvent(ctx)
+	if err != nil {
+		t.Fatalf("waiting for %v: %v", want, err)
+	}
+	if ev.Type != want {
+		t.Fatalf("event %v (status %d), want %v", ev.Type, ev.Status, want)
+	}
+	return ev
+}
+
+// moveQP moves the attached process's QP with the ID's attributes, as a
+// librdmacm consumer with its own QP does (rdma_init_qp_attr, ibv_modify_qp).
+func moveQP(t *testing.T, id *CMID, qp *QP, states ...verbs.QPState) {
+	t.Helper()
+	for _, st := range states {
+		a, mask, err := id.InitQPAttr(st)
+		if err != nil {
+			t.Fatalf("InitQPAttr(%v): %v", st, err)
+		}
+		if err := qp.Modify(&a, mask); err != nil {
+			t.Fatalf("to %v: %v", st, err)
+		}
+	}
+}
+
+// The connection manager over the socket, both roles: an attached process
+// listens and accepts an in-process peer's rdma_cm connection (the daemon's
+// QP1 and CM on the wire), and connects to an in-process listener; data moves
+// on each connection and DISCONNECTED reaches both sides.
+func TestRemoteCM(t *testing.T) {
+	r := newRig(t, server.Config{Logf: t.Logf})
+	d := r.dial(t)
+	e := newRemoteEnd(t, d, verbs.RC)
+	le := newLocalEnd(t, r.b, verbs.RC)
+	lch := rdmacm.NewEventChannel()
+	defer lch.Close()
+
+	t.Run("passive", func(t *testing.T) {
+		lid, err := d.CreateCMID(rdmacm.PSTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lid.Destroy()
+		if err := lid.BindAddr(netip.AddrPortFrom(addrA, 7300)); err != nil {
+			t.Fatal(err)
+		}
+		if err := lid.Listen(4); err != nil {
+			t.Fatal(err)
+		}
+		cid, err := lch.CreateID(nil, rdmacm.PSTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cid.Destroy()
+		if err := cid.ResolveAddr(addrB, netip.AddrPortFrom(addrA, 7300)); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventAddrResolved)
+		if err := cid.ResolveRoute(); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventRouteResolved)
+		cqp, err := cid.CreateQP(le.pd, verbs.QPInitAttr{Type: verbs.RC, SendCQ: le.cq, RecvCQ: le.cq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cid.Connect(rdmacm.ConnParam{PrivateData: []byte("hello"), RetryCount: 7, RNRRetryCount: 7,
+			ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+			t.Fatal(err)
+		}
+		req := cmEvent(t, d, rdmacm.EventConnectRequest)
+		if req.Listen != lid || req.ID == nil || req.ID == lid || !bytes.HasPrefix(req.Param.PrivateData, []byte("hello")) ||
+			req.Param.QPN != cqp.QPN() || req.Dst.Addr() != addrB || req.Src != netip.AddrPortFrom(addrA, 7300) {
+			t.Fatalf("CONNECT_REQUEST %+v (listener %p)", req, lid)
+		}
+		conn := req.ID
+		defer conn.Destroy()
+		moveQP(t, conn, e.qp, verbs.QPSInit)
+		if err := conn.Accept(e.qp, rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+			t.Fatal(err)
+		}
+		moveQP(t, conn, e.qp, verbs.QPSRTR, verbs.QPSRTS)
+		if _, err := e.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{e.mr.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventEstablished)
+		cmEvent(t, d, rdmacm.EventEstablished)
+		copy(le.buf[100:], "over rdma_cm")
+		if _, err := cqp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{le.mr.SGE(100, 12)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pollRemote(t, e.cq, 1)[0]; wc.Status != verbs.WCSuccess || string(e.buf[:12]) != "over rdma_cm" {
+			t.Fatalf("%+v %q", wc, e.buf[:12])
+		}
+		pollLocal(t, le.cq, 1)
+		// The DREQ's DISCONNECTED, then the peer's rdma_disconnect answers
+		// with the DREP that ends the attached side's.
+		if err := conn.Disconnect(); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventDisconnected)
+		if err := cid.Disconnect(); err != nil {
+			t.Fatal(err)
+		}
+		cmEvent(t, d, rdmacm.EventDisconnected)
+	})
+
+	t.Run("active", func(t *testing.T) {
+		lid, err := lch.CreateID(nil, rdmacm.PSTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lid.Destroy()
+		if err := lid.BindAddr(netip.AddrPortFrom(addrB, 7301)); err != nil {
+			t.Fatal(err)
+		}
+		if err := lid.Listen(4); err != nil {
+			t.Fatal(err)
+		}
+		qp, err := e.pd.CreateQP(QPInitAttr{Type: verbs.RC, SendCQ: e.cq, RecvCQ: e.cq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer qp.Destroy()
+		id, err := d.CreateCMID(rdmacm.PSTCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer id.Destroy()
+		if err := id.ResolveAddr(addrA, netip.AddrPortFrom(addrB, 7301)); err != nil {
+			t.Fatal(err)
+		}
+		cmEvent(t, d, rdmacm.EventAddrResolved)
+		if err := id.ResolveRoute(); err != nil {
+			t.Fatal(err)
+		}
+		cmEvent(t, d, rdmacm.EventRouteResolved)
+		moveQP(t, id, qp, verbs.QPSInit)
+		if err := id.Connect(qp, rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7, ResponderResources: 1,
+			InitiatorDepth: 1}); err != nil {
+			t.Fatal(err)
+		}
+		req := localCMEvent(t, lch, rdmacm.EventConnectRequest)
+		defer req.ID.Destroy()
+		if req.Param.QPN != qp.QPN() {
+			t.Fatalf("the REQ announces QPN %d, the attached process's QP is %d", req.Param.QPN, qp.QPN())
+		}
+		sqp, err := req.ID.CreateQP(le.pd, verbs.QPInitAttr{Type: verbs.RC, SendCQ: le.cq, RecvCQ: le.cq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sqp.PostRecv([]verbs.RecvWR{{WRID: 5, SGL: []verbs.SGE{le.mr.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := req.ID.Accept(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+			t.Fatal(err)
+		}
+		resp := cmEvent(t, d, rdmacm.EventConnectResponse)
+		if resp.Param.QPN != sqp.QPN() {
+			t.Fatalf("CONNECT_RESPONSE %+v", resp.Param)
+		}
+		moveQP(t, id, qp, verbs.QPSRTR, verbs.QPSRTS)
+		if err := id.Establish(); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventEstablished)
+		copy(e.buf[200:], "from the attached side")
+		if _, err := qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 6, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{e.mr.SGE(200, 22)}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pollRemote(t, e.cq, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("%+v", wc)
+		}
+		if wc := pollLocal(t, le.cq, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 5 {
+			t.Fatalf("%+v", wc)
+		}
+		if err := req.ID.Disconnect(); err != nil {
+			t.Fatal(err)
+		}
+		cmEvent(t, d, rdmacm.EventDisconnected)
+		if err := id.Disconnect(); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventDisconnected)
+	})
+}
