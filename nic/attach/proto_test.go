@@ -3,7 +3,10 @@ package attach
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The payloads' sizes are docs/attach.md's: a C client declares the same
@@ -46,5 +49,20 @@ func TestEncodeDecode(t *testing.T) {
 	}
 	if err := DecodePayload(p[:31], &r); !errors.Is(err, ErrProtocol) {
 		t.Errorf("short payload: %v", err)
+	}
+}
+
+// The errnos go both ways: a sentinel's errno names the same sentinel back.
+func TestErrnos(t *testing.T) {
+	for _, e := range errnos {
+		if got := Errno(fmt.Errorf("wrapped: %w", e.sentinel)); got != int32(e.errno) {
+			t.Errorf("%v: errno %d, want %d", e.sentinel, got, e.errno)
+		}
+		if s := Sentinel(e.errno); Errno(s) != int32(e.errno) {
+			t.Errorf("errno %d: sentinel %v", e.errno, s)
+		}
+	}
+	if Errno(nil) != 0 || Errno(errors.New("other")) != int32(unix.EINVAL) || Errno(unix.EAGAIN) != int32(unix.EAGAIN) {
+		t.Error("nil, an unknown error or an errno itself")
 	}
 }

@@ -73,29 +73,7 @@ func remoteWrites(b *testing.B, e *remoteEnd, peer *localEnd, size uint32, n int
 		wrs[i] = SendWR{SendWR: verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{e.mr.SGE(0, size)}, RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}
 	}
-	wcs := make([]verbs.WC, 32)
-	start := time.Now()
-	posted, done := 0, 0
-	for done < n {
-		if k := min(depth-(posted-done), n-posted, len(wrs)); k > 0 {
-			m, err := e.qp.PostSend(wrs[:k])
-			if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
-				b.Fatal(err)
-			}
-			posted += m
-		}
-		got, err := e.cq.Poll(wcs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, wc := range wcs[:got] {
-			if wc.Status != verbs.WCSuccess {
-				b.Fatalf("%+v", wc)
-			}
-		}
-		done += got
-	}
-	return time.Since(start)
+	return writes(b, n, func(k int) (int, error) { return e.qp.PostSend(wrs[:k]) }, e.cq.Poll)
 }
 
 func localWrites(b *testing.B, e, peer *localEnd, size uint32, n int) time.Duration {
@@ -104,18 +82,28 @@ func localWrites(b *testing.B, e, peer *localEnd, size uint32, n int) time.Durat
 		wrs[i] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{e.mr.SGE(0, size)}, RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}
 	}
+	return writes(b, n, func(k int) (int, error) { return e.qp.PostSend(wrs[:k]) },
+		func(wcs []verbs.WC) (int, error) { return e.cq.Poll(wcs), nil })
+}
+
+// writes keeps depth WRITEs in flight, posting up to 16 at a time, until n
+// completed, and returns how long that took.
+func writes(b *testing.B, n int, post func(k int) (int, error), poll func([]verbs.WC) (int, error)) time.Duration {
 	wcs := make([]verbs.WC, 32)
 	start := time.Now()
 	posted, done := 0, 0
 	for done < n {
-		if k := min(depth-(posted-done), n-posted, len(wrs)); k > 0 {
-			m, err := e.qp.PostSend(wrs[:k])
+		if k := min(depth-(posted-done), n-posted, 16); k > 0 {
+			m, err := post(k)
 			if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 				b.Fatal(err)
 			}
 			posted += m
 		}
-		got := e.cq.Poll(wcs)
+		got, err := poll(wcs)
+		if err != nil {
+			b.Fatal(err)
+		}
 		for _, wc := range wcs[:got] {
 			if wc.Status != verbs.WCSuccess {
 				b.Fatalf("%+v", wc)

@@ -262,26 +262,7 @@ func (d *Device) waitEvent(wait time.Duration) error {
 
 // errnoErr wraps a reply's errno in the verbs sentinel for it.
 func errnoErr(op attach.Op, e syscall.Errno) error {
-	var s error
-	switch e {
-	case unix.EBUSY:
-		s = verbs.ErrBusy
-	case unix.ENOMEM:
-		s = verbs.ErrLimit
-	case unix.EOPNOTSUPP:
-		s = verbs.ErrUnsupported
-	case unix.EACCES:
-		s = verbs.ErrAccess
-	case unix.EHOSTUNREACH:
-		s = verbs.ErrUnreachable
-	case unix.ENODEV:
-		s = verbs.ErrClosed
-	case unix.ENOENT:
-		s = verbs.ErrNotFound
-	default:
-		s = verbs.ErrInvalid
-	}
-	return fmt.Errorf("remote: %v: %w (%w)", op, s, e)
+	return fmt.Errorf("remote: %v: %w (%w)", op, attach.Sentinel(e), e)
 }
 
 // Events returns and forgets the asynchronous events received so far (they

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -224,36 +223,12 @@ func (s *Server) event(ev verbs.AsyncEvent) {
 	b.ss.sendEvent(attach.EventMsg{Type: uint32(ev.Type), Kind: b.kind, Handle: h})
 }
 
-// errno is the errno a reply carries for err (libibverbs' for the same
-// failures).
-func errno(err error) int32 {
-	var en syscall.Errno
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &en):
-		return int32(en)
-	case errors.Is(err, verbs.ErrBusy):
-		return int32(unix.EBUSY)
-	case errors.Is(err, verbs.ErrLimit), errors.Is(err, verbs.ErrQueueFull), errors.Is(err, errShmLimit):
-		return int32(unix.ENOMEM)
-	case errors.Is(err, verbs.ErrUnsupported):
-		return int32(unix.EOPNOTSUPP)
-	case errors.Is(err, verbs.ErrAccess):
-		return int32(unix.EACCES)
-	case errors.Is(err, verbs.ErrUnreachable):
-		return int32(unix.EHOSTUNREACH)
-	case errors.Is(err, verbs.ErrClosed):
-		return int32(unix.ENODEV)
-	case errors.Is(err, verbs.ErrNotFound), errors.Is(err, errNoHandle):
-		return int32(unix.ENOENT)
-	}
-	return int32(unix.EINVAL)
-}
+// errno is the errno a reply carries for err.
+func errno(err error) int32 { return attach.Errno(err) }
 
 var (
-	errNoHandle = errors.New("no such handle")
-	errShmLimit = errors.New("the session's shared memory limit")
+	errNoHandle = fmt.Errorf("no such handle: %w", verbs.ErrNotFound)
+	errShmLimit = fmt.Errorf("the session's shared memory limit: %w", verbs.ErrLimit)
 )
 
 func handleErr(kind string, h uint32) error { return fmt.Errorf("%s %d: %w", kind, h, errNoHandle) }
