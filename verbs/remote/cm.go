@@ -3,7 +3,6 @@ package remote
 import (
 	"context"
 	"net/netip"
-	"time"
 
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/verbs"
@@ -146,8 +145,7 @@ func (id *CMID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, e
 }
 
 // GetCMEvent waits for the next CM event of the process's IDs
-// (rdma_get_cm_event). While it waits it holds the socket for up to 20 ms at a
-// time, which delays other calls by as much.
+// (rdma_get_cm_event).
 func (d *Device) GetCMEvent(ctx context.Context) (*CMEvent, error) {
 	for {
 		d.evMu.Lock()
@@ -160,11 +158,12 @@ func (d *Device) GetCMEvent(ctx context.Context) (*CMEvent, error) {
 		if m != nil {
 			return d.cmEvent(m), nil
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if err := d.waitEvent(20 * time.Millisecond); err != nil {
-			return nil, err
+		select {
+		case <-d.cmNew:
+		case <-d.done:
+			return nil, d.readErr()
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
 }

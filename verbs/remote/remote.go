@@ -14,10 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -39,27 +37,40 @@ var (
 )
 
 // Device is a process's attachment to a daemon's device. Its methods are safe
-// for concurrent use; the objects state their own contracts.
+// for concurrent use; the objects state their own contracts. A goroutine of
+// its own reads the socket: replies go to the call waiting for them, events to
+// their queues, so a process hears its events without making calls.
 type Device struct {
 	c    *net.UnixConn
 	bell int // the doorbell eventfd
 	name string
 	guid uint64
 
-	mu    sync.Mutex // one request at a time
-	seq   uint32
-	buf   []byte
-	oob   []byte
+	mu      sync.Mutex // one request at a time
+	seq     uint32
+	replies chan reply    // from the reader to the call waiting
+	done    chan struct{} // closed when the reader stops
+	closing sync.Once
+
 	evMu  sync.Mutex
+	err   error // why the reader stopped (the socket broke, a protocol error, Close)
 	evs   []attach.EventMsg
 	cmEvs []*attach.CMEventMsg
 	cmIDs map[uint32]*CMID // by handle
-	err   error            // the socket broke: every call fails with it
+	cmNew chan struct{}    // a CM event was queued (capacity 1)
 
 	// What the process's objects hold here (ring mappings, channel
 	// eventfds): Close releases what their Destroy did not.
 	ownMu sync.Mutex
 	owned map[io.Closer]struct{}
+}
+
+// reply is a reply as the reader hands it over: the payload copied, the
+// descriptors the caller's.
+type reply struct {
+	h   attach.Header
+	p   []byte
+	fds []int
 }
 
 func (d *Device) own(c io.Closer) {
@@ -86,7 +97,9 @@ func Dial(path string) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("remote: attaching to %s: %w", path, err)
 	}
-	d := &Device{c: c, bell: -1, owned: map[io.Closer]struct{}{}, buf: make([]byte, attach.MaxMessage), oob: make([]byte, attach.OOBSpace)}
+	d := &Device{c: c, bell: -1, owned: map[io.Closer]struct{}{}, replies: make(chan reply, 1),
+		done: make(chan struct{}), cmNew: make(chan struct{}, 1)}
+	go d.reader()
 	var rep attach.HelloRep
 	fds, err := d.call(attach.OpHello, &attach.HelloReq{Version: attach.Version}, &rep)
 	if err == nil && len(fds) != 1 {
@@ -94,13 +107,56 @@ func Dial(path string) (*Device, error) {
 		err = fmt.Errorf("%w: HELLO with %d descriptors", attach.ErrProtocol, len(fds))
 	}
 	if err != nil {
-		c.Close()
+		d.Close()
 		return nil, fmt.Errorf("remote: attaching to %s: %w", path, err)
 	}
 	d.bell = fds[0]
 	d.guid = rep.NodeGUID
 	d.name = cstr(rep.Name[:])
 	return d, nil
+}
+
+// reader reads the socket until it breaks or Close closes it.
+func (d *Device) reader() {
+	buf, oob := make([]byte, attach.MaxMessage), make([]byte, attach.OOBSpace)
+	err := func() error {
+		for {
+			m, fds, err := attach.Recv(d.c, buf, oob)
+			if err != nil {
+				return err
+			}
+			h, p, err := attach.DecodeHeader(m)
+			if err != nil {
+				attach.CloseFDs(fds)
+				return err
+			}
+			if h.Seq == 0 {
+				attach.CloseFDs(fds)
+				if err := d.event(h, p); err != nil {
+					return err
+				}
+				continue
+			}
+			select {
+			case d.replies <- reply{h, append([]byte(nil), p...), fds}:
+			default: // nobody asked
+				attach.CloseFDs(fds)
+				return fmt.Errorf("%w: a reply to no request (%v/%d)", attach.ErrProtocol, h.Op, h.Seq)
+			}
+		}
+	}()
+	d.evMu.Lock()
+	if d.err == nil {
+		d.err = err
+	}
+	d.evMu.Unlock()
+	close(d.done)
+}
+
+func (d *Device) readErr() error {
+	d.evMu.Lock()
+	defer d.evMu.Unlock()
+	return d.err
 }
 
 func cstr(b []byte) string {
@@ -120,22 +176,29 @@ func (d *Device) NodeGUID() uint64 { return d.guid }
 // exits). The process's mappings of its rings stay until the objects are
 // garbage; do not use them after Close.
 func (d *Device) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.err == nil {
-		d.err = fmt.Errorf("remote: device closed: %w", verbs.ErrClosed)
-	}
-	if d.bell >= 0 {
-		unix.Close(d.bell)
-		d.bell = -1
-	}
-	d.ownMu.Lock()
-	for c := range d.owned {
-		c.Close()
-	}
-	d.owned = map[io.Closer]struct{}{}
-	d.ownMu.Unlock()
-	return d.c.Close()
+	var err error
+	d.closing.Do(func() {
+		d.evMu.Lock()
+		if d.err == nil {
+			d.err = fmt.Errorf("remote: device closed: %w", verbs.ErrClosed)
+		}
+		d.evMu.Unlock()
+		err = d.c.Close()
+		<-d.done
+		d.mu.Lock() // no call is between its request and its reply
+		if d.bell >= 0 {
+			unix.Close(d.bell)
+			d.bell = -1
+		}
+		d.mu.Unlock()
+		d.ownMu.Lock()
+		for c := range d.owned {
+			c.Close()
+		}
+		d.owned = map[io.Closer]struct{}{}
+		d.ownMu.Unlock()
+	})
+	return err
 }
 
 // call sends one request and reads its reply into rep (a payload pointer or
@@ -144,8 +207,10 @@ func (d *Device) Close() error {
 func (d *Device) call(op attach.Op, req, rep any, fds ...int) ([]int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.err != nil {
-		return nil, d.err
+	select {
+	case <-d.done:
+		return nil, d.readErr()
+	default:
 	}
 	d.seq++
 	if d.seq == 0 {
@@ -156,49 +221,34 @@ func (d *Device) call(op attach.Op, req, rep any, fds ...int) ([]int, error) {
 		return nil, err
 	}
 	if err := attach.Send(d.c, msg, fds...); err != nil {
-		d.err = err
+		d.c.Close() // the reader stops
 		return nil, err
 	}
-	for {
-		m, rfds, err := attach.Recv(d.c, d.buf, d.oob)
-		if err != nil {
-			d.err = err
-			return nil, err
-		}
-		h, p, err := attach.DecodeHeader(m)
-		if err != nil {
-			attach.CloseFDs(rfds)
-			d.err = err
-			return nil, err
-		}
-		if h.Seq == 0 {
-			attach.CloseFDs(rfds)
-			if err := d.event(h, p); err != nil {
-				d.err = err
-				return nil, err
-			}
-			continue
-		}
-		if h.Seq != d.seq || h.Op != op {
-			attach.CloseFDs(rfds)
-			d.err = fmt.Errorf("%w: reply %v/%d to %v/%d", attach.ErrProtocol, h.Op, h.Seq, op, d.seq)
-			return nil, d.err
-		}
-		if h.Status != 0 {
-			attach.CloseFDs(rfds)
-			return nil, errnoErr(op, syscall.Errno(h.Status))
-		}
-		if rep != nil {
-			if err := attach.DecodePayload(p, rep); err != nil {
-				attach.CloseFDs(rfds)
-				return nil, err
-			}
-		} else if len(p) != 0 {
-			attach.CloseFDs(rfds)
-			return nil, fmt.Errorf("%w: %d bytes in %v's reply", attach.ErrProtocol, len(p), op)
-		}
-		return rfds, nil
+	var r reply
+	select {
+	case r = <-d.replies:
+	case <-d.done:
+		return nil, d.readErr()
 	}
+	if r.h.Seq != d.seq || r.h.Op != op {
+		attach.CloseFDs(r.fds)
+		d.c.Close()
+		return nil, fmt.Errorf("%w: reply %v/%d to %v/%d", attach.ErrProtocol, r.h.Op, r.h.Seq, op, d.seq)
+	}
+	if r.h.Status != 0 {
+		attach.CloseFDs(r.fds)
+		return nil, errnoErr(op, syscall.Errno(r.h.Status))
+	}
+	if rep != nil {
+		if err := attach.DecodePayload(r.p, rep); err != nil {
+			attach.CloseFDs(r.fds)
+			return nil, err
+		}
+	} else if len(r.p) != 0 {
+		attach.CloseFDs(r.fds)
+		return nil, fmt.Errorf("%w: %d bytes in %v's reply", attach.ErrProtocol, len(r.p), op)
+	}
+	return r.fds, nil
 }
 
 // event keeps an event the daemon sent (Seq 0): an asynchronous event for
@@ -221,43 +271,14 @@ func (d *Device) event(h attach.Header, p []byte) error {
 		d.evMu.Lock()
 		d.cmEvs = append(d.cmEvs, ev)
 		d.evMu.Unlock()
+		select {
+		case d.cmNew <- struct{}{}:
+		default:
+		}
 	default:
 		return fmt.Errorf("%w: %v with sequence 0", attach.ErrProtocol, h.Op)
 	}
 	return nil
-}
-
-// waitEvent reads what the daemon sends for up to wait, keeping its events;
-// it is how a process waiting for CM events hears them when it makes no
-// calls.
-func (d *Device) waitEvent(wait time.Duration) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.err != nil {
-		return d.err
-	}
-	_ = d.c.SetReadDeadline(time.Now().Add(wait))
-	defer d.c.SetReadDeadline(time.Time{})
-	m, rfds, err := attach.Recv(d.c, d.buf, d.oob)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil
-	}
-	if err == nil {
-		attach.CloseFDs(rfds)
-		var h attach.Header
-		var p []byte
-		if h, p, err = attach.DecodeHeader(m); err == nil {
-			if h.Seq != 0 {
-				err = fmt.Errorf("%w: a reply to no request (%v/%d)", attach.ErrProtocol, h.Op, h.Seq)
-			} else {
-				err = d.event(h, p)
-			}
-		}
-	}
-	if err != nil {
-		d.err = err
-	}
-	return err
 }
 
 // errnoErr wraps a reply's errno in the verbs sentinel for it.
@@ -265,8 +286,7 @@ func errnoErr(op attach.Op, e syscall.Errno) error {
 	return fmt.Errorf("remote: %v: %w (%w)", op, attach.Sentinel(e), e)
 }
 
-// Events returns and forgets the asynchronous events received so far (they
-// arrive with replies; a process that makes no calls sees them on its next).
+// Events returns and forgets the asynchronous events received so far.
 func (d *Device) Events() []attach.EventMsg {
 	d.evMu.Lock()
 	defer d.evMu.Unlock()
