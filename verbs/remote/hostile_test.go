@@ -450,3 +450,18 @@ func cutPrefix(s, p string) (string, bool) {
 	}
 	return "", false
 }
+
+// Past MaxSessions the daemon closes a new connection at once; a place frees
+// when a process detaches.
+func TestHostileTooManySessions(t *testing.T) {
+	r := newRig(t, server.Config{MaxSessions: 2})
+	a := r.dial(t)
+	r.dial(t)
+	if d, err := Dial(r.sock); err == nil {
+		d.Close()
+		t.Fatal("a third session under a limit of 2")
+	}
+	a.Close()
+	waitSessions(t, r.srv, 1)
+	r.dial(t)
+}
