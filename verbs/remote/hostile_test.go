@@ -1,12 +1,15 @@
 package remote
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -305,42 +308,7 @@ func TestKilledMidTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	le := newLocalEnd(t, r.b, verbs.RC)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "XRNIC_REMOTE_CHILD="+r.sock,
-		"XRNIC_CHILD_PEER="+strconv.Itoa(int(le.qp.QPN()))+","+strconv.Itoa(int(gidIndex(t, r.a, r.gidA)))+","+
-			strconv.FormatUint(le.mr.Addr(), 10)+","+strconv.Itoa(int(le.mr.RKey())),
-		"XRNIC_CHILD_GID="+r.gidB.String())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	var qpn uint32
-	buf := make([]byte, 4096)
-	var got []byte
-	for qpn == 0 {
-		n, err := out.Read(buf)
-		if err != nil {
-			t.Fatalf("the child: %v (%q)", err, got)
-		}
-		got = append(got, buf[:n]...)
-		for _, line := range splitLines(string(got)) {
-			if v, ok := cutPrefix(line, "child qpn "); ok {
-				x, _ := strconv.Atoi(v)
-				qpn = uint32(x)
-			}
-		}
-	}
-	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, qpn) {
-		a := s.a
-		if err := le.qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cmd := startChild(t, r, le, 0, 0)
 	// Mid-transfer: the child's WRITEs with immediate are landing (each
 	// consumes a receive).
 	for i := range 32 {
@@ -352,7 +320,7 @@ func TestKilledMidTransfer(t *testing.T) {
 	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	cmd.wait()
 	waitSessions(t, r.srv, 0)
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		res, _ := r.a.Resources()
@@ -381,17 +349,100 @@ func TestKilledMidTransfer(t *testing.T) {
 	}
 }
 
-// TestKilledChild is the child of TestKilledMidTransfer: it attaches,
-// connects to the peer in its environment and WRITEs a counter until killed.
-func TestKilledChild(t *testing.T) {
+// child is an attached process of the test binary's: TestChild.
+type child struct {
+	*exec.Cmd
+	out    *bytes.Buffer // what it printed after its QPN
+	copied chan struct{} // closed when out has all of it
+}
+
+// wait waits for the child to exit, and for its output (exec.Cmd.Wait must
+// come after the pipe's reads).
+func (c *child) wait() error {
+	<-c.copied
+	return c.Wait()
+}
+
+// startChild runs TestChild as another process attached to r's server, with
+// an RC QP towards le's, which it connects; it WRITEs with immediate count
+// times (0: until killed), tagging its data with id. le's QP is connected
+// back to the child's when startChild returns.
+func startChild(t *testing.T, r *rig, le *localEnd, id, count int) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "XRNIC_REMOTE_CHILD="+r.sock,
+		"XRNIC_CHILD_PEER="+strconv.Itoa(int(le.qp.QPN()))+","+strconv.Itoa(int(gidIndex(t, r.a, r.gidA)))+","+
+			strconv.FormatUint(le.mr.Addr(), 10)+","+strconv.Itoa(int(le.mr.RKey()))+","+strconv.Itoa(id)+","+
+			strconv.Itoa(count),
+		"XRNIC_CHILD_GID="+r.gidB.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed { // a failure before startChild returned
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	var qpn uint32
+	buf := make([]byte, 4096)
+	var got []byte
+	for qpn == 0 {
+		n, err := out.Read(buf)
+		if err != nil {
+			t.Fatalf("the child: %v (%q)", err, got)
+		}
+		got = append(got, buf[:n]...)
+		for _, line := range splitLines(string(got)) {
+			if v, ok := cutPrefix(line, "child qpn "); ok {
+				x, _ := strconv.Atoi(v)
+				qpn = uint32(x)
+			}
+		}
+	}
+	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, qpn) {
+		a := s.a
+		if err := le.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &child{Cmd: cmd, out: new(bytes.Buffer), copied: make(chan struct{})}
+	go func() {
+		defer close(c.copied)
+		io.Copy(c.out, out)
+	}()
+	killed = true
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		c.wait() // "already called" once the test waited
+	})
+	return c
+}
+
+// childSlot is where in the peer's buffer the child's i-th WRITE lands, and
+// childByte what it holds there.
+func childSlot(i int) uint64   { return uint64(i%8) * 4096 }
+func childByte(id, i int) byte { return byte(id*31 + i) }
+
+// TestChild is the child of startChild: it attaches, connects to the peer in
+// its environment and WRITEs with immediate (4 KiB of its tag, the immediate
+// its sequence number), a few at a time, until its count or until killed.
+func TestChild(t *testing.T) {
 	sock := os.Getenv("XRNIC_REMOTE_CHILD")
 	if sock == "" {
-		t.Skip("run by TestKilledMidTransfer")
+		t.Skip("run by startChild")
 	}
-	var peer [4]uint64
+	var peer [6]uint64
 	for i, f := range splitFields(os.Getenv("XRNIC_CHILD_PEER"), ',') {
 		peer[i], _ = strconv.ParseUint(f, 10, 64)
 	}
+	id, count := int(peer[4]), int(peer[5])
 	gid, err := verbs.ParseGID(os.Getenv("XRNIC_CHILD_GID"))
 	if err != nil {
 		t.Fatal(err)
@@ -400,6 +451,7 @@ func TestKilledChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
 	e := newRemoteEnd(t, d, verbs.RC)
 	for _, s := range rcAttrs(uint8(peer[1]), gid, uint32(peer[0])) {
 		if err := e.qp.Modify(&s.a, s.mask); err != nil {
@@ -408,22 +460,98 @@ func TestKilledChild(t *testing.T) {
 	}
 	os.Stdout.WriteString("child qpn " + strconv.Itoa(int(e.qp.QPN())) + "\n")
 	wcs := make([]verbs.WC, 16)
-	for i := uint64(1); ; i++ {
-		binary.LittleEndian.PutUint64(e.buf, i)
-		for {
-			n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: i, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled,
-				SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: peer[2], RKey: uint32(peer[3])}}})
-			if n == 1 {
-				break
+	const window = 8 // each WRITE reads its own slot of the child's buffer
+	posted, done := 0, 0
+	for count == 0 || done < count {
+		if posted-done < window && (count == 0 || posted < count) {
+			i := posted + 1
+			slot := e.buf[childSlot(i) : childSlot(i)+4096]
+			for k := range slot {
+				slot[k] = childByte(id, i)
 			}
+			n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm,
+				Flags: verbs.SendSignaled, ImmData: uint32(i), SGL: []verbs.SGE{e.mr.SGE(childSlot(i), 4096)},
+				RemoteAddr: peer[2] + childSlot(i), RKey: uint32(peer[3])}}})
 			if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 				t.Fatal(err)
 			}
-			e.cq.Poll(wcs)
+			posted += n
 		}
-		e.cq.Poll(wcs)
-		time.Sleep(100 * time.Microsecond)
+		n, err := e.cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				t.Fatalf("WRITE %d: %v", wc.WRID, wc.Status)
+			}
+		}
+		done += n
+		if n == 0 && count == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
 	}
+	os.Stdout.WriteString("child done\n")
+}
+
+// Two processes attached to one device at once, each moving data to a peer
+// of its own on the veth pair: every WRITE lands, in order, with its data, and
+// the two interleave on the one engine.
+func TestTwoProcesses(t *testing.T) {
+	r := newVethRig(t, server.Config{})
+	const count = 600
+	var peers [2]*localEnd
+	var kids [2]*child
+	for id := range peers {
+		peers[id] = newLocalEnd(t, r.b, verbs.RC)
+		kids[id] = startChild(t, r, peers[id], id, count)
+		// Until these are posted the child's WRITEs meet RNR NAKs and retry.
+		for k := range 64 {
+			if _, err := peers[id].qp.PostRecv([]verbs.RecvWR{{WRID: uint64(k)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := len(r.srv.Sessions()); n != 2 {
+		t.Fatalf("%d sessions, want 2", n)
+	}
+	next := [2]int{1, 1}
+	wcs := make([]verbs.WC, 16)
+	for end := time.Now().Add(60 * time.Second); next[0] <= count || next[1] <= count; {
+		if time.Now().After(end) {
+			t.Fatalf("received %d and %d of %d", next[0]-1, next[1]-1, count)
+		}
+		idle := true
+		for id, p := range peers {
+			n := p.cq.Poll(wcs)
+			for _, wc := range wcs[:n] {
+				idle = false
+				if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRecvRDMAWithImm || int(wc.ImmData) != next[id] {
+					t.Fatalf("process %d: %+v, want immediate %d", id, wc, next[id])
+				}
+				next[id]++
+				if _, err := p.qp.PostRecv([]verbs.RecvWR{{WRID: wc.WRID}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if idle {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	for id, k := range kids {
+		if err := k.wait(); err != nil || !strings.Contains(k.out.String(), "child done") {
+			t.Fatalf("process %d: %v\n%s", id, err, k.out)
+		}
+		// The last WRITE into each slot is the one the buffer holds.
+		for i := count - 7; i <= count; i++ {
+			got := peers[id].buf[childSlot(i) : childSlot(i)+4096]
+			if bytes.Count(got, []byte{childByte(id, i)}) != 4096 {
+				t.Errorf("process %d, WRITE %d: slot holds %x...", id, i, got[:8])
+			}
+		}
+	}
+	waitSessions(t, r.srv, 0)
 }
 
 func splitLines(s string) []string { return splitFields(s, '\n') }
