@@ -75,6 +75,8 @@ type Device struct {
 	guidOnce sync.Once
 	guid     uint64
 
+	srqs sync.Map // *engine.SRQ to *SRQ, for events (an SRQ has no Context)
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -122,7 +124,7 @@ func Open(o Options) (*Device, error) {
 	}
 	cfg := o.Engine
 	cfg.GIDs = gids
-	cfg.EventHandler = d.dispatch
+	cfg.EventHandler = d.dispatchEngine
 	if cfg.Logf == nil {
 		cfg.Logf = o.Logf
 	}
@@ -180,7 +182,7 @@ func (d *Device) routineLinkEvents(ifname string, evs <-chan netdev.LinkEvent) {
 		case ev.Removed:
 			removed = true
 			d.eng.SetPortState(false)
-			d.eng.DispatchEvent(AsyncEvent{Type: engine.EventDeviceFatal})
+			d.eng.DispatchEvent(engine.AsyncEvent{Type: engine.EventDeviceFatal})
 		default:
 			d.eng.SetPortState(ev.Up)
 		}
@@ -276,10 +278,34 @@ func (d *Device) GIDs() []GID { return d.eng.GIDs() }
 func (d *Device) Counters() Counters { return d.eng.Counters() }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
-func (d *Device) AllocPD() (*PD, error) { return d.eng.AllocPD() }
+func (d *Device) AllocPD() (*PD, error) {
+	pd, err := d.eng.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return &PD{e: pd, d: d}, nil
+}
 
 // CreateCQ creates a completion queue of at least cqe entries (ibv_create_cq).
-func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) { return d.eng.CreateCQ(cqe, o) }
+func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) {
+	c := &CQ{ctx: o.Context}
+	eo := engine.CQOptions{Context: c, Logf: o.Logf}
+	if o.Channel != nil {
+		eo.Channel = o.Channel.e
+	}
+	if h := o.Handler; h != nil {
+		eo.Handler = func(*engine.CQ) { h(c) }
+	}
+	if h := o.OnError; h != nil {
+		eo.OnError = func(*engine.CQ) { h(c) }
+	}
+	e, err := d.eng.CreateCQ(cqe, eo)
+	if err != nil {
+		return nil, err
+	}
+	c.e = e
+	return c, nil
+}
 
 // RegisterEventHandler adds h to the handlers of the device's asynchronous events
 // (ib_register_event_handler). Handlers run one event at a time, in order, on the
@@ -296,6 +322,17 @@ func (d *Device) RegisterEventHandler(h func(AsyncEvent)) (unregister func()) {
 		delete(d.handlers, id)
 		d.evMu.Unlock()
 	}
+}
+
+// dispatchEngine is dispatch for an engine event: its objects become verbs'.
+func (d *Device) dispatchEngine(ev engine.AsyncEvent) {
+	v := AsyncEvent{Type: ev.Type, QP: qpOf(ev.QP), CQ: cqOf(ev.CQ), Port: ev.Port}
+	if ev.SRQ != nil {
+		if s, ok := d.srqs.Load(ev.SRQ); ok {
+			v.SRQ = s.(*SRQ)
+		}
+	}
+	d.dispatch(v)
 }
 
 // dispatch fans an event out to the registered handlers. The lock is not held while

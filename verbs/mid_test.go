@@ -331,7 +331,7 @@ func TestMID2EventsFromEverywhereArriveInOrder(t *testing.T) {
 	var handlerCalls atomic.Int32
 	cqHandler := func(c *CQ) {
 		n := handlerCalls.Add(1)
-		da.Engine().DispatchEvent(AsyncEvent{Type: alternate(int(n - 1)), Port: handlerPort})
+		da.Engine().DispatchEvent(engine.AsyncEvent{Type: alternate(int(n - 1)), Port: handlerPort})
 		c.ReqNotify(false)
 	}
 	const pairs = 3
@@ -356,7 +356,7 @@ func TestMID2EventsFromEverywhereArriveInOrder(t *testing.T) {
 	for g := range dispatchers { // arbitrary goroutines: ib_dispatch_event
 		wg.Go(func() {
 			for i := range perDispatcher {
-				da.Engine().DispatchEvent(AsyncEvent{Type: alternate(i), Port: uint8(10 + g)})
+				da.Engine().DispatchEvent(engine.AsyncEvent{Type: alternate(i), Port: uint8(10 + g)})
 			}
 		})
 	}
@@ -732,7 +732,7 @@ func TestMID5NoCallbackInCallersChain(t *testing.T) {
 			got += k
 		}
 		da.Engine().SetPortState(i%2 == 1)
-		db.Engine().DispatchEvent(AsyncEvent{Type: engine.EventGIDChange, Port: 1})
+		db.Engine().DispatchEvent(engine.AsyncEvent{Type: engine.EventGIDChange, Port: 1})
 		if i%10 == 0 {
 			m := QPAttr{Attr: qpattr.Attr{MinRNRTimer: 2}}
 			if err := a.qp.ModifySync(&m, qpattr.AttrMinRNRTimer); err != nil {

@@ -46,34 +46,21 @@ import (
 
 // The verbs objects. Each states its concurrency contract where it is defined.
 type (
-	PD          = engine.PD
-	MR          = engine.MR
-	MW          = engine.MW
-	BindInfo    = engine.BindInfo
 	MWType      = mr.WindowType
 	FlushType   = engine.FlushType
 	FlushLevel  = engine.FlushLevel
-	QP          = engine.QP
-	SRQ         = engine.SRQ
-	AH          = engine.AH
 	AV          = engine.AV
 	Op          = engine.Op
 	QPAttr      = engine.QPAttr
-	QPInitAttr  = engine.QPInitAttr
 	SRQAttr     = engine.SRQAttr
-	SendWR      = engine.SendWR
 	RecvWR      = engine.RecvWR
 	SGE         = engine.SGE
 	WROpcode    = engine.WROpcode
 	SendFlags   = engine.SendFlags
 	DeviceAttr  = engine.DeviceAttr
 	PortAttr    = engine.PortAttr
-	AsyncEvent  = engine.AsyncEvent
 	EventType   = engine.EventType
 	Counters    = engine.Counters
-	CQ          = engine.CQ
-	CQOptions   = engine.CQOptions
-	CompChannel = engine.CompChannel
 	WC          = cq.WC
 	WCStatus    = cq.Status
 	WCOpcode    = cq.Opcode
@@ -240,6 +227,3 @@ const (
 	EventSRQLimitReached  = engine.EventSRQLimitReached
 	EventQPLastWQEReached = engine.EventQPLastWQEReached
 )
-
-// NewCompChannel returns a completion channel (ibv_create_comp_channel).
-func NewCompChannel() *CompChannel { return engine.NewCompChannel() }
