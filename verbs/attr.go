@@ -1,12 +1,14 @@
 package verbs
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
+	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -80,8 +82,14 @@ func MapBuffer(n int) ([]byte, error) { return mr.MapAnonymous(n) }
 // fails wrapping ErrNoMemory when the system has none free.
 func MapHugeBuffer(n int) ([]byte, error) { return mr.MapAnonymousHuge(n) }
 
-// UnmapBuffer frees a buffer from MapBuffer. It fails while a region uses it.
-func UnmapBuffer(b []byte) error { return mr.Unmap(b) }
+// UnmapBuffer frees a buffer from MapBuffer or Device.MapBuffer. It fails
+// while an in-process region uses it.
+func UnmapBuffer(b []byte) error {
+	if err := shm.FreeBuffer(b); !errors.Is(err, shm.ErrNotShared) {
+		return err // an attached device's: the daemon keeps its own mapping
+	}
+	return mr.Unmap(b)
+}
 
 // InterfaceFor names the interface an RDMA device should run on to reach remote
 // from local (how rdma_cm picks a device from addresses): the interface that

@@ -35,6 +35,15 @@ type Options struct {
 	// Pcap, when set, receives every frame the device sends and receives, in
 	// pcap format (link.Capture); Close flushes it. The writer is the caller's.
 	Pcap io.Writer
+
+	// Attach, when set, attaches to the daemon serving this socket (xrnic
+	// --attach) instead of running an engine here: the device is the daemon's,
+	// shared with every process attached to it. Without it, Open attaches to
+	// the daemon on Interface when one listens on its default socket
+	// (/run/xrnic/IFACE.attach), unless InProcess is set or a Link is given.
+	// Either needs the attached backend: import verbs/remote.
+	Attach    string
+	InProcess bool
 }
 
 // Device is an RDMA device registered with the package (struct ib_device as its
@@ -55,7 +64,8 @@ type Options struct {
 // fails later (netlink overflow), Logf says so and the port keeps its last state.
 type Device struct {
 	name    string
-	eng     *engine.Device
+	eng     *engine.Device // in-process; nil when attached
+	b       Backend        // attached (Options.Attach); nil in-process
 	link    link.Link
 	ownLink bool
 	capture *link.Capture // Options.Pcap
@@ -84,6 +94,11 @@ type Device struct {
 // Open starts a device and registers it: every registered client's Add runs before
 // Open returns (MID10: clients may use the device from then on).
 func Open(o Options) (*Device, error) {
+	if path, err := attachPath(&o); err != nil {
+		return nil, err
+	} else if path != "" {
+		return openAttached(o, path)
+	}
 	d := &Device{handlers: map[int]func(AsyncEvent){}, logf: o.Logf}
 	if d.logf == nil {
 		d.logf = func(string, ...any) {}
@@ -213,6 +228,13 @@ func (d *Device) closeLink() {
 // callback of this device (an event handler, an Op callback, a CQ handler) it
 // would wait for itself: it fails with an error wrapping ErrDeadlock instead.
 func (d *Device) Close() error {
+	if d.b != nil {
+		d.closeOnce.Do(func() {
+			registry.removeDevice(d)
+			d.closeErr = d.b.Close()
+		})
+		return d.closeErr
+	}
 	if d.eng.InCallback() {
 		return fmt.Errorf("verbs: close of %s from one of its callbacks: %w", d.name, ErrDeadlock)
 	}
@@ -240,30 +262,66 @@ func (d *Device) Engine() *engine.Device { return d.eng }
 
 // EngineCounters returns the engine loop's counters (not rxe's: loops, polls,
 // batches, idle waits).
-func (d *Device) EngineCounters() EngineCounters { return d.eng.EngineCounters() }
+func (d *Device) EngineCounters() EngineCounters {
+	if d.b != nil {
+		return EngineCounters{}
+	}
+	return d.eng.EngineCounters()
+}
 
 // Resources returns a snapshot of the device's QPs, CQs and MRs and the number
 // of PDs, SRQs and AHs, as `rdma resource show` lists them. It waits for one pass
 // of the engine; ErrClosed after Close.
-func (d *Device) Resources() (Resources, error) { return d.eng.Resources() }
+func (d *Device) Resources() (Resources, error) {
+	if d.b != nil {
+		return Resources{}, errAttached("Resources")
+	}
+	return d.eng.Resources()
+}
 
 // SetPortState reports the link's state when the application watches it itself
 // (a caller-supplied Options.Link): the port goes ACTIVE or DOWN with
 // EventPortActive or EventPortErr. Never blocks.
-func (d *Device) SetPortState(up bool) { d.eng.SetPortState(up) }
+func (d *Device) SetPortState(up bool) {
+	if d.b == nil {
+		d.eng.SetPortState(up)
+	}
+}
 
 // Link is the wire the device runs on.
 func (d *Device) Link() link.Link { return d.link }
 
 // Query returns the device attributes (ibv_query_device).
-func (d *Device) Query() DeviceAttr { return d.eng.Query() }
+func (d *Device) Query() DeviceAttr {
+	if d.b != nil {
+		a, err := d.b.Query()
+		if err != nil {
+			d.logf("verbs: %s: query: %v", d.name, err)
+		}
+		return a
+	}
+	return d.eng.Query()
+}
 
 // QueryPort returns port 1's attributes (ibv_query_port).
-func (d *Device) QueryPort() PortAttr { return d.eng.QueryPort() }
+func (d *Device) QueryPort() PortAttr {
+	if d.b != nil {
+		a, err := d.b.QueryPort()
+		if err != nil {
+			d.logf("verbs: %s: query port: %v", d.name, err)
+		}
+		a.GIDs = d.GIDs()
+		return a
+	}
+	return d.eng.QueryPort()
+}
 
 // QueryGID returns entry index of the port's GID table (ibv_query_gid). An index
 // outside the table fails with an error wrapping ErrInvalid.
 func (d *Device) QueryGID(index int) (GID, error) {
+	if d.b != nil {
+		return d.b.QueryGID(index)
+	}
 	gids := d.eng.GIDs()
 	if index < 0 || index >= len(gids) {
 		return GID{}, fmt.Errorf("%w: GID index %d (table of %d)", ErrInvalid, index, len(gids))
@@ -272,13 +330,39 @@ func (d *Device) QueryGID(index int) (GID, error) {
 }
 
 // GIDs returns a copy of the port's GID table: entry i is GID index i.
-func (d *Device) GIDs() []GID { return d.eng.GIDs() }
+func (d *Device) GIDs() []GID {
+	if d.b != nil {
+		a, _ := d.b.QueryPort()
+		var gids []GID
+		for i := range a.GIDTblLen {
+			g, err := d.b.QueryGID(i)
+			if err != nil {
+				break
+			}
+			gids = append(gids, g)
+		}
+		return gids
+	}
+	return d.eng.GIDs()
+}
 
 // Counters returns the device's counters, named like rxe's hw counters.
-func (d *Device) Counters() Counters { return d.eng.Counters() }
+func (d *Device) Counters() Counters {
+	if d.b != nil {
+		return Counters{}
+	}
+	return d.eng.Counters()
+}
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
+	if d.b != nil {
+		p, err := d.b.AllocPD()
+		if err != nil {
+			return nil, err
+		}
+		return &PD{r: p, d: d}, nil
+	}
 	pd, err := d.eng.AllocPD()
 	if err != nil {
 		return nil, err
@@ -289,6 +373,17 @@ func (d *Device) AllocPD() (*PD, error) {
 // CreateCQ creates a completion queue of at least cqe entries (ibv_create_cq).
 func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) {
 	c := &CQ{ctx: o.Context}
+	if d.b != nil {
+		if o.Channel != nil || o.Handler != nil || o.OnError != nil {
+			return nil, errAttached("a CQ with a channel or handlers")
+		}
+		r, err := d.b.CreateCQ(cqe)
+		if err != nil {
+			return nil, err
+		}
+		c.r = r
+		return c, nil
+	}
 	eo := engine.CQOptions{Context: c, Logf: o.Logf}
 	if o.Channel != nil {
 		eo.Channel = o.Channel.e
@@ -386,10 +481,33 @@ func (d *Device) AVFromWC(wc *WC, grh []byte) (AV, error) {
 type Poller = engine.Poller
 
 // AddPoller has the engine goroutine run p in every loop until RemovePoller.
-func (d *Device) AddPoller(p Poller) error { return d.eng.AddPoller(p) }
+func (d *Device) AddPoller(p Poller) error {
+	if d.b != nil {
+		return errAttached("AddPoller")
+	}
+	return d.eng.AddPoller(p)
+}
 
 // RemovePoller stops running p; when it returns, p runs no more.
-func (d *Device) RemovePoller(p Poller) error { return d.eng.RemovePoller(p) }
+func (d *Device) RemovePoller(p Poller) error {
+	if d.b != nil {
+		return errAttached("RemovePoller")
+	}
+	return d.eng.RemovePoller(p)
+}
 
 // Wake makes the engine run its loop soon: a poller's doorbell.
-func (d *Device) Wake() { d.eng.Wake() }
+func (d *Device) Wake() {
+	if d.b == nil {
+		d.eng.Wake()
+	}
+}
+
+// MapBuffer returns n bytes of memory for RegMR on this device: MapBuffer's
+// for an in-process device, memory the daemon can map for an attached one.
+func (d *Device) MapBuffer(n int) ([]byte, error) {
+	if d.b != nil {
+		return d.b.MapBuffer(n)
+	}
+	return MapBuffer(n)
+}

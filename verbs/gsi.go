@@ -49,6 +49,9 @@ const (
 // (its Transport and CAGUID are the device's); later calls ignore it.
 // The CM stops when the device closes, after its clients' Remove.
 func (d *Device) CM(cfg cm.Config) (*cm.CM, error) {
+	if d.b != nil { // the daemon's CM: verbs/remote's CMID
+		return nil, errAttached("the CM through verbs")
+	}
 	d.gsiMu.Lock()
 	defer d.gsiMu.Unlock()
 	if d.gsi != nil {
@@ -128,6 +131,9 @@ func startGSI(d *Device, cfg cm.Config) (_ *gsi, err error) {
 // the EUI-64 of the interface's MAC (addrconf_addr_eui48), e.g.
 // 52:54:00:c0:02:0b → 0x505400fffec0020b. Computed once.
 func (d *Device) NodeGUID() uint64 {
+	if d.b != nil {
+		return d.b.NodeGUID()
+	}
 	d.guidOnce.Do(func() { d.guid = nodeGUID(d) })
 	return d.guid
 }

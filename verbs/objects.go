@@ -2,7 +2,9 @@ package verbs
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/engine"
@@ -18,23 +20,49 @@ import (
 // PD is a protection domain (struct ibv_pd). Safe for concurrent use.
 type PD struct {
 	e *engine.PD
+	r BackendPD // attached
 	d *Device
 }
 
 // Handle is the PD's number (pdn).
-func (pd *PD) Handle() uint32 { return pd.e.Handle() }
+func (pd *PD) Handle() uint32 {
+	if pd.r != nil {
+		return 0
+	}
+	return pd.e.Handle()
+}
 
 // Device is the PD's device.
 func (pd *PD) Device() *Device { return pd.d }
 
 // Dealloc deallocates the PD (ibv_dealloc_pd): ErrBusy while it has children.
-func (pd *PD) Dealloc() *Op { return pd.e.Dealloc() }
+func (pd *PD) Dealloc() *Op {
+	if pd.r != nil {
+		return attachedOp(pd.r.Dealloc())
+	}
+	return pd.e.Dealloc()
+}
 
 // Close deallocates the PD once its last child is gone (NDKPI's close).
-func (pd *PD) Close() *Op { return pd.e.Close() }
+func (pd *PD) Close() *Op {
+	if pd.r != nil {
+		return attachedOp(pd.r.Dealloc())
+	}
+	return pd.e.Close()
+}
 
 // RegMR registers buf with IOVA iova (ibv_reg_mr; iova 0 with AccessZeroBased).
 func (pd *PD) RegMR(buf []byte, iova uint64, access Access) (*MR, error) {
+	if pd.r != nil {
+		if iova == 0 && access&AccessZeroBased == 0 && len(buf) > 0 {
+			iova = uint64(uintptr(unsafe.Pointer(&buf[0])))
+		}
+		m, err := pd.r.RegMR(buf, iova, access)
+		if err != nil {
+			return nil, err
+		}
+		return &MR{r: m, pd: pd, buf: buf, iova: iova}, nil
+	}
 	m, err := pd.e.RegMR(buf, iova, access)
 	if err != nil {
 		return nil, err
@@ -45,6 +73,9 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access Access) (*MR, error) {
 // AllocFastRegMR allocates a region for REG_MR work requests
 // (ibv_alloc_mr), of up to maxPages pages.
 func (pd *PD) AllocFastRegMR(maxPages int) (*MR, error) {
+	if pd.r != nil {
+		return nil, errAttached("AllocFastRegMR")
+	}
 	m, err := pd.e.AllocFastRegMR(maxPages)
 	if err != nil {
 		return nil, err
@@ -54,6 +85,9 @@ func (pd *PD) AllocFastRegMR(maxPages int) (*MR, error) {
 
 // AllocMW allocates a memory window (ibv_alloc_mw).
 func (pd *PD) AllocMW(typ MWType) (*MW, error) {
+	if pd.r != nil {
+		return nil, errAttached("AllocMW")
+	}
 	m, err := pd.e.AllocMW(typ)
 	if err != nil {
 		return nil, err
@@ -63,6 +97,13 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(av AV) (*AH, error) {
+	if pd.r != nil {
+		r, err := pd.r.CreateAH(av)
+		if err != nil {
+			return nil, err
+		}
+		return &AH{r: r, pd: pd, av: av}, nil
+	}
 	ah, err := pd.e.CreateAH(av)
 	if err != nil {
 		return nil, err
@@ -72,6 +113,13 @@ func (pd *PD) CreateAH(av AV) (*AH, error) {
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
+	if pd.r != nil {
+		r, err := pd.r.CreateSRQ(a)
+		if err != nil {
+			return nil, err
+		}
+		return &SRQ{r: r, pd: pd, attr: a}, nil
+	}
 	s, err := pd.e.CreateSRQ(a)
 	if err != nil {
 		return nil, err
@@ -96,7 +144,28 @@ type QPInitAttr struct {
 
 // CreateQP creates a queue pair (ibv_create_qp).
 func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
-	qp := &QP{pd: pd, scq: a.SendCQ, rcq: a.RecvCQ, srq: a.SRQ, ctx: a.Context}
+	qp := &QP{pd: pd, scq: a.SendCQ, rcq: a.RecvCQ, srq: a.SRQ, ctx: a.Context, typ: a.Type}
+	if pd.r != nil {
+		ba := BackendQPInit{Type: a.Type, Cap: a.Cap, SigAll: a.SigAll}
+		if a.SendCQ != nil {
+			ba.SendCQ = a.SendCQ.r
+		}
+		if a.RecvCQ != nil {
+			ba.RecvCQ = a.RecvCQ.r
+		}
+		if a.SRQ != nil {
+			ba.SRQ = a.SRQ.r
+		}
+		if ba.SendCQ == nil || ba.RecvCQ == nil {
+			return nil, fmt.Errorf("%w: a QP needs the attached device's CQs", ErrInvalid)
+		}
+		r, err := pd.r.CreateQP(ba)
+		if err != nil {
+			return nil, err
+		}
+		qp.r = r
+		return qp, nil
+	}
 	ea := engine.QPInitAttr{Type: a.Type, Cap: a.Cap, SigAll: a.SigAll, Context: qp}
 	if a.SendCQ != nil {
 		ea.SendCQ = a.SendCQ.e
@@ -118,23 +187,70 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 // MR is a memory region (struct ibv_mr). Safe for concurrent use.
 type MR struct {
 	e  *engine.MR
+	r  BackendMR // attached
 	pd *PD
+	// An attached region's memory and IOVA.
+	buf  []byte
+	iova uint64
 }
 
-func (m *MR) LKey() uint32  { return m.e.LKey() }
-func (m *MR) RKey() uint32  { return m.e.RKey() }
-func (m *MR) Addr() uint64  { return m.e.Addr() }
-func (m *MR) Len() int      { return m.e.Len() }
-func (m *MR) Bytes() []byte { return m.e.Bytes() }
+func (m *MR) LKey() uint32 {
+	if m.r != nil {
+		return m.r.LKey()
+	}
+	return m.e.LKey()
+}
 
-// Region is the region's key-table entry (for the device side and tests).
-func (m *MR) Region() *mr.Region { return m.e.Region() }
+func (m *MR) RKey() uint32 {
+	if m.r != nil {
+		return m.r.RKey()
+	}
+	return m.e.RKey()
+}
+
+func (m *MR) Addr() uint64 {
+	if m.r != nil {
+		return m.iova
+	}
+	return m.e.Addr()
+}
+
+func (m *MR) Len() int {
+	if m.r != nil {
+		return len(m.buf)
+	}
+	return m.e.Len()
+}
+
+func (m *MR) Bytes() []byte {
+	if m.r != nil {
+		return m.buf
+	}
+	return m.e.Bytes()
+}
+
+// Region is the region's key-table entry (for the device side and tests; nil
+// on an attached device).
+func (m *MR) Region() *mr.Region {
+	if m.r != nil {
+		return nil
+	}
+	return m.e.Region()
+}
 
 // SGE is the SGE of length bytes at offset off in the region.
-func (m *MR) SGE(off uint64, length uint32) SGE { return m.e.SGE(off, length) }
+func (m *MR) SGE(off uint64, length uint32) SGE {
+	if m.r != nil {
+		return SGE{Addr: m.iova + off, Length: length, LKey: m.r.LKey()}
+	}
+	return m.e.SGE(off, length)
+}
 
 // PD is the region's PD (after a Rereg with ReregPD, the new one).
 func (m *MR) PD() *PD {
+	if m.r != nil {
+		return m.pd
+	}
 	if p := m.e.PD(); p != m.pd.e {
 		return &PD{e: p, d: m.pd.d}
 	}
@@ -143,11 +259,17 @@ func (m *MR) PD() *PD {
 
 // MapSG maps a fast-reg region's pages (ibv_map_mr_sg).
 func (m *MR) MapSG(sgl [][]byte, pageSize int, iova uint64) (int, error) {
+	if m.r != nil {
+		return 0, errAttached("MapSG")
+	}
 	return m.e.MapSG(sgl, pageSize, iova)
 }
 
 // Rereg re-registers the region (ibv_rereg_mr).
 func (m *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, iova uint64, access Access) error {
+	if m.r != nil {
+		return errAttached("Rereg")
+	}
 	var ep *engine.PD
 	if pd != nil {
 		ep = pd.e
@@ -162,8 +284,19 @@ func (m *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, iova uint64, access Acc
 }
 
 // Dereg deregisters the region (ibv_dereg_mr); Close is the same.
-func (m *MR) Dereg() *Op { return m.e.Dereg() }
-func (m *MR) Close() *Op { return m.e.Close() }
+func (m *MR) Dereg() *Op {
+	if m.r != nil {
+		return attachedOp(m.r.Dereg())
+	}
+	return m.e.Dereg()
+}
+
+func (m *MR) Close() *Op {
+	if m.r != nil {
+		return m.Dereg()
+	}
+	return m.e.Close()
+}
 
 // MW is a memory window (struct ibv_mw). Safe for concurrent use.
 type MW struct {
@@ -187,25 +320,85 @@ func (m *MW) engineOrNil() *engine.MW {
 // AH is an address handle (struct ibv_ah). Safe for concurrent use.
 type AH struct {
 	e  *engine.AH
+	r  BackendAH // attached
 	pd *PD
+	av AV
 }
 
-func (ah *AH) AV() AV       { return ah.e.AV() }
-func (ah *AH) Destroy() *Op { return ah.e.Destroy() }
-func (ah *AH) Close() *Op   { return ah.e.Close() }
+// Backend is an attached device's AH behind ah (nil in-process): how its
+// QPs' PostSend finds the AH a work request names.
+func (ah *AH) Backend() BackendAH { return ah.r }
+
+func (ah *AH) AV() AV {
+	if ah.r != nil {
+		return ah.av
+	}
+	return ah.e.AV()
+}
+
+func (ah *AH) Destroy() *Op {
+	if ah.r != nil {
+		return attachedOp(ah.r.Destroy())
+	}
+	return ah.e.Destroy()
+}
+
+func (ah *AH) Close() *Op {
+	if ah.r != nil {
+		return ah.Destroy()
+	}
+	return ah.e.Close()
+}
 
 // SRQ is a shared receive queue (struct ibv_srq). Safe for concurrent use.
 type SRQ struct {
-	e  *engine.SRQ
-	pd *PD
+	e    *engine.SRQ
+	r    BackendSRQ // attached
+	pd   *PD
+	attr SRQAttr // attached: as created
 }
 
-func (s *SRQ) PostRecv(wrs []RecvWR) (int, error)       { return s.e.PostRecv(wrs) }
-func (s *SRQ) Modify(a SRQAttr, mask SRQAttrMask) error { return s.e.Modify(a, mask) }
-func (s *SRQ) Query() SRQAttr                           { return s.e.Query() }
-func (s *SRQ) Len() int                                 { return s.e.Len() }
-func (s *SRQ) Destroy() *Op                             { return s.forget(s.e.Destroy()) }
-func (s *SRQ) Close() *Op                               { return s.forget(s.e.Close()) }
+func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) {
+	if s.r != nil {
+		return s.r.PostRecv(wrs)
+	}
+	return s.e.PostRecv(wrs)
+}
+
+func (s *SRQ) Modify(a SRQAttr, mask SRQAttrMask) error {
+	if s.r != nil {
+		return s.r.Modify(a, mask)
+	}
+	return s.e.Modify(a, mask)
+}
+
+func (s *SRQ) Query() SRQAttr {
+	if s.r != nil {
+		return s.attr
+	}
+	return s.e.Query()
+}
+
+func (s *SRQ) Len() int {
+	if s.r != nil {
+		return 0
+	}
+	return s.e.Len()
+}
+
+func (s *SRQ) Destroy() *Op {
+	if s.r != nil {
+		return attachedOp(s.r.Destroy())
+	}
+	return s.forget(s.e.Destroy())
+}
+
+func (s *SRQ) Close() *Op {
+	if s.r != nil {
+		return s.Destroy()
+	}
+	return s.forget(s.e.Close())
+}
 
 // forget drops the SRQ from its device's map once op destroyed it.
 func (s *SRQ) forget(op *Op) *Op {
@@ -236,30 +429,134 @@ type CQOptions struct {
 // methods are safe for concurrent use (see nic/cq).
 type CQ struct {
 	e   *engine.CQ
+	r   BackendCQ // attached
 	ctx any
 }
 
-func (c *CQ) Context() any                       { return c.ctx }
-func (c *CQ) Poll(wcs []WC) int                  { return c.e.Poll(wcs) }
-func (c *CQ) ReqNotify(solicitedOnly bool) error { return c.e.ReqNotify(solicitedOnly) }
-func (c *CQ) AckEvents(n int)                    { c.e.AckEvents(n) }
-func (c *CQ) UnackedEvents() int                 { return c.e.UnackedEvents() }
-func (c *CQ) Cqe() int                           { return c.e.Cqe() }
-func (c *CQ) Len() int                           { return c.e.Len() }
-func (c *CQ) Stats() cq.Stats                    { return c.e.Stats() }
-func (c *CQ) Resize(cqe int) error               { return c.e.Resize(cqe) }
-func (c *CQ) Push(wc *WC, solicited bool) bool   { return c.e.Push(wc, solicited) }
-func (c *CQ) Acquire() error                     { return c.e.Acquire() }
-func (c *CQ) Release() error                     { return c.e.Release() }
-func (c *CQ) Shutdown() error                    { return c.e.Shutdown() }
-func (c *CQ) StopCallbacks()                     { c.e.StopCallbacks() }
-func (c *CQ) OnDispatcher() bool                 { return c.e.OnDispatcher() }
-func (c *CQ) Done() <-chan struct{}              { return c.e.Done() }
-func (c *CQ) Destroy() *Op                       { return c.e.Destroy() }
-func (c *CQ) Close() *Op                         { return c.e.Close() }
+func (c *CQ) Context() any { return c.ctx }
+
+// Poll takes up to len(wcs) completions (ibv_poll_cq). An attached CQ whose
+// ring the process corrupted returns nothing more.
+func (c *CQ) Poll(wcs []WC) int {
+	if c.r != nil {
+		n, _ := c.r.Poll(wcs)
+		return n
+	}
+	return c.e.Poll(wcs)
+}
+
+// ReqNotify arms the CQ (ibv_req_notify_cq).
+func (c *CQ) ReqNotify(solicitedOnly bool) error {
+	if c.r != nil {
+		c.r.ReqNotify(solicitedOnly)
+		return nil
+	}
+	return c.e.ReqNotify(solicitedOnly)
+}
+
+// The rest are the in-process CQ's (nic/cq); an attached CQ has none of them.
+func (c *CQ) AckEvents(n int) {
+	if c.e != nil {
+		c.e.AckEvents(n)
+	}
+}
+
+func (c *CQ) UnackedEvents() int {
+	if c.e == nil {
+		return 0
+	}
+	return c.e.UnackedEvents()
+}
+
+func (c *CQ) Cqe() int {
+	if c.e == nil {
+		return 0
+	}
+	return c.e.Cqe()
+}
+
+func (c *CQ) Len() int {
+	if c.e == nil {
+		return 0
+	}
+	return c.e.Len()
+}
+
+func (c *CQ) Stats() cq.Stats {
+	if c.e == nil {
+		return cq.Stats{}
+	}
+	return c.e.Stats()
+}
+
+func (c *CQ) Resize(cqe int) error {
+	if c.e == nil {
+		return errAttached("Resize")
+	}
+	return c.e.Resize(cqe)
+}
+
+func (c *CQ) Push(wc *WC, solicited bool) bool { return c.e != nil && c.e.Push(wc, solicited) }
+
+func (c *CQ) Acquire() error {
+	if c.e == nil {
+		return errAttached("Acquire")
+	}
+	return c.e.Acquire()
+}
+
+func (c *CQ) Release() error {
+	if c.e == nil {
+		return errAttached("Release")
+	}
+	return c.e.Release()
+}
+
+func (c *CQ) Shutdown() error {
+	if c.e == nil {
+		return c.r.Destroy()
+	}
+	return c.e.Shutdown()
+}
+
+func (c *CQ) StopCallbacks() {
+	if c.e != nil {
+		c.e.StopCallbacks()
+	}
+}
+
+func (c *CQ) OnDispatcher() bool { return c.e != nil && c.e.OnDispatcher() }
+
+// Done is closed when the CQ's dispatcher has stopped (at once on an
+// attached CQ, which has none).
+func (c *CQ) Done() <-chan struct{} {
+	if c.e == nil {
+		return closedChan
+	}
+	return c.e.Done()
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (c *CQ) Destroy() *Op {
+	if c.r != nil {
+		return attachedOp(c.r.Destroy())
+	}
+	return c.e.Destroy()
+}
+
+func (c *CQ) Close() *Op {
+	if c.r != nil {
+		return c.Destroy()
+	}
+	return c.e.Close()
+}
 
 // SetHandler sets the completion handler (see the engine's).
 func (c *CQ) SetHandler(h func(*CQ)) error {
+	if c.r != nil {
+		return errAttached("SetHandler")
+	}
 	if h == nil {
 		return c.e.SetHandler(nil)
 	}
@@ -364,6 +661,8 @@ func (w *SendWR) toEngine(e *engine.SendWR) {
 // across QPs).
 type QP struct {
 	e        *engine.QP
+	r        BackendQP // attached
+	typ      QPType
 	pd       *PD
 	scq, rcq *CQ
 	srq      *SRQ
@@ -373,30 +672,87 @@ type QP struct {
 	wrs    []engine.SendWR
 }
 
-func (qp *QP) QPN() uint32                        { return qp.e.QPN() }
-func (qp *QP) Type() QPType                       { return qp.e.Type() }
-func (qp *QP) PD() *PD                            { return qp.pd }
-func (qp *QP) Context() any                       { return qp.ctx }
-func (qp *QP) Cap() QPCap                         { return qp.e.Cap() }
-func (qp *QP) State() QPState                     { return qp.e.State() }
-func (qp *QP) PostRecv(wrs []RecvWR) (int, error) { return qp.e.PostRecv(wrs) }
-func (qp *QP) Destroy() *Op                       { return qp.e.Destroy() }
-func (qp *QP) Close() *Op                         { return qp.e.Close() }
+func (qp *QP) QPN() uint32 {
+	if qp.r != nil {
+		return qp.r.QPN()
+	}
+	return qp.e.QPN()
+}
+
+func (qp *QP) Type() QPType { return qp.typ }
+func (qp *QP) PD() *PD      { return qp.pd }
+func (qp *QP) Context() any { return qp.ctx }
+
+func (qp *QP) Cap() QPCap {
+	if qp.r != nil {
+		return qp.r.Cap()
+	}
+	return qp.e.Cap()
+}
+
+func (qp *QP) State() QPState {
+	if qp.r != nil {
+		a, _ := qp.r.Query()
+		return a.State
+	}
+	return qp.e.State()
+}
+
+func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
+	if qp.r != nil {
+		return qp.r.PostRecv(wrs)
+	}
+	return qp.e.PostRecv(wrs)
+}
+
+func (qp *QP) Destroy() *Op {
+	if qp.r != nil {
+		return attachedOp(qp.r.Destroy())
+	}
+	return qp.e.Destroy()
+}
+
+func (qp *QP) Close() *Op {
+	if qp.r != nil {
+		return qp.Destroy()
+	}
+	return qp.e.Close()
+}
 
 // Modify changes the QP's attributes (ibv_modify_qp); ModifySync waits.
-func (qp *QP) Modify(attr *QPAttr, mask AttrMask) *Op       { return qp.e.Modify(attr, mask) }
-func (qp *QP) ModifySync(attr *QPAttr, mask AttrMask) error { return qp.e.ModifySync(attr, mask) }
+func (qp *QP) Modify(attr *QPAttr, mask AttrMask) *Op {
+	if qp.r != nil {
+		return attachedOp(qp.r.Modify(attr, mask))
+	}
+	return qp.e.Modify(attr, mask)
+}
+
+func (qp *QP) ModifySync(attr *QPAttr, mask AttrMask) error {
+	if qp.r != nil {
+		return qp.r.Modify(attr, mask)
+	}
+	return qp.e.ModifySync(attr, mask)
+}
 
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
 func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
-	a, ia, err := qp.e.Query()
-	return a, QPInitAttr{Type: ia.Type, SendCQ: qp.scq, RecvCQ: qp.rcq, SRQ: qp.srq, Cap: ia.Cap, SigAll: ia.SigAll,
-		Context: qp.ctx}, err
+	ia := QPInitAttr{Type: qp.typ, SendCQ: qp.scq, RecvCQ: qp.rcq, SRQ: qp.srq, Context: qp.ctx}
+	if qp.r != nil {
+		a, err := qp.r.Query()
+		ia.Cap = qp.r.Cap()
+		return a, ia, err
+	}
+	a, ea, err := qp.e.Query()
+	ia.Cap, ia.SigAll = ea.Cap, ea.SigAll
+	return a, ia, err
 }
 
 // PostSend posts send work requests (ibv_post_send); on an error wrs[n] is
 // the bad one.
 func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
+	if qp.r != nil {
+		return qp.r.PostSend(wrs)
+	}
 	qp.postMu.Lock()
 	defer qp.postMu.Unlock()
 	if cap(qp.wrs) < len(wrs) {
@@ -413,6 +769,9 @@ func (qp *QP) PostSend(wrs []SendWR) (n int, err error) {
 
 // BindMW binds a type 1 window (ibv_bind_mw).
 func (qp *QP) BindMW(mw *MW, wrid uint64, flags SendFlags, b BindInfo) (uint32, error) {
+	if qp.r != nil {
+		return 0, errAttached("BindMW")
+	}
 	return qp.e.BindMW(mw.engineOrNil(), wrid, flags, b.engine())
 }
 

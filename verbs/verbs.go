@@ -74,6 +74,7 @@ type (
 	ReregFlags  = mr.ReregFlags
 	SRQAttrMask = engine.SRQAttrMask
 	PortState   = engine.PortState
+	AtomicCap   = engine.AtomicCap
 
 	// The device side: what the daemon and monitoring read (rdma statistic,
 	// rdma resource).

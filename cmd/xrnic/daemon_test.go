@@ -50,13 +50,19 @@ type testDaemon struct {
 // and waits until it answers on its control socket.
 func startDaemon(t *testing.T, p *testenv.Pair, args ...string) *testDaemon {
 	t.Helper()
+	return startDaemonOn(t, p, &p.A, args...)
+}
+
+// startDaemonOn is startDaemon on either end of p.
+func startDaemonOn(t *testing.T, p *testenv.Pair, end *testenv.Endpoint, args ...string) *testDaemon {
+	t.Helper()
 	dir := t.TempDir()
 	d := &testDaemon{p: p, sock: filepath.Join(dir, "xrnic.sock"), attach: filepath.Join(dir, "xrnic.attach"),
 		metrics: "127.0.0.1:9479", done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
-	args = append([]string{"-i", p.A.Name, "--control", d.sock, "--attach", d.attach, "--metrics", d.metrics}, args...)
-	if err := p.A.NS.Go(func() { d.done <- run(ctx, args, &d.out, &d.errOut) }); err != nil {
+	args = append([]string{"-i", end.Name, "--control", d.sock, "--attach", d.attach, "--metrics", d.metrics}, args...)
+	if err := end.NS.Go(func() { d.done <- run(ctx, args, &d.out, &d.errOut) }); err != nil {
 		cancel()
 		t.Fatal(err)
 	}
@@ -735,5 +741,53 @@ func TestDaemonPcap(t *testing.T) {
 	// 100 WRITEs of 4 KiB come in (at RoCE MTU 1024: 400 frames); ACKs go out.
 	if got < 400 || sent == 0 {
 		t.Errorf("the capture has %d frames from the client and %d from the daemon", got, sent)
+	}
+}
+
+// Two bench processes at once, each attached to the daemon's device on A
+// with --daemon (a write_bw and a send_lat, as two perftest processes would
+// be), each against a peer of its own: the bench servers of a daemon on B.
+// Both finish with their result rows, and the daemon on A frees both
+// sessions.
+func TestBenchOnDaemon(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	d := startDaemon(t, p, "--bench-port", "0")
+	startDaemonOn(t, p, &p.B, "--bench-port", "19001", "--bench-opts", "-s 65536 -n 2000",
+		"--bench-server", "send_lat:19002:-s 2 -n 2000")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	runs := []struct {
+		test string
+		args []string
+		row  string
+	}{
+		{"write_bw", []string{"-p", "19001", "-s", "65536", "-n", "2000"}, " 65536      2000 "},
+		{"send_lat", []string{"-p", "19002", "-s", "2", "-n", "2000"}, " 2       2000 "},
+	}
+	var outs [2]testutil.SyncBuffer
+	var errs [2]chan error
+	for i, r := range runs {
+		cp, err := perftest.Parse(r.test, append(append([]string{"-d", p.A.Name, "--daemon", d.attach}, r.args...),
+			p.B.IPv4.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs[i] = make(chan error, 1)
+		if err := p.A.NS.Go(func() { errs[i] <- perftest.Run(ctx, cp, &outs[i], &outs[i]) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range runs {
+		if err := wait(t, r.test, errs[i]); err != nil {
+			t.Fatalf("%s: %v\n%s", r.test, err, outs[i].String())
+		}
+		if !strings.Contains(outs[i].String(), r.row) {
+			t.Errorf("%s through the daemon lacks %q:\n%s", r.test, r.row, outs[i].String())
+		}
+	}
+	for end := time.Now().Add(5 * time.Second); !strings.Contains(d.cmd(t, "resource"), " attached 0\n"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("after the clients: %q", d.cmd(t, "resource"))
+		}
 	}
 }

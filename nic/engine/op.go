@@ -105,3 +105,12 @@ func (o *Op) WaitContext(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// DoneOp is an Op already finished with err, whose callbacks run on a
+// goroutine of their own: the result of a backend that does its work in the
+// call (verbs' attached devices).
+func DoneOp(err error) *Op {
+	o := newOp(nil)
+	o.finish(err)
+	return o
+}

@@ -68,10 +68,10 @@ func BenchmarkAttachVsInProcess(b *testing.B) {
 const depth = 128
 
 func remoteWrites(b *testing.B, e *remoteEnd, peer *localEnd, size uint32, n int) time.Duration {
-	wrs := make([]SendWR, 16)
+	wrs := make([]verbs.SendWR, 16)
 	for i := range wrs {
-		wrs[i] = SendWR{SendWR: verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{e.mr.SGE(0, size)}, RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}
+		wrs[i] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{e.mr.SGE(0, size)}, RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}
 	}
 	return writes(b, n, func(k int) (int, error) { return e.qp.PostSend(wrs[:k]) }, e.cq.Poll)
 }

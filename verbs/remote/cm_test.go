@@ -206,8 +206,8 @@ func TestRemoteCM(t *testing.T) {
 		}
 		localCMEvent(t, lch, rdmacm.EventEstablished)
 		copy(e.buf[200:], "from the attached side")
-		if _, err := qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 6, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{e.mr.SGE(200, 22)}}}}); err != nil {
+		if _, err := qp.PostSend([]verbs.SendWR{{WRID: 6, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{e.mr.SGE(200, 22)}}}); err != nil {
 			t.Fatal(err)
 		}
 		if wc := pollRemote(t, e.cq, 1)[0]; wc.Status != verbs.WCSuccess {

@@ -209,8 +209,8 @@ func TestHostileRing(t *testing.T) {
 			t.Fatalf("the QP whose ring is corrupted is %v", a.State)
 		}
 	}
-	if _, err := ok.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{ok.mr.SGE(0, 64)}, RemoteAddr: le2.mr.Addr(), RKey: le2.mr.RKey()}}}); err != nil {
+	if _, err := ok.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{ok.mr.SGE(0, 64)}, RemoteAddr: le2.mr.Addr(), RKey: le2.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := pollRemote(t, ok.cq, 1)[0]; wc.Status != verbs.WCSuccess {
@@ -231,8 +231,8 @@ func TestHostileNeverPolls(t *testing.T) {
 	// 256-entry ring, device CQ of 256: 1000 signaled WRITEs overflow both.
 	overflowed := false
 	for i := 0; i < 1000 && !overflowed; {
-		n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
-			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: le.mr.Addr(), RKey: le.mr.RKey()}}})
+		n, err := e.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
+			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(0, 8)}, RemoteAddr: le.mr.Addr(), RKey: le.mr.RKey()}})
 		if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 			t.Fatal(err)
 		}
@@ -254,8 +254,8 @@ func TestHostileNeverPolls(t *testing.T) {
 	e2 := newRemoteEnd(t, busy, verbs.RC)
 	r.connect(t, e2, le2)
 	for i := range 100 {
-		if _, err := e2.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
-			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e2.mr.SGE(0, 8)}, RemoteAddr: le2.mr.Addr(), RKey: le2.mr.RKey()}}}); err != nil {
+		if _, err := e2.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
+			Flags: verbs.SendSignaled, SGL: []verbs.SGE{e2.mr.SGE(0, 8)}, RemoteAddr: le2.mr.Addr(), RKey: le2.mr.RKey()}}); err != nil {
 			t.Fatal(err)
 		}
 		if wc := pollRemote(t, e2.cq, 1)[0]; wc.Status != verbs.WCSuccess {
@@ -406,7 +406,7 @@ func startChild(t *testing.T, r *rig, le *localEnd, id, count int) *child {
 			}
 		}
 	}
-	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, qpn) {
+	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, le.qp.QPN(), qpn) {
 		a := s.a
 		if err := le.qp.ModifySync(&a, s.mask); err != nil {
 			t.Fatal(err)
@@ -453,7 +453,7 @@ func TestChild(t *testing.T) {
 	}
 	t.Cleanup(func() { d.Close() })
 	e := newRemoteEnd(t, d, verbs.RC)
-	for _, s := range rcAttrs(uint8(peer[1]), gid, uint32(peer[0])) {
+	for _, s := range rcAttrs(uint8(peer[1]), gid, e.qp.QPN(), uint32(peer[0])) {
 		if err := e.qp.Modify(&s.a, s.mask); err != nil {
 			t.Fatal(err)
 		}
@@ -469,9 +469,9 @@ func TestChild(t *testing.T) {
 			for k := range slot {
 				slot[k] = childByte(id, i)
 			}
-			n, err := e.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm,
+			n, err := e.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWriteWithImm,
 				Flags: verbs.SendSignaled, ImmData: uint32(i), SGL: []verbs.SGE{e.mr.SGE(childSlot(i), 4096)},
-				RemoteAddr: peer[2] + childSlot(i), RKey: uint32(peer[3])}}})
+				RemoteAddr: peer[2] + childSlot(i), RKey: uint32(peer[3])}})
 			if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
 				t.Fatal(err)
 			}

@@ -398,17 +398,12 @@ func qpAttrFrom(r *attach.QPAttr) verbs.QPAttr {
 	return a
 }
 
-// SendWR is verbs.SendWR with this package's AH for UD.
-type SendWR struct {
-	verbs.SendWR
-	RemoteAH *AH
-}
-
 // PostSend puts wrs on the send ring (ibv_post_send) and rings the doorbell
-// only if the daemon sleeps. As in libibverbs, on an error wrs[n] is the bad
+// only if the daemon sleeps. A UD work request's AH is a verbs AH of a device
+// attached through this package. As in libibverbs, on an error wrs[n] is the bad
 // one and nothing after it was posted: ErrQueueFull when the ring is full,
 // ErrInvalid for more SGEs or inline bytes than the QP takes.
-func (q *QP) PostSend(wrs []SendWR) (n int, err error) {
+func (q *QP) PostSend(wrs []verbs.SendWR) (n int, err error) {
 	q.sqMu.Lock()
 	defer q.sqMu.Unlock()
 	for n = range wrs {
@@ -430,7 +425,7 @@ func (q *QP) PostSend(wrs []SendWR) (n int, err error) {
 	return len(wrs), nil
 }
 
-func (q *QP) putSend(e []byte, w *SendWR) error {
+func (q *QP) putSend(e []byte, w *verbs.SendWR) error {
 	h := &q.wqe
 	*h = shm.SendWQE{WRID: w.WRID, Opcode: uint32(w.Opcode), Flags: uint32(w.Flags), RemoteAddr: w.RemoteAddr,
 		RKey: w.RKey, RemoteQPN: w.RemoteQPN, RemoteQKey: w.RemoteQKey, CompareAdd: w.CompareAdd, Swap: w.Swap}
@@ -439,8 +434,12 @@ func (q *QP) putSend(e []byte, w *SendWR) error {
 	} else {
 		binary.BigEndian.PutUint32(h.Imm[:], w.ImmData)
 	}
-	if w.RemoteAH != nil {
-		h.AH = w.RemoteAH.h
+	if w.AH != nil {
+		ah, ok := w.AH.Backend().(*AH)
+		if !ok {
+			return errAH
+		}
+		h.AH = ah.h
 	}
 	if w.InlineData != nil {
 		if len(w.InlineData) > int(q.cap.MaxInlineData) {

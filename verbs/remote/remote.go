@@ -34,6 +34,8 @@ var (
 	errInline  = fmt.Errorf("%w: more inline bytes than the QP takes", verbs.ErrInvalid)
 	errSGEs    = fmt.Errorf("%w: more SGEs than the queue takes", verbs.ErrInvalid)
 	errSRQPost = fmt.Errorf("%w: the QP's receives come from its SRQ", verbs.ErrInvalid)
+	errAH      = fmt.Errorf("%w: an AH of another device", verbs.ErrInvalid)
+	errCQ      = fmt.Errorf("%w: a CQ or SRQ of another device", verbs.ErrInvalid)
 )
 
 // Device is a process's attachment to a daemon's device. Its methods are safe
@@ -347,60 +349,22 @@ func (d *Device) AllocPD() (*PD, error) {
 // children.
 func (p *PD) Dealloc() error { return p.d.destroy(attach.KindPD, p.h) }
 
-// Buffers from MapBuffer: where each lies in which memfd.
-var buffers struct {
-	sync.Mutex
-	m map[uintptr]*shm.Region // by the mapping's first byte
-}
-
-// MapBuffer returns n bytes of memory the daemon can share (a sealed memfd
-// mapped here): the memory RegMR takes.
-func MapBuffer(n int) ([]byte, error) {
-	r, err := shm.Create("xrnic-buffer", n)
-	if err != nil {
-		return nil, err
-	}
-	b := r.Bytes()
-	buffers.Lock()
-	if buffers.m == nil {
-		buffers.m = map[uintptr]*shm.Region{}
-	}
-	buffers.m[uintptr(unsafe.Pointer(&b[0]))] = r
-	buffers.Unlock()
-	return b, nil
-}
+// MapBuffer returns n bytes of memory the daemon can share (shm.Buffer: a
+// sealed memfd mapped here): the memory RegMR takes. verbs.MapBuffer gives
+// the same.
+func MapBuffer(n int) ([]byte, error) { return shm.Buffer(n) }
 
 // UnmapBuffer unmaps a buffer from MapBuffer. A region registered over it
 // stays valid in the daemon (which has its own mapping) until deregistered.
-func UnmapBuffer(b []byte) error {
-	if len(b) == 0 {
-		return ErrNotShared
-	}
-	buffers.Lock()
-	r, ok := buffers.m[uintptr(unsafe.Pointer(&b[0]))]
-	delete(buffers.m, uintptr(unsafe.Pointer(&b[0])))
-	buffers.Unlock()
-	if !ok {
-		return ErrNotShared
-	}
-	return r.Close()
-}
+func UnmapBuffer(b []byte) error { return shm.FreeBuffer(b) }
 
 // bufferOf finds the memfd under b and b's offset in it.
 func bufferOf(b []byte) (*shm.Region, uint64, error) {
-	if len(b) == 0 {
-		return nil, 0, fmt.Errorf("%w: empty buffer", verbs.ErrInvalid)
+	r, off, err := shm.BufferOf(b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrNotShared, err)
 	}
-	p := uintptr(unsafe.Pointer(&b[0]))
-	buffers.Lock()
-	defer buffers.Unlock()
-	for base, r := range buffers.m {
-		mem := r.Bytes()
-		if p >= base && p+uintptr(len(b)) <= base+uintptr(len(mem)) {
-			return r, uint64(p - base), nil
-		}
-	}
-	return nil, 0, ErrNotShared
+	return r, off, nil
 }
 
 // MR is a registered memory region. Its keys are plain values; Dereg is safe
@@ -416,17 +380,23 @@ type MR struct {
 // RegMR registers b, which must lie in a buffer from MapBuffer, with its own
 // address as the IOVA (ibv_reg_mr).
 func (p *PD) RegMR(b []byte, access verbs.Access) (*MR, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty buffer", verbs.ErrInvalid)
+	}
+	return p.regMR(b, uint64(uintptr(unsafe.Pointer(&b[0]))), access)
+}
+
+func (p *PD) regMR(b []byte, iova uint64, access verbs.Access) (*MR, error) {
 	r, off, err := bufferOf(b)
 	if err != nil {
 		return nil, err
 	}
-	addr := uint64(uintptr(unsafe.Pointer(&b[0])))
 	var rep attach.RegMRRep
-	req := attach.RegMRReq{Addr: addr, Length: uint64(len(b)), FileOff: off, PD: p.h, Access: uint32(access)}
+	req := attach.RegMRReq{Addr: iova, Length: uint64(len(b)), FileOff: off, PD: p.h, Access: uint32(access)}
 	if _, err := p.d.call(attach.OpRegMR, &req, &rep, r.FD()); err != nil {
 		return nil, err
 	}
-	return &MR{pd: p, h: rep.Handle, lkey: rep.LKey, rkey: rep.RKey, addr: addr, n: len(b)}, nil
+	return &MR{pd: p, h: rep.Handle, lkey: rep.LKey, rkey: rep.RKey, addr: iova, n: len(b)}, nil
 }
 
 func (m *MR) LKey() uint32 { return m.lkey }

@@ -175,9 +175,10 @@ func newLocalEnd(t testing.TB, d *verbs.Device, typ verbs.QPType) *localEnd {
 	return e
 }
 
-// rcAttrs are the INIT, RTR and RTS steps of an RC QP from GID index sgid
-// towards dgid/dqpn.
-func rcAttrs(sgid uint8, dgid verbs.GID, dqpn uint32) []struct {
+// rcAttrs are the INIT, RTR and RTS steps of RC QP qpn from GID index sgid
+// towards dgid/dqpn. Each QP sends from a PSN of its own (psnOf its QPN), so a
+// side that mixed up its PSNs would not connect.
+func rcAttrs(sgid uint8, dgid verbs.GID, qpn, dqpn uint32) []struct {
 	a    verbs.QPAttr
 	mask verbs.AttrMask
 } {
@@ -185,9 +186,9 @@ func rcAttrs(sgid uint8, dgid verbs.GID, dqpn uint32) []struct {
 	init := verbs.QPAttr{}
 	init.State, init.Port, init.AccessFlags = verbs.QPSInit, 1, acc
 	rtr := verbs.QPAttr{AV: verbs.AV{DGID: dgid, SGIDIndex: sgid}}
-	rtr.State, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN, rtr.MaxDestRdAtomic, rtr.MinRNRTimer = verbs.QPSRTR, 3, dqpn, 0x100, 16, 1
+	rtr.State, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN, rtr.MaxDestRdAtomic, rtr.MinRNRTimer = verbs.QPSRTR, 3, dqpn, psnOf(dqpn), 16, 1
 	rts := verbs.QPAttr{}
-	rts.State, rts.SQPSN, rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = verbs.QPSRTS, 0x100, 14, 7, 7, 16
+	rts.State, rts.SQPSN, rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = verbs.QPSRTS, psnOf(qpn), 14, 7, 7, 16
 	const (
 		state   = 1 << 0
 		access  = 1 << 3
@@ -217,12 +218,12 @@ func rcAttrs(sgid uint8, dgid verbs.GID, dqpn uint32) []struct {
 
 func (rg *rig) connect(t testing.TB, r *remoteEnd, l *localEnd) {
 	t.Helper()
-	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, l.qp.QPN()) {
+	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, r.qp.QPN(), l.qp.QPN()) {
 		if err := r.qp.Modify(&s.a, s.mask); err != nil {
 			t.Fatalf("remote QP to %v: %v", s.a.State, err)
 		}
 	}
-	for _, s := range rcAttrs(gidIndex(t, rg.b, rg.gidB), rg.gidA, r.qp.QPN()) {
+	for _, s := range rcAttrs(gidIndex(t, rg.b, rg.gidB), rg.gidA, l.qp.QPN(), r.qp.QPN()) {
 		a := s.a
 		if err := l.qp.ModifySync(&a, s.mask); err != nil {
 			t.Fatalf("local QP to %v: %v", s.a.State, err)
@@ -233,19 +234,22 @@ func (rg *rig) connect(t testing.TB, r *remoteEnd, l *localEnd) {
 // connectLocal connects two in-process QPs, x on A and y on B.
 func (rg *rig) connectLocal(t testing.TB, x, y *localEnd) {
 	t.Helper()
-	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, y.qp.QPN()) {
+	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, x.qp.QPN(), y.qp.QPN()) {
 		a := s.a
 		if err := x.qp.ModifySync(&a, s.mask); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, s := range rcAttrs(gidIndex(t, rg.b, rg.gidB), rg.gidA, x.qp.QPN()) {
+	for _, s := range rcAttrs(gidIndex(t, rg.b, rg.gidB), rg.gidA, y.qp.QPN(), x.qp.QPN()) {
 		a := s.a
 		if err := y.qp.ModifySync(&a, s.mask); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
+
+// psnOf is the PSN QP qpn sends from in these tests.
+func psnOf(qpn uint32) verbs.PSN { return verbs.PSN((qpn*0x9e3779 + 0x100) & 0xffffff) }
 
 // gidIndex is g's index in d's GID table.
 func gidIndex(t testing.TB, d *verbs.Device, g verbs.GID) uint8 {
@@ -261,30 +265,24 @@ func gidIndex(t testing.TB, d *verbs.Device, g verbs.GID) uint8 {
 
 func pollRemote(t testing.TB, cq *CQ, n int) []verbs.WC {
 	t.Helper()
-	var got []verbs.WC
-	wcs := make([]verbs.WC, 8)
-	for end := time.Now().Add(10 * time.Second); len(got) < n; {
-		k, err := cq.Poll(wcs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, wcs[:k]...)
-		if time.Now().After(end) {
-			t.Fatalf("%d of %d completions", len(got), n)
-		}
-		if k == 0 {
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
-	return got
+	return pollWith(t, n, cq.Poll)
 }
 
 func pollLocal(t testing.TB, cq *verbs.CQ, n int) []verbs.WC {
 	t.Helper()
+	return pollWith(t, n, func(wcs []verbs.WC) (int, error) { return cq.Poll(wcs), nil })
+}
+
+// pollWith polls until n completions came, for at most 10 s.
+func pollWith(t testing.TB, n int, poll func([]verbs.WC) (int, error)) []verbs.WC {
+	t.Helper()
 	var got []verbs.WC
 	wcs := make([]verbs.WC, 8)
 	for end := time.Now().Add(10 * time.Second); len(got) < n; {
-		k := cq.Poll(wcs)
+		k, err := poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
 		got = append(got, wcs[:k]...)
 		if time.Now().After(end) {
 			t.Fatalf("%d of %d completions", len(got), n)
@@ -317,15 +315,15 @@ func testRemoteRC(t *testing.T, r *rig) {
 	}
 	copy(re.buf[8192:], "written")
 	copy(le.buf[16384:], "read me back")
-	wrs := []SendWR{
-		{SendWR: verbs.SendWR{WRID: 10, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{re.mr.SGE(0, 30)}}},
-		{SendWR: verbs.SendWR{WRID: 11, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: 0x01020304,
-			SGL: []verbs.SGE{re.mr.SGE(8192, 7)}, RemoteAddr: le.mr.Addr() + 8192, RKey: le.mr.RKey()}},
-		{SendWR: verbs.SendWR{WRID: 12, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{re.mr.SGE(16384, 12)}, RemoteAddr: le.mr.Addr() + 16384, RKey: le.mr.RKey()}},
-		{SendWR: verbs.SendWR{WRID: 13, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, CompareAdd: 5,
-			SGL: []verbs.SGE{re.mr.SGE(24576, 8)}, RemoteAddr: le.mr.Addr() + 24576, RKey: le.mr.RKey()}},
-		{SendWR: verbs.SendWR{WRID: 14, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, InlineData: []byte("inline!")}},
+	wrs := []verbs.SendWR{
+		{WRID: 10, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{re.mr.SGE(0, 30)}},
+		{WRID: 11, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, ImmData: 0x01020304,
+			SGL: []verbs.SGE{re.mr.SGE(8192, 7)}, RemoteAddr: le.mr.Addr() + 8192, RKey: le.mr.RKey()},
+		{WRID: 12, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{re.mr.SGE(16384, 12)}, RemoteAddr: le.mr.Addr() + 16384, RKey: le.mr.RKey()},
+		{WRID: 13, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, CompareAdd: 5,
+			SGL: []verbs.SGE{re.mr.SGE(24576, 8)}, RemoteAddr: le.mr.Addr() + 24576, RKey: le.mr.RKey()},
+		{WRID: 14, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, InlineData: []byte("inline!")},
 	}
 	// The WRITE with immediate and the inline SEND consume receives too. (The
 	// peer's memory is set before this post: the race detector sees the
@@ -399,8 +397,8 @@ func TestRemoteCleanupOnExit(t *testing.T) {
 	}
 	// Work in flight: receives posted, a SEND the peer has no receive for.
 	re.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{re.mr.SGE(0, 64)}}})
-	re.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{re.mr.SGE(0, 64)}}}})
+	re.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{re.mr.SGE(0, 64)}}})
 	d.Close()
 	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		res, err := r.a.Resources()
@@ -446,8 +444,8 @@ func TestRemoteIsolation(t *testing.T) {
 		t.Fatalf("deregistering another process's MR: %v", err)
 	}
 	copy(e1.buf, "secret")
-	if _, err := e2.qp.PostSend([]SendWR{{SendWR: verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SGL: []verbs.SGE{e1.mr.SGE(0, 6)}}}}); err != nil {
+	if _, err := e2.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{e1.mr.SGE(0, 6)}}}); err != nil {
 		t.Fatal(err)
 	}
 	wc := pollRemote(t, e2.cq, 1)[0]

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
+	_ "github.com/xrnic/xrnic/verbs/remote" // verbs.Open attaches to a daemon
 )
 
 // Dial connects to addr; timeout bounds the connect (0: none but ctx).
@@ -132,9 +133,10 @@ func OpenLoopbackDevices(pairs [][2]string) (srv, cli *Side, err error) {
 // --link asks for, the link's report of its choice on errw (AF_XDP, or why the
 // UDP fallback), and with pcap (--pcap) every frame recorded to that file. The
 // file is closed after the device, when the device's Close is done: callers
-// close the device with closeDev.
-func OpenDevice(iface string, kind link.Kind, pcap string, errw io.Writer) (dev *verbs.Device, closeDev func(), err error) {
-	o := verbs.Options{Interface: iface, LinkKind: kind, Logf: linkLog(errw),
+// close the device with closeDev. With daemon (--daemon), or when a daemon
+// serves iface (verbs.Open finds it), the device is the daemon's, attached.
+func OpenDevice(iface string, kind link.Kind, pcap, daemon string, errw io.Writer) (dev *verbs.Device, closeDev func(), err error) {
+	o := verbs.Options{Interface: iface, LinkKind: kind, Logf: linkLog(errw), Attach: daemon, InProcess: pcap != "",
 		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
 	var f *os.File
 	if pcap != "" {

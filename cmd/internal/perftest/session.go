@@ -289,7 +289,7 @@ func (s *session) createBase() error {
 			return fmt.Errorf("failed to allocate hugepages. Please configure hugepages: %w", err)
 		}
 	default:
-		if s.buf, err = verbs.MapBuffer(int(size)); err != nil {
+		if s.buf, err = s.dev.MapBuffer(int(size)); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,161 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/xrnic/xrnic/nic/engine"
+)
+
+// A device's objects stand on one of two backends: the engine in this
+// process, or a daemon's device this process attached to (Options.Attach).
+// The attached backend is a provider that registers itself, as libibverbs'
+// providers do: import verbs/remote for it (bench does).
+
+// Backend is an attached device: what verbs/remote gives. Its objects'
+// methods do their work before they return (the daemon answers each call).
+type Backend interface {
+	Name() string
+	NodeGUID() uint64
+	Close() error
+	Query() (DeviceAttr, error)
+	QueryPort() (PortAttr, error)
+	QueryGID(index int) (GID, error)
+	AllocPD() (BackendPD, error)
+	CreateCQ(cqe int) (BackendCQ, error)
+	// MapBuffer returns memory the daemon can map (RegMR takes no other).
+	MapBuffer(n int) ([]byte, error)
+}
+
+// BackendPD is an attached device's PD.
+type BackendPD interface {
+	RegMR(buf []byte, iova uint64, access Access) (BackendMR, error)
+	CreateAH(av AV) (BackendAH, error)
+	CreateSRQ(a SRQAttr) (BackendSRQ, error)
+	CreateQP(a BackendQPInit) (BackendQP, error)
+	Dealloc() error
+}
+
+// BackendMR is an attached device's memory region.
+type BackendMR interface {
+	LKey() uint32
+	RKey() uint32
+	Dereg() error
+}
+
+// BackendAH is an attached device's address handle.
+type BackendAH interface{ Destroy() error }
+
+// BackendCQ is an attached device's CQ.
+type BackendCQ interface {
+	Poll(wcs []WC) (int, error)
+	ReqNotify(solicitedOnly bool)
+	Destroy() error
+}
+
+// BackendSRQ is an attached device's SRQ.
+type BackendSRQ interface {
+	PostRecv(wrs []RecvWR) (int, error)
+	Modify(a SRQAttr, mask SRQAttrMask) error
+	Destroy() error
+}
+
+// BackendQPInit is QPInitAttr for a backend.
+type BackendQPInit struct {
+	Type           QPType
+	SendCQ, RecvCQ BackendCQ
+	SRQ            BackendSRQ
+	Cap            QPCap
+	SigAll         bool
+}
+
+// BackendQP is an attached device's QP. PostSend's work requests name AHs by
+// verbs' objects: AH.Backend gives the backend's.
+type BackendQP interface {
+	QPN() uint32
+	Cap() QPCap
+	PostSend(wrs []SendWR) (int, error)
+	PostRecv(wrs []RecvWR) (int, error)
+	Modify(attr *QPAttr, mask AttrMask) error
+	Query() (QPAttr, error)
+	Destroy() error
+}
+
+// ErrNoAttacher is Options.Attach without an attached backend registered.
+var ErrNoAttacher = fmt.Errorf("verbs: no attached backend (import github.com/xrnic/xrnic/verbs/remote): %w", ErrUnsupported)
+
+var attacher struct {
+	sync.Mutex
+	dial   func(path string) (Backend, error)
+	socket func(iface string) string
+}
+
+// RegisterAttacher registers the attached backend: dial attaches to the daemon
+// on a socket, socket names the socket of the daemon on an interface.
+// verbs/remote calls it.
+func RegisterAttacher(dial func(path string) (Backend, error), socket func(iface string) string) {
+	attacher.Lock()
+	defer attacher.Unlock()
+	attacher.dial, attacher.socket = dial, socket
+}
+
+// attachPath is the socket Open attaches through: Options.Attach, or the
+// daemon's on Options.Interface when one is listening there (and no Link is
+// given), or "".
+func attachPath(o *Options) (string, error) {
+	attacher.Lock()
+	dial, socket := attacher.dial, attacher.socket
+	attacher.Unlock()
+	switch {
+	case o.Attach != "":
+		if dial == nil {
+			return "", ErrNoAttacher
+		}
+		return o.Attach, nil
+	case o.InProcess || o.Link != nil || o.Interface == "" || socket == nil:
+		return "", nil
+	}
+	p := socket(o.Interface)
+	if _, err := os.Stat(p); err != nil {
+		return "", nil
+	}
+	return p, nil
+}
+
+// openAttached opens a device on a daemon's.
+func openAttached(o Options, path string) (*Device, error) {
+	attacher.Lock()
+	dial := attacher.dial
+	attacher.Unlock()
+	b, err := dial(path)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{handlers: map[int]func(AsyncEvent){}, logf: o.Logf, b: b}
+	if d.logf == nil {
+		d.logf = func(string, ...any) {}
+	}
+	name := o.Name
+	if name == "" {
+		name = b.Name()
+	}
+	err = registry.addDevice(d, name)
+	if errors.Is(err, ErrExists) && o.Name == "" {
+		err = registry.addDevice(d, "") // the daemon's name is taken here: the next free
+	}
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// attachedOp is the Op of an attached backend's call, done when it returned.
+func attachedOp(err error) *Op { return engine.DoneOp(err) }
+
+// errAttached is what an attached device answers for what it does not do yet.
+func errAttached(what string) error {
+	return fmt.Errorf("verbs: %s on an attached device: %w", what, ErrUnsupported)
+}

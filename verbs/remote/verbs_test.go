@@ -1,0 +1,175 @@
+package remote
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// verbsTraffic runs RC SEND, WRITE, READ and FETCH_ADD from d (a device
+// through verbs' API, whichever its backend) to an in-process peer on r.b, and
+// a SEND back, checking every byte and completion. It is the same code for an
+// in-process and an attached d: the API is one.
+func verbsTraffic(t *testing.T, r *rig, d *verbs.Device, gid verbs.GID) {
+	t.Helper()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Dealloc()
+	buf, err := d.MapBuffer(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer verbs.UnmapBuffer(buf)
+	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	mr, err := pd.RegMR(buf, 0, acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Dereg()
+	cq, err := d.CreateCQ(64, verbs.CQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Destroy()
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	le := newLocalEnd(t, r.b, verbs.RC)
+	// The peer's memory is set before its QP's modifications, which the
+	// engine's goroutine takes in order after it (the race detector's view).
+	copy(mr.Bytes(), "one API")
+	copy(le.buf[300:], "read back")
+	le.buf[600] = 40
+	var sgid uint8
+	for i, g := range d.GIDs() {
+		if g == gid {
+			sgid = uint8(i)
+		}
+	}
+	for _, s := range rcAttrs(sgid, r.gidB, qp.QPN(), le.qp.QPN()) {
+		a := s.a
+		if err := qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatalf("to %v: %v", s.a.State, err)
+		}
+	}
+	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), gid, le.qp.QPN(), qp.QPN()) {
+		a := s.a
+		if err := le.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, _, err := qp.Query(); err != nil || a.State != verbs.QPSRTS || a.DestQPN != le.qp.QPN() {
+		t.Fatalf("Query: %+v %v", a.Attr, err)
+	}
+	if _, err := le.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{le.mr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The SEND goes last: the peer's receive completion then orders the
+	// WRITE's bytes before the test reads them (for the race detector too).
+	wrs := []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(0, 7)},
+			RemoteAddr: le.mr.Addr() + 200, RKey: le.mr.RKey()},
+		{WRID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(400, 9)},
+			RemoteAddr: le.mr.Addr() + 300, RKey: le.mr.RKey()},
+		{WRID: 3, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(600, 8)},
+			RemoteAddr: le.mr.Addr() + 600, RKey: le.mr.RKey(), CompareAdd: 2},
+		{WRID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(0, 7)}},
+	}
+	if n, err := qp.PostSend(wrs); n != len(wrs) || err != nil {
+		t.Fatalf("PostSend: %d %v", n, err)
+	}
+	got := pollLocal(t, cq, len(wrs))
+	for i, wc := range got {
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i+1) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	if wc := pollLocal(t, le.cq, 1)[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != 7 {
+		t.Fatalf("peer's receive: %+v", wc)
+	}
+	b := mr.Bytes()
+	if string(le.buf[:7]) != "one API" || string(le.buf[200:207]) != "one API" || string(b[400:409]) != "read back" ||
+		b[600] != 40 || le.buf[600] != 42 {
+		t.Fatalf("SEND %q WRITE %q READ %q FETCH_ADD %d/%d", le.buf[:7], le.buf[200:207], b[400:409], b[600], le.buf[600])
+	}
+	if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 9, SGL: []verbs.SGE{mr.SGE(1000, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(le.buf[1000:], "and back")
+	if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: 5, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{le.mr.SGE(1000, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollLocal(t, cq, 1)[0]; wc.WRID != 9 || wc.Status != verbs.WCSuccess || !bytes.Equal(b[1000:1008], []byte("and back")) {
+		t.Fatalf("receive %+v %q", wc, b[1000:1008])
+	}
+	pollLocal(t, le.cq, 1)
+}
+
+// An application opens the daemon's device with verbs.Open and uses verbs'
+// API unchanged: the same traffic as through an in-process device.
+func TestVerbsAttached(t *testing.T) {
+	r := newRig(t, server.Config{})
+	t.Run("in-process", func(t *testing.T) { verbsTraffic(t, r, r.a, r.gidA) })
+	t.Run("attached", func(t *testing.T) {
+		d, err := verbs.Open(verbs.Options{Attach: r.sock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if d.NodeGUID() != r.a.NodeGUID() || d.QueryPort().State != verbs.PortActive || d.Engine() != nil {
+			t.Fatalf("attached %s: GUID %x port %+v", d.Name(), d.NodeGUID(), d.QueryPort())
+		}
+		verbsTraffic(t, r, d, r.gidA)
+		if _, err := d.CreateCQ(4, verbs.CQOptions{Handler: func(*verbs.CQ) {}}); !errors.Is(err, verbs.ErrUnsupported) {
+			t.Errorf("a CQ handler on an attached device: %v", err)
+		}
+	})
+}
+
+// verbs.Open with only an interface attaches to the daemon listening on its
+// default socket; InProcess opens an engine here all the same.
+func TestVerbsFindsDaemon(t *testing.T) {
+	testRigOnVeth := newVethRig(t, server.Config{})
+	ifname := testRigOnVeth.a.Link().Info().Name
+	sock := SocketFor(ifname)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- testRigOnVeth.srv.Serve(ln) }()
+	defer func() { ln.Close(); <-done }()
+	d, err := verbs.Open(verbs.Options{Interface: ifname})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Engine() != nil || len(testRigOnVeth.srv.Sessions()) != 1 {
+		t.Fatalf("Open(Interface: %s) did not attach to the daemon there", ifname)
+	}
+	verbsTraffic(t, testRigOnVeth, d, testRigOnVeth.gidA)
+	// InProcess opens the interface itself: here, outside the interface's
+	// namespace, that fails, and no second session appears.
+	if own, err := verbs.Open(verbs.Options{Interface: ifname, InProcess: true}); err == nil {
+		own.Close()
+		t.Fatal("InProcess attached, or opened an interface of another namespace")
+	}
+	if n := len(testRigOnVeth.srv.Sessions()); n != 1 {
+		t.Fatalf("%d sessions after an InProcess Open", n)
+	}
+}
