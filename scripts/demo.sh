@@ -81,7 +81,7 @@ ip -n "$nsA" neigh replace "$ipB" lladdr "$macB" dev "$vethA" nud permanent
 ip -n "$nsB" neigh replace "$ipA" lladdr "$macA" dev "$vethB" nud permanent
 
 say "starting the daemon: xrnic -i $vethA (in $nsA)"
-ip netns exec "$nsA" "$tmp/xrnic" -i "$vethA" --control "$sock" --metrics "$metrics" \
+ip netns exec "$nsA" "$tmp/xrnic" -i "$vethA" --control "$sock" --attach "$tmp/xrnic.attach" --metrics "$metrics" \
 	>"$tmp/xrnic.out" 2>"$tmp/xrnic.log" &
 daemon=$!
 for ((i = 0; ; i++)); do
@@ -112,6 +112,16 @@ timeout 10 "$tmp/xrnic" resource show cq -s "$sock"
 wait "$client" || { cat "$tmp/c2.out" >&2; die "the second bench client failed"; }
 say "its result"
 grep -E '^ +#bytes|^ +4096 ' "$tmp/c2.out" || die "the second bench client printed no result"
+
+say "a process attached to the daemon's device: bench write_bw --daemon (in $nsA) to a bench server on $vethB"
+timeout 60 ip netns exec "$nsB" "$tmp/bench" write_bw -d "$vethB" -s 65536 -n 2000 >"$tmp/s3.out" 2>&1 &
+server=$!
+sleep 0.5
+timeout 60 ip netns exec "$nsA" "$tmp/bench" write_bw -d "$vethA" --daemon "$tmp/xrnic.attach" -s 65536 -n 2000 "$ipB" \
+	>"$tmp/c3.out" 2>&1 || { cat "$tmp/c3.out" >&2; die "bench --daemon failed"; }
+wait "$server" || { cat "$tmp/s3.out" >&2; die "the bench server on $vethB failed"; }
+grep -E '^ +#bytes|^ +65536 ' "$tmp/c3.out" || die "bench --daemon printed no result"
+grep 'attached (uid' "$tmp/xrnic.log" | tail -n 1 | sed 's/^/    /'
 
 say "xrnic statistic -d"
 timeout 10 "$tmp/xrnic" statistic -s "$sock" -d

@@ -511,3 +511,13 @@ func (d *Device) MapBuffer(n int) ([]byte, error) {
 	}
 	return MapBuffer(n)
 }
+
+// WakeFD returns a descriptor whose write wakes the device's engine, when its
+// link has one: the doorbell the attach server hands attached processes. The
+// caller closes it.
+func (d *Device) WakeFD() (int, error) {
+	if d.b != nil {
+		return -1, errAttached("WakeFD")
+	}
+	return d.eng.WakeFD()
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,13 +49,13 @@ type testDaemon struct {
 // startDaemon runs the daemon on p.A as `xrnic -i A` would, with a control
 // socket in a temporary folder and metrics on 127.0.0.1:9479 of A's namespace,
 // and waits until it answers on its control socket.
-func startDaemon(t *testing.T, p *testenv.Pair, args ...string) *testDaemon {
+func startDaemon(t testing.TB, p *testenv.Pair, args ...string) *testDaemon {
 	t.Helper()
 	return startDaemonOn(t, p, &p.A, args...)
 }
 
 // startDaemonOn is startDaemon on either end of p.
-func startDaemonOn(t *testing.T, p *testenv.Pair, end *testenv.Endpoint, args ...string) *testDaemon {
+func startDaemonOn(t testing.TB, p *testenv.Pair, end *testenv.Endpoint, args ...string) *testDaemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &testDaemon{p: p, sock: filepath.Join(dir, "xrnic.sock"), attach: filepath.Join(dir, "xrnic.attach"),
@@ -596,6 +597,7 @@ func TestDemo(t *testing.T) {
 		" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
 		"link xrnic0/1 lqpn ", "link xrnic0/1 sent_pkts ", "xrnic_sent_pkts_total{",
 		"daemon exited 0; no XDP program on ", "demo: OK",
+		"==> a process attached to the daemon's device", "xrnic: attach: pid ",
 	} {
 		if !strings.Contains(o, want) {
 			t.Errorf("demo output lacks %q", want)
@@ -790,4 +792,80 @@ func TestBenchOnDaemon(t *testing.T) {
 			t.Fatalf("after the clients: %q", d.cmd(t, "resource"))
 		}
 	}
+}
+
+// BenchmarkBenchDaemon is bench through the daemon against bench with its
+// engine in-process, on the same veth pair in the same run: a write_bw client
+// on A against the bench servers of a daemon on B, in rounds that alternate an
+// in-process client with an attached one (bench --daemon, A's daemon started
+// for its round). It reports each's bandwidth (64 KiB) and message rate (64 B)
+// and the ratios, the median of the rounds' (the shared-device issue asks for
+// >= 0.9).
+//
+//	go test -run '^$' -bench BenchDaemon -benchtime 1x ./cmd/xrnic/
+func BenchmarkBenchDaemon(b *testing.B) {
+	p := testenv.NewTestPair(b, testenv.PairOptions{})
+	const nBW, nRate = "4000", "100000"
+	startDaemonOn(b, p, &p.B, "--bench-port", "19001", "--bench-opts", "-s 65536 -n "+nBW,
+		"--bench-server", "write_bw:19002:-s 64 -n "+nRate)
+	run := func(attach string, port, size, n string) (bw, rate float64) {
+		args := []string{"-d", p.A.Name, "-p", port, "-s", size, "-n", n}
+		if attach != "" {
+			args = append(args, "--daemon", attach)
+		}
+		pp, err := perftest.Parse("write_bw", append(args, p.B.IPv4.String()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out testutil.SyncBuffer
+		res := make(chan error, 1)
+		if err := p.A.NS.Go(func() { res <- perftest.Run(context.Background(), pp, &out, &out) }); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-res; err != nil {
+			b.Fatalf("%v\n%s", err, out.String())
+		}
+		f := resultRow(out.String())
+		if len(f) < 5 {
+			b.Fatalf("no result row:\n%s", out.String())
+		}
+		bw, _ = strconv.ParseFloat(f[3], 64)
+		rate, _ = strconv.ParseFloat(f[4], 64)
+		return bw, rate
+	}
+	const rounds = 4
+	var bwIn, bwAt, rateIn, rateAt []float64
+	for range rounds {
+		x, _ := run("", "19001", "65536", nBW)
+		_, y := run("", "19002", "64", nRate)
+		bwIn, rateIn = append(bwIn, x), append(rateIn, y)
+		d := startDaemon(b, p, "--bench-port", "0")
+		x, _ = run(d.attach, "19001", "65536", nBW)
+		_, y = run(d.attach, "19002", "64", nRate)
+		bwAt, rateAt = append(bwAt, x), append(rateAt, y)
+		if err := d.stop(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ratio := func(at, in []float64) float64 {
+		r := make([]float64, len(at))
+		for i := range at {
+			r[i] = at[i] / in[i]
+		}
+		slices.Sort(r)
+		return (r[len(r)/2-1] + r[len(r)/2]) / 2
+	}
+	mean := func(x []float64) float64 {
+		s := 0.0
+		for _, v := range x {
+			s += v
+		}
+		return s / float64(len(x))
+	}
+	b.ReportMetric(mean(bwIn), "MB/s_inprocess")
+	b.ReportMetric(mean(bwAt), "MB/s_daemon")
+	b.ReportMetric(ratio(bwAt, bwIn), "x_bw")
+	b.ReportMetric(mean(rateIn), "Mpps_inprocess")
+	b.ReportMetric(mean(rateAt), "Mpps_daemon")
+	b.ReportMetric(ratio(rateAt, rateIn), "x_rate")
 }

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/xrnic/xrnic/nic/link"
+
 // Poller is work the engine goroutine does in its loop besides the
 // transport's: the attach server's rings, whose posts and completions then move
 // without a goroutine of their own (run to completion: the core that runs the
@@ -67,4 +69,15 @@ func (e *engine) pollersIdle(sleeping bool) bool {
 		}
 	}
 	return work
+}
+
+// WakeFD returns a descriptor whose write wakes the engine like Wake, when the
+// link has one (link.Waker): a process attached to the daemon rings it as its
+// doorbell. The caller closes it.
+func (d *Device) WakeFD() (int, error) {
+	w, ok := d.link.(link.Waker)
+	if !ok {
+		return -1, errorf(ErrUnsupported, "the %s link has no wake-up descriptor", d.info.Kind)
+	}
+	return w.WakeFD()
 }

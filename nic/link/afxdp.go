@@ -169,6 +169,15 @@ func (l *AFXDP) Wake() {
 	}
 }
 
+// WakeFD implements Waker.
+func (l *AFXDP) WakeFD() (int, error) {
+	s := l.socket()
+	if s == nil {
+		return -1, ErrClosed
+	}
+	return s.WakeFD()
+}
+
 func (l *AFXDP) socket() *xsk.Socket {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()

@@ -108,3 +108,11 @@ func (c *Capture) Close() error {
 	}
 	return ferr
 }
+
+// WakeFD implements Waker when the wrapped link does.
+func (c *Capture) WakeFD() (int, error) {
+	if w, ok := c.Link.(Waker); ok {
+		return w.WakeFD()
+	}
+	return -1, errNoWakeFD
+}

@@ -88,6 +88,15 @@ type Link interface {
 	Close() error
 }
 
+// Waker is a Link whose Wake writes an eventfd: WakeFD returns a duplicate of
+// it, for another process to wake the link's Wait directly (the attach
+// protocol's doorbell). The caller closes it.
+type Waker interface {
+	WakeFD() (int, error)
+}
+
+var errNoWakeFD = fmt.Errorf("link: no wake-up descriptor: %w", errs.ErrUnsupported)
+
 // Info describes a link to the engine.
 type Info struct {
 	Kind  Kind

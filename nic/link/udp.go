@@ -465,6 +465,16 @@ func (l *UDP) Wake() {
 	}
 }
 
+// WakeFD implements Waker.
+func (l *UDP) WakeFD() (int, error) {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return -1, ErrClosed
+	}
+	return unix.FcntlInt(uintptr(l.wake), unix.F_DUPFD_CLOEXEC, 0)
+}
+
 // Info implements Link.
 func (l *UDP) Info() Info { return l.info }
 

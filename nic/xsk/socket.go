@@ -462,6 +462,22 @@ func (s *Socket) Wake() error {
 	return nil
 }
 
+// WakeFD returns a duplicate of the eventfd Wake writes: another process
+// given it wakes the owner's Poll itself (the attach protocol's doorbell). The
+// caller closes it.
+func (s *Socket) WakeFD() (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return -1, ErrClosed
+	}
+	fd, err := unix.FcntlInt(uintptr(s.efd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, errSys(nil, "dup(eventfd)", err, "")
+	}
+	return fd, nil
+}
+
 // Close unmaps the rings and the UMEM and closes the socket. It is idempotent
 // and safe from any goroutine, provided the owner goroutine has stopped using
 // the Socket: Packets and TxFrames point into memory Close unmaps. To stop an

@@ -32,6 +32,10 @@ type session struct {
 
 	bell   *os.File // the doorbell eventfd: the client writes, readBell wakes the engine
 	bellFD int      // its descriptor, to send (bell.Fd would make it blocking)
+	// engineBell, when the link has one, is the engine's own wake-up eventfd
+	// (a duplicate): the client's doorbell wakes the engine's Wait directly,
+	// with no goroutine in between. -1: bell is the doorbell.
+	engineBell int
 	stop   chan struct{}
 	events chan outMsg // events for the process, written by writeEvents
 	wmu    sync.Mutex  // writes on c
@@ -65,9 +69,13 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 		return nil, fmt.Errorf("doorbell: %w", err)
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid))
+	engineBell, err := s.dev.WakeFD()
+	if err != nil {
+		engineBell = -1
+	}
 	return &session{srv: s, c: c, cred: cred, comm: strings.TrimSpace(string(comm)), bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
 		stop: make(chan struct{}), events: make(chan outMsg, eventQueue),
-		objs: map[uint32]obj{}, cmID: map[*rdmacm.ID]*cmObj{}}, nil
+		objs: map[uint32]obj{}, cmID: map[*rdmacm.ID]*cmObj{}, engineBell: engineBell}, nil
 }
 
 func (ss *session) logf(format string, a ...any) {
@@ -91,6 +99,9 @@ func (ss *session) run() {
 	}
 	close(ss.stop)
 	ss.bell.Close() // ends readBell
+	if ss.engineBell >= 0 {
+		unix.Close(ss.engineBell)
+	}
 	wg.Wait()
 	n := ss.teardown()
 	if ss.cm != nil { // the IDs are gone: no more events
@@ -223,6 +234,9 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		}
 		r := &attach.HelloRep{Version: attach.Version, NodeGUID: d.NodeGUID()}
 		copy(r.Name[:], d.Name())
+		if ss.engineBell >= 0 {
+			return r, ss.engineBell, nil
+		}
 		return r, ss.bellFD, nil
 	case attach.OpQueryDevice:
 		return deviceRep(d), -1, checkEmpty(p)
