@@ -36,9 +36,9 @@ type session struct {
 	// (a duplicate): the client's doorbell wakes the engine's Wait directly,
 	// with no goroutine in between. -1: bell is the doorbell.
 	engineBell int
-	stop   chan struct{}
-	events chan outMsg // events for the process, written by writeEvents
-	wmu    sync.Mutex  // writes on c
+	stop       chan struct{}
+	events     chan outMsg // events for the process, written by writeEvents
+	wmu        sync.Mutex  // writes on c
 
 	// The connection manager's channel, made by the first CM request.
 	cmOnce sync.Once
