@@ -24,7 +24,9 @@ type Backend interface {
 	QueryPort() (PortAttr, error)
 	QueryGID(index int) (GID, error)
 	AllocPD() (BackendPD, error)
-	CreateCQ(cqe int) (BackendCQ, error)
+	// CreateCQ creates a CQ; with notify, the CQ has a completion channel
+	// of the daemon's, and notify runs for each of its events.
+	CreateCQ(cqe int, notify func()) (BackendCQ, error)
 	// MapBuffer returns memory the daemon can map (RegMR takes no other).
 	MapBuffer(n int) ([]byte, error)
 }

@@ -374,15 +374,27 @@ func (d *Device) AllocPD() (*PD, error) {
 func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) {
 	c := &CQ{ctx: o.Context}
 	if d.b != nil {
-		if o.Channel != nil || o.Handler != nil || o.OnError != nil {
-			return nil, errAttached("a CQ with a channel or handlers")
+		if o.Handler != nil || o.OnError != nil {
+			return nil, errAttached("a CQ with handlers")
 		}
-		r, err := d.b.CreateCQ(cqe)
+		var notify func()
+		if ch := o.Channel; ch != nil {
+			if err := ch.bind(true); err != nil {
+				return nil, err
+			}
+			notify = func() { ch.post(c) }
+		}
+		r, err := d.b.CreateCQ(cqe, notify)
 		if err != nil {
 			return nil, err
 		}
 		c.r = r
 		return c, nil
+	}
+	if o.Channel != nil {
+		if err := o.Channel.bind(false); err != nil {
+			return nil, err
+		}
 	}
 	eo := engine.CQOptions{Context: c, Logf: o.Logf}
 	if o.Channel != nil {

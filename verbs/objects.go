@@ -573,24 +573,92 @@ func cqOf(e *engine.CQ) *CQ {
 }
 
 // CompChannel is a completion channel (struct ibv_comp_channel). Safe for
-// concurrent use.
-type CompChannel struct{ e *engine.CompChannel }
+// concurrent use. It serves in-process CQs or attached ones, whichever it
+// was first given (an attached CQ's events come from its daemon).
+type CompChannel struct {
+	e *engine.CompChannel
+
+	mu       sync.Mutex
+	attached bool  // its CQs are an attached device's
+	inproc   bool  // its CQs are in-process
+	ext      []*CQ // their events, oldest first
+	closed   bool
+	wake     chan struct{} // an event was queued, or Close (capacity 1)
+}
 
 // NewCompChannel returns a completion channel (ibv_create_comp_channel).
-func NewCompChannel() *CompChannel { return &CompChannel{e: engine.NewCompChannel()} }
+func NewCompChannel() *CompChannel {
+	return &CompChannel{e: engine.NewCompChannel(), wake: make(chan struct{}, 1)}
+}
+
+// bind records the kind of CQ the channel serves; mixing fails.
+func (ch *CompChannel) bind(attached bool) error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if attached && ch.inproc || !attached && ch.attached {
+		return fmt.Errorf("%w: a completion channel serves in-process or attached CQs, not both", ErrInvalid)
+	}
+	ch.attached = ch.attached || attached
+	ch.inproc = ch.inproc || !attached
+	return nil
+}
+
+// post queues an attached CQ's event.
+func (ch *CompChannel) post(c *CQ) {
+	ch.mu.Lock()
+	ch.ext = append(ch.ext, c)
+	ch.mu.Unlock()
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}
 
 // GetEvent waits for the next completion event and returns its CQ
 // (ibv_get_cq_event).
 func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
-	c, err := ch.e.GetEvent(ctx)
-	if err != nil {
-		return nil, err
+	ch.mu.Lock()
+	attached := ch.attached
+	ch.mu.Unlock()
+	if !attached {
+		c, err := ch.e.GetEvent(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return cqOf(c), nil
 	}
-	return cqOf(c), nil
+	for {
+		ch.mu.Lock()
+		if len(ch.ext) > 0 {
+			c := ch.ext[0]
+			ch.ext = ch.ext[1:]
+			ch.mu.Unlock()
+			return c, nil
+		}
+		closed := ch.closed
+		ch.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("verbs: completion channel closed: %w", ErrClosed)
+		}
+		select {
+		case <-ch.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // Close closes the channel (ibv_destroy_comp_channel).
-func (ch *CompChannel) Close() error { return ch.e.Close() }
+func (ch *CompChannel) Close() error {
+	ch.mu.Lock()
+	ch.closed = true
+	ch.mu.Unlock()
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+	return ch.e.Close()
+}
 
 // BindInfo is what a bind gives a memory window (struct ibv_mw_bind_info).
 type BindInfo struct {

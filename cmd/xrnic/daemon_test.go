@@ -747,7 +747,7 @@ func TestDaemonPcap(t *testing.T) {
 }
 
 // Two bench processes at once, each attached to the daemon's device on A
-// with --daemon (a write_bw and a send_lat, as two perftest processes would
+// with --daemon (a write_bw and a send_lat -e, as two perftest processes would
 // be), each against a peer of its own: the bench servers of a daemon on B.
 // Both finish with their result rows, and the daemon on A frees both
 // sessions.
@@ -755,7 +755,7 @@ func TestBenchOnDaemon(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{})
 	d := startDaemon(t, p, "--bench-port", "0")
 	startDaemonOn(t, p, &p.B, "--bench-port", "19001", "--bench-opts", "-s 65536 -n 2000",
-		"--bench-server", "send_lat:19002:-s 2 -n 2000")
+		"--bench-server", "send_lat:19002:-s 2 -n 1000")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	runs := []struct {
@@ -764,7 +764,7 @@ func TestBenchOnDaemon(t *testing.T) {
 		row  string
 	}{
 		{"write_bw", []string{"-p", "19001", "-s", "65536", "-n", "2000"}, " 65536      2000 "},
-		{"send_lat", []string{"-p", "19002", "-s", "2", "-n", "2000"}, " 2       2000 "},
+		{"send_lat", []string{"-p", "19002", "-s", "2", "-n", "1000", "-e"}, " 2       1000 "},
 	}
 	var outs [2]testutil.SyncBuffer
 	var errs [2]chan error

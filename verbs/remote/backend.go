@@ -46,12 +46,47 @@ func (b backend) AllocPD() (verbs.BackendPD, error) {
 	return backendPD{pd}, nil
 }
 
-func (b backend) CreateCQ(cqe int) (verbs.BackendCQ, error) {
-	c, err := b.Device.CreateCQ(cqe, nil)
+func (b backend) CreateCQ(cqe int, notify func()) (verbs.BackendCQ, error) {
+	if notify == nil {
+		c, err := b.Device.CreateCQ(cqe, nil)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	// A channel of the CQ's own, whose events a goroutine hands to notify
+	// until the channel closes (the CQ's Destroy, or the device's Close).
+	ch, err := b.NewCompChannel()
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	c, err := b.Device.CreateCQ(cqe, ch)
+	if err != nil {
+		ch.Destroy()
+		return nil, err
+	}
+	go func() {
+		for {
+			if _, err := ch.GetEvent(); err != nil {
+				return
+			}
+			notify()
+		}
+	}()
+	return channelCQ{c, ch}, nil
+}
+
+// channelCQ is a CQ with its own completion channel.
+type channelCQ struct {
+	*CQ
+	ch *CompChannel
+}
+
+func (c channelCQ) Destroy() error {
+	if err := c.CQ.Destroy(); err != nil {
+		return err
+	}
+	return c.ch.Destroy()
 }
 
 func (b backend) MapBuffer(n int) ([]byte, error) { return shm.Buffer(n) }
@@ -84,8 +119,8 @@ func (p backendPD) CreateSRQ(a verbs.SRQAttr) (verbs.BackendSRQ, error) {
 }
 
 func (p backendPD) CreateQP(a verbs.BackendQPInit) (verbs.BackendQP, error) {
-	scq, ok1 := a.SendCQ.(*CQ)
-	rcq, ok2 := a.RecvCQ.(*CQ)
+	scq, ok1 := cqOf(a.SendCQ)
+	rcq, ok2 := cqOf(a.RecvCQ)
 	if !ok1 || !ok2 {
 		return nil, errCQ
 	}
@@ -100,4 +135,15 @@ func (p backendPD) CreateQP(a verbs.BackendQPInit) (verbs.BackendQP, error) {
 		return nil, err
 	}
 	return qp, nil
+}
+
+// cqOf is the CQ behind a backend CQ.
+func cqOf(b verbs.BackendCQ) (*CQ, bool) {
+	switch c := b.(type) {
+	case *CQ:
+		return c, true
+	case channelCQ:
+		return c.CQ, true
+	}
+	return nil, false
 }

@@ -2,11 +2,13 @@ package remote
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/verbs"
@@ -135,6 +137,7 @@ func TestVerbsAttached(t *testing.T) {
 		if _, err := d.CreateCQ(4, verbs.CQOptions{Handler: func(*verbs.CQ) {}}); !errors.Is(err, verbs.ErrUnsupported) {
 			t.Errorf("a CQ handler on an attached device: %v", err)
 		}
+		verbsChannel(t, r, d)
 	})
 }
 
@@ -172,4 +175,65 @@ func TestVerbsFindsDaemon(t *testing.T) {
 	if n := len(testRigOnVeth.srv.Sessions()); n != 1 {
 		t.Fatalf("%d sessions after an InProcess Open", n)
 	}
+}
+
+// verbsChannel: an attached CQ's completion channel through verbs' API (as
+// perftest -e uses it): an armed CQ's completion is the channel's event; a
+// channel serves attached or in-process CQs, not both.
+func verbsChannel(t *testing.T, r *rig, d *verbs.Device) {
+	t.Helper()
+	ch := verbs.NewCompChannel()
+	defer ch.Close()
+	cq, err := d.CreateCQ(16, verbs.CQOptions{Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Destroy()
+	if _, err := r.b.CreateCQ(4, verbs.CQOptions{Channel: ch}); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("an in-process CQ on an attached CQ's channel: %v", err)
+	}
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Dealloc()
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	le := newLocalEnd(t, r.b, verbs.RC)
+	for _, s := range rcAttrs(gidIndex(t, d, r.gidA), r.gidB, qp.QPN(), le.qp.QPN()) {
+		a := s.a
+		if err := qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, le.qp.QPN(), qp.QPN()) {
+		a := s.a
+		if err := le.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := ch.GetEvent(ctx)
+	if err != nil || got != cq {
+		t.Fatalf("GetEvent: %v %v", got, err)
+	}
+	got.AckEvents(1)
+	if wc := pollLocal(t, cq, 1)[0]; wc.WRID != 7 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("%+v", wc)
+	}
+	pollLocal(t, le.cq, 1)
 }
