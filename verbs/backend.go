@@ -29,6 +29,58 @@ type Backend interface {
 	CreateCQ(cqe int, notify func()) (BackendCQ, error)
 	// MapBuffer returns memory the daemon can map (RegMR takes no other).
 	MapBuffer(n int) ([]byte, error)
+	// SetEventHandler has h called, one event at a time on a goroutine of
+	// the backend's, with the device's asynchronous events: their type and the
+	// object they concern (kind 0 for the device's and the port's).
+	SetEventHandler(h func(t EventType, kind EventObject, handle uint32))
+}
+
+// EventObject is the kind of object an attached device's event concerns.
+type EventObject uint8
+
+const (
+	EventOnDevice EventObject = iota
+	EventOnQP
+	EventOnCQ
+	EventOnSRQ
+)
+
+// attachedKey names an attached device's QP, CQ or SRQ for its events.
+type attachedKey struct {
+	kind   EventObject
+	handle uint32
+}
+
+// eventAttached is an attached device's event, with verbs' objects.
+func (d *Device) eventAttached(t EventType, kind EventObject, handle uint32) {
+	ev := AsyncEvent{Type: t, Port: 1}
+	if kind != EventOnDevice {
+		o, ok := d.objs.Load(attachedKey{kind, handle})
+		if !ok {
+			return // destroyed meanwhile: no event names it
+		}
+		switch x := o.(type) {
+		case *QP:
+			ev.QP = x
+		case *CQ:
+			ev.CQ = x
+		case *SRQ:
+			ev.SRQ = x
+		}
+	}
+	d.dispatch(ev)
+}
+
+// track keeps an attached object for its events until op destroyed it.
+func (d *Device) track(kind EventObject, handle uint32, o any) {
+	d.objs.Store(attachedKey{kind, handle}, o)
+}
+
+func (d *Device) untrack(kind EventObject, handle uint32, op *Op) *Op {
+	if op.Err() == nil {
+		d.objs.Delete(attachedKey{kind, handle})
+	}
+	return op
 }
 
 // BackendPD is an attached device's PD.
@@ -52,6 +104,7 @@ type BackendAH interface{ Destroy() error }
 
 // BackendCQ is an attached device's CQ.
 type BackendCQ interface {
+	Handle() uint32
 	Poll(wcs []WC) (int, error)
 	ReqNotify(solicitedOnly bool)
 	Destroy() error
@@ -59,6 +112,7 @@ type BackendCQ interface {
 
 // BackendSRQ is an attached device's SRQ.
 type BackendSRQ interface {
+	Handle() uint32
 	PostRecv(wrs []RecvWR) (int, error)
 	Modify(a SRQAttr, mask SRQAttrMask) error
 	Destroy() error
@@ -76,6 +130,7 @@ type BackendQPInit struct {
 // BackendQP is an attached device's QP. PostSend's work requests name AHs by
 // verbs' objects: AH.Backend gives the backend's.
 type BackendQP interface {
+	Handle() uint32
 	QPN() uint32
 	Cap() QPCap
 	PostSend(wrs []SendWR) (int, error)
@@ -139,6 +194,7 @@ func openAttached(o Options, path string) (*Device, error) {
 	if d.logf == nil {
 		d.logf = func(string, ...any) {}
 	}
+	b.SetEventHandler(d.eventAttached)
 	name := o.Name
 	if name == "" {
 		name = b.Name()

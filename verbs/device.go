@@ -86,6 +86,7 @@ type Device struct {
 	guid     uint64
 
 	srqs sync.Map // *engine.SRQ to *SRQ, for events (an SRQ has no Context)
+	objs sync.Map // attached: attachedKey to *QP, *CQ or *SRQ, for events
 
 	closeOnce sync.Once
 	closeErr  error
@@ -388,7 +389,8 @@ func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.r = r
+		c.r, c.d = r, d
+		d.track(EventOnCQ, r.Handle(), c)
 		return c, nil
 	}
 	if o.Channel != nil {

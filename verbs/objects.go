@@ -118,7 +118,9 @@ func (pd *PD) CreateSRQ(a SRQAttr) (*SRQ, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &SRQ{r: r, pd: pd, attr: a}, nil
+		w := &SRQ{r: r, pd: pd, attr: a}
+		pd.d.track(EventOnSRQ, r.Handle(), w)
+		return w, nil
 	}
 	s, err := pd.e.CreateSRQ(a)
 	if err != nil {
@@ -164,6 +166,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 			return nil, err
 		}
 		qp.r = r
+		pd.d.track(EventOnQP, r.Handle(), qp)
 		return qp, nil
 	}
 	ea := engine.QPInitAttr{Type: a.Type, Cap: a.Cap, SigAll: a.SigAll, Context: qp}
@@ -388,7 +391,7 @@ func (s *SRQ) Len() int {
 
 func (s *SRQ) Destroy() *Op {
 	if s.r != nil {
-		return attachedOp(s.r.Destroy())
+		return s.pd.d.untrack(EventOnSRQ, s.r.Handle(), attachedOp(s.r.Destroy()))
 	}
 	return s.forget(s.e.Destroy())
 }
@@ -430,6 +433,7 @@ type CQOptions struct {
 type CQ struct {
 	e   *engine.CQ
 	r   BackendCQ // attached
+	d   *Device   // attached: its device
 	ctx any
 }
 
@@ -540,7 +544,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 func (c *CQ) Destroy() *Op {
 	if c.r != nil {
-		return attachedOp(c.r.Destroy())
+		return c.d.untrack(EventOnCQ, c.r.Handle(), attachedOp(c.r.Destroy()))
 	}
 	return c.e.Destroy()
 }
@@ -775,7 +779,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 
 func (qp *QP) Destroy() *Op {
 	if qp.r != nil {
-		return attachedOp(qp.r.Destroy())
+		return qp.pd.d.untrack(EventOnQP, qp.r.Handle(), attachedOp(qp.r.Destroy()))
 	}
 	return qp.e.Destroy()
 }

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -90,6 +91,21 @@ func (c channelCQ) Destroy() error {
 }
 
 func (b backend) MapBuffer(n int) ([]byte, error) { return shm.Buffer(n) }
+
+func (b backend) SetEventHandler(h func(t verbs.EventType, kind verbs.EventObject, handle uint32)) {
+	b.Device.SetEventHandler(func(ev attach.EventMsg) {
+		k := verbs.EventOnDevice
+		switch ev.Kind {
+		case attach.KindQP:
+			k = verbs.EventOnQP
+		case attach.KindCQ:
+			k = verbs.EventOnCQ
+		case attach.KindSRQ:
+			k = verbs.EventOnSRQ
+		}
+		h(verbs.EventType(ev.Type), k, ev.Handle)
+	})
+}
 
 // backendPD is a PD as verbs.BackendPD.
 type backendPD struct{ *PD }

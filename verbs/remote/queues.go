@@ -481,3 +481,9 @@ func (q *QP) Destroy() error {
 	}
 	return q.pd.d.disown(q.mem)
 }
+
+// Handle is the object's number in the process's session (what its events
+// name).
+func (q *CQ) Handle() uint32  { return q.h }
+func (q *QP) Handle() uint32  { return q.h }
+func (s *SRQ) Handle() uint32 { return s.h }

@@ -54,12 +54,14 @@ type Device struct {
 	done    chan struct{} // closed when the reader stops
 	closing sync.Once
 
+	evWG  sync.WaitGroup // SetEventHandler's goroutine
 	evMu  sync.Mutex
 	err   error // why the reader stopped (the socket broke, a protocol error, Close)
 	evs   []attach.EventMsg
 	cmEvs []*attach.CMEventMsg
-	cmIDs map[uint32]*CMID // by handle
-	cmNew chan struct{}    // a CM event was queued (capacity 1)
+	cmIDs map[uint32]*CMID     // by handle
+	cmNew chan struct{}        // a CM event was queued (capacity 1)
+	evq   chan attach.EventMsg // to SetEventHandler's goroutine; nil: to Events
 
 	// What the process's objects hold here (ring mappings, channel
 	// eventfds): Close releases what their Destroy did not.
@@ -187,6 +189,7 @@ func (d *Device) Close() error {
 		d.evMu.Unlock()
 		err = d.c.Close()
 		<-d.done
+		d.evWG.Wait()
 		d.mu.Lock() // no call is between its request and its reply
 		if d.bell >= 0 {
 			unix.Close(d.bell)
@@ -263,7 +266,14 @@ func (d *Device) event(h attach.Header, p []byte) error {
 			return err
 		}
 		d.evMu.Lock()
-		d.evs = append(d.evs, ev)
+		if d.evq != nil {
+			select {
+			case d.evq <- ev:
+			default: // the handler is that far behind: as the daemon, drop
+			}
+		} else {
+			d.evs = append(d.evs, ev)
+		}
 		d.evMu.Unlock()
 	case attach.OpCMEvent:
 		ev := new(attach.CMEventMsg)
@@ -286,6 +296,35 @@ func (d *Device) event(h attach.Header, p []byte) error {
 // errnoErr wraps a reply's errno in the verbs sentinel for it.
 func errnoErr(op attach.Op, e syscall.Errno) error {
 	return fmt.Errorf("remote: %v: %w (%w)", op, attach.Sentinel(e), e)
+}
+
+// SetEventHandler hands the asynchronous events to h, one at a time on a
+// goroutine of the Device's (until Close), instead of keeping them for Events.
+// Set it once.
+func (d *Device) SetEventHandler(h func(attach.EventMsg)) {
+	q := make(chan attach.EventMsg, 256)
+	d.evMu.Lock()
+	d.evq = q
+	for _, ev := range d.evs {
+		select {
+		case q <- ev:
+		default:
+		}
+	}
+	d.evs = nil
+	d.evMu.Unlock()
+	d.evWG.Add(1)
+	go func() {
+		defer d.evWG.Done()
+		for {
+			select {
+			case ev := <-q:
+				h(ev)
+			case <-d.done:
+				return
+			}
+		}
+	}()
 }
 
 // Events returns and forgets the asynchronous events received so far.

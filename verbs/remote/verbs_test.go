@@ -237,3 +237,75 @@ func verbsChannel(t *testing.T, r *rig, d *verbs.Device) {
 	}
 	pollLocal(t, le.cq, 1)
 }
+
+// An attached device's asynchronous events reach verbs' handlers naming
+// verbs' objects: a CQ nobody polls overflows, and its CQ_ERR names that CQ
+// (its QP's QP_FATAL, for the completions lost, names the QP).
+func TestVerbsAttachedEvents(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d, err := verbs.Open(verbs.Options{Attach: r.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	got := make(chan verbs.AsyncEvent, 16)
+	unreg := d.RegisterEventHandler(func(ev verbs.AsyncEvent) {
+		select {
+		case got <- ev:
+		default:
+		}
+	})
+	defer unreg()
+	pd, _ := d.AllocPD()
+	defer pd.Dealloc()
+	buf, _ := d.MapBuffer(4096)
+	defer verbs.UnmapBuffer(buf)
+	mr, err := pd.RegMR(buf, 0, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Dereg()
+	cq, err := d.CreateCQ(8, verbs.CQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Destroy()
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	le := newLocalEnd(t, r.b, verbs.RC)
+	for _, s := range rcAttrs(gidIndex(t, d, r.gidA), r.gidB, qp.QPN(), le.qp.QPN()) {
+		a := s.a
+		if err := qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, le.qp.QPN(), qp.QPN()) {
+		a := s.a
+		if err := le.qp.ModifySync(&a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(10 * time.Second)
+	for i := 0; ; i++ {
+		select {
+		case ev := <-got:
+			switch {
+			case ev.Type == verbs.EventCQErr && ev.CQ == cq:
+				return
+			case ev.Type == verbs.EventQPFatal && ev.QP == qp: // its completions were lost
+			default:
+				t.Fatalf("event %v on CQ %p QP %p, want CQ_ERR on %p (or QP_FATAL on %p)", ev.Type, ev.CQ, ev.QP, cq, qp)
+			}
+		case <-deadline:
+			t.Fatalf("no CQ_ERR after %d WRITEs into a CQ nobody polls", i)
+		default:
+		}
+		qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{mr.SGE(0, 8)}, RemoteAddr: le.mr.Addr(), RKey: le.mr.RKey()}})
+		time.Sleep(100 * time.Microsecond)
+	}
+}
