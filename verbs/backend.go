@@ -186,6 +186,9 @@ func openAttached(o Options, path string) (*Device, error) {
 	attacher.Lock()
 	dial := attacher.dial
 	attacher.Unlock()
+	if o.Pcap != nil || o.Link != nil {
+		return nil, fmt.Errorf("%w: Pcap and Link are an in-process device's (the daemon's --pcap records its own)", ErrInvalid)
+	}
 	b, err := dial(path)
 	if err != nil {
 		return nil, err
