@@ -106,6 +106,8 @@ type BackendAH interface{ Destroy() error }
 type BackendCQ interface {
 	Handle() uint32
 	Poll(wcs []WC) (int, error)
+	// Len is how many completions wait to be polled.
+	Len() int
 	ReqNotify(solicitedOnly bool)
 	Destroy() error
 }

@@ -479,9 +479,11 @@ func (c *CQ) Cqe() int {
 	return c.e.Cqe()
 }
 
+// Len is how many completions wait to be polled: a consumer that armed the
+// CQ looks here before it sleeps (perftest's -e).
 func (c *CQ) Len() int {
-	if c.e == nil {
-		return 0
+	if c.r != nil {
+		return c.r.Len()
 	}
 	return c.e.Len()
 }

@@ -155,6 +155,12 @@ func (q *CQ) Poll(wcs []verbs.WC) (int, error) {
 	return n, nil
 }
 
+// Len is how many completions wait on the ring (0 for a corrupted one).
+func (q *CQ) Len() int {
+	n, _ := q.ring.Available()
+	return n
+}
+
 // ReqNotify arms the CQ (ibv_req_notify_cq): the next completion signals its
 // channel. A completion already on the ring when it arms may or may not
 // signal: poll after arming, as libibverbs' consumers do.

@@ -232,8 +232,18 @@ func verbsChannel(t *testing.T, r *rig, d *verbs.Device) {
 		t.Fatalf("GetEvent: %v %v", got, err)
 	}
 	got.AckEvents(1)
+	// Len counts what waits on the ring: a consumer that armed looks there
+	// before it sleeps, or sleeps through a completion published before the arm.
+	for end := time.Now().Add(5 * time.Second); cq.Len() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("Len %d with one completion on the ring", cq.Len())
+		}
+	}
 	if wc := pollLocal(t, cq, 1)[0]; wc.WRID != 7 || wc.Status != verbs.WCSuccess {
 		t.Fatalf("%+v", wc)
+	}
+	if n := cq.Len(); n != 0 {
+		t.Fatalf("Len %d after the poll", n)
 	}
 	pollLocal(t, le.cq, 1)
 }
