@@ -20,7 +20,8 @@ import (
 )
 
 // A session is one attached process: its objects, by handle, and the
-// goroutines that serve it (control here, the rings in pump.go). Its objects
+// goroutines that serve it (control here; its rings move on the engine
+// goroutine, pump.go). Its objects
 // are reachable only through its own handle table, so a process names only
 // what it made; the engine's PD checks keep its work requests to its own
 // memory.
