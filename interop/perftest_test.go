@@ -184,7 +184,10 @@ func fieldAfter(args, flag string) string {
 var shapes = map[string]string{}
 
 var (
-	numberRE = regexp.MustCompile(`0x[0-9a-fA-F]+|[0-9]+(\.[0-9]+)?`)
+	// A value is a number, or the -nan and inf C's printf gives a float that
+	// is not one (perftest's t_stdev of a few equal-ish samples: the sqrt of
+	// a variance rounded below zero).
+	numberRE = regexp.MustCompile(`0x[0-9a-fA-F]+|-(nan|inf)\b|\b(nan|inf)\b|[0-9]+(\.[0-9]+)?`)
 	spaceRE  = regexp.MustCompile(`[ \t]+`)
 )
 
