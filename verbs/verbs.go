@@ -66,6 +66,7 @@ type (
 	WCOpcode    = cq.Opcode
 	WCFlags     = cq.Flags
 	QPState     = qpattr.State
+	MigState    = qpattr.MigState
 	QPType      = qpattr.Type
 	AttrMask    = qpattr.AttrMask
 	MTU         = qpattr.MTU

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -24,19 +25,12 @@ type backend struct{ *Device }
 
 func (b backend) Query() (verbs.DeviceAttr, error) {
 	r, err := b.Device.Query()
-	return verbs.DeviceAttr{MaxMRSize: r.MaxMRSize, PageSizeCap: r.PageSizeCap, MaxQP: int(r.MaxQP),
-		MaxQPWR: int(r.MaxQPWR), MaxSGE: int(r.MaxSGE), MaxSGERd: int(r.MaxSGE), MaxCQ: int(r.MaxCQ),
-		MaxCQE: int(r.MaxCQE), MaxMR: int(r.MaxMR), MaxPD: int(r.MaxPD), MaxQPRdAtom: int(r.MaxQPRdAtom),
-		MaxQPInitRdAtom: int(r.MaxQPInitRdAtm), MaxSRQ: int(r.MaxSRQ), MaxSRQWR: int(r.MaxSRQWR),
-		MaxSRQSGE: int(r.MaxSRQSGE), MaxAH: int(r.MaxAH), MaxInlineData: int(r.MaxInline), PhysPortCnt: 1,
-		AtomicCap: verbs.AtomicCap(r.AtomicCap)}, err
+	return conv.VerbsDevice(r), err
 }
 
 func (b backend) QueryPort() (verbs.PortAttr, error) {
 	r, err := b.Device.QueryPort()
-	return verbs.PortAttr{State: verbs.PortState(r.State), MaxMTU: verbs.MTU(r.MaxMTU), ActiveMTU: verbs.MTU(r.ActiveMTU),
-		GIDTblLen: int(r.GIDTblLen), PKeyTblLen: 1, MaxMsgSize: r.MaxMsgSize, LinkLayer: "Ethernet",
-		PortCapRoCE: true}, err
+	return conv.VerbsPort(r), err
 }
 
 func (b backend) AllocPD() (verbs.BackendPD, error) {

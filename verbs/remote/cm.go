@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
@@ -104,22 +105,15 @@ func (id *CMID) Destroy() error {
 }
 
 func (id *CMID) conn(op attach.Op, qp *QP, p rdmacm.ConnParam) error {
-	req := attach.CMConnReq{ID: id.h, Param: attach.CMParam{ResponderResources: p.ResponderResources,
-		InitiatorDepth: p.InitiatorDepth, RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount}}
-	if p.FlowControl {
-		req.Param.FlowControl = 1
+	param, err := conv.WireConnParam(p)
+	if err != nil {
+		return err
 	}
-	if p.SRQ {
-		req.Param.SRQ = 1
-	}
+	req := attach.CMConnReq{ID: id.h, Param: param}
 	if qp != nil {
 		req.QP = qp.h
 	}
-	if len(p.PrivateData) > len(req.Param.Private) {
-		return rdmacm.ErrPrivate
-	}
-	req.Param.PrivLen = uint32(copy(req.Param.Private[:], p.PrivateData))
-	_, err := id.d.call(op, &req, nil)
+	_, err = id.d.call(op, &req, nil)
 	return err
 }
 
@@ -141,7 +135,7 @@ func (id *CMID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, e
 	if _, err := id.d.call(attach.OpCMInitQPAttr, &attach.CMIDReq{ID: id.h, Arg: uint32(state)}, &rep); err != nil {
 		return verbs.QPAttr{}, 0, err
 	}
-	return qpAttrFrom(&rep.Attr), verbs.AttrMask(rep.Mask), nil
+	return conv.VerbsQPAttr(&rep.Attr), verbs.AttrMask(rep.Mask), nil
 }
 
 // GetCMEvent waits for the next CM event of the process's IDs
@@ -172,16 +166,7 @@ func (d *Device) cmEvent(m *attach.CMEventMsg) *CMEvent {
 	ev := &CMEvent{Type: rdmacm.EventType(m.Type), ID: d.cmID(m.ID), Listen: d.cmID(m.Listen), Status: int(m.Status)}
 	ev.Src, _ = m.Src.AddrPort()
 	ev.Dst, _ = m.Dst.AddrPort()
-	p := &m.Param
-	priv := append([]byte(nil), p.Private[:min(p.PrivLen, uint32(len(p.Private)))]...)
-	ev.Param = rdmacm.ConnParam{PrivateData: priv, ResponderResources: p.ResponderResources,
-		InitiatorDepth: p.InitiatorDepth, FlowControl: p.FlowControl != 0, RetryCount: p.RetryCount,
-		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != 0, QPN: p.QPN}
-	ev.UD = rdmacm.UDParam{PrivateData: priv, QPN: p.QPN, QKey: p.QKey, AV: avFrom(m.AV)}
+	ev.Param, _ = conv.VerbsConnParam(&m.Param) // the daemon's length is bounded by the field: cut, not refused
+	ev.UD = rdmacm.UDParam{PrivateData: ev.Param.PrivateData, QPN: m.Param.QPN, QKey: m.Param.QKey, AV: conv.VerbsAV(m.AV)}
 	return ev
-}
-
-func avFrom(a attach.AV) verbs.AV {
-	return verbs.AV{DGID: a.DGID, SGIDIndex: a.SGIDIndex, FlowLabel: a.FlowLabel, HopLimit: a.HopLimit,
-		TrafficClass: a.TrafficClass, Port: a.Port}
 }

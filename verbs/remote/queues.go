@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -366,19 +367,7 @@ func (q *QP) Cap() verbs.QPCap   { return q.cap }
 // Modify changes the QP's attributes (ibv_modify_qp); the daemon applies them
 // before it answers.
 func (q *QP) Modify(a *verbs.QPAttr, mask verbs.AttrMask) error {
-	req := attach.ModifyQPReq{Handle: q.h, Mask: uint32(mask), Attr: attach.QPAttr{
-		QKey: a.QKey, RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPN: a.DestQPN, AccessFlags: a.AccessFlags,
-		MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
-		MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInline: a.Cap.MaxInlineData, PKeyIndex: a.PKeyIndex,
-		State: uint8(a.State), CurState: uint8(a.CurState), PathMTU: uint8(a.PathMTU),
-		PathMigState: uint8(a.PathMigState), Port: a.Port, Timeout: a.Timeout, RetryCnt: a.RetryCnt,
-		RNRRetry: a.RNRRetry, MinRNRTimer: a.MinRNRTimer, MaxRdAtomic: a.MaxRdAtomic,
-		MaxDestRdAtomic: a.MaxDestRdAtomic,
-		AV: attach.AV{DGID: a.AV.DGID, SGIDIndex: a.AV.SGIDIndex, FlowLabel: a.AV.FlowLabel,
-			HopLimit: a.AV.HopLimit, TrafficClass: a.AV.TrafficClass, Port: a.AV.Port}}}
-	if a.SQDrainNotify {
-		req.Attr.SQDrainNotify = 1
-	}
+	req := attach.ModifyQPReq{Handle: q.h, Mask: uint32(mask), Attr: conv.WireQPAttr(a)}
 	_, err := q.pd.d.call(attach.OpModifyQP, &req, nil)
 	return err
 }
@@ -389,19 +378,7 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 	if _, err := q.pd.d.call(attach.OpQueryQP, &attach.DestroyReq{Kind: attach.KindQP, Handle: q.h}, &r); err != nil {
 		return verbs.QPAttr{}, err
 	}
-	return qpAttrFrom(&r), nil
-}
-
-func qpAttrFrom(r *attach.QPAttr) verbs.QPAttr {
-	var a verbs.QPAttr
-	a.State, a.CurState, a.PathMTU = verbs.QPState(r.State), verbs.QPState(r.CurState), verbs.MTU(r.PathMTU)
-	a.QKey, a.RQPSN, a.SQPSN, a.DestQPN, a.AccessFlags = r.QKey, verbs.PSN(r.RQPSN), verbs.PSN(r.SQPSN), r.DestQPN, r.AccessFlags
-	a.PKeyIndex, a.Port, a.Timeout, a.RetryCnt, a.RNRRetry = r.PKeyIndex, r.Port, r.Timeout, r.RetryCnt, r.RNRRetry
-	a.MinRNRTimer, a.MaxRdAtomic, a.MaxDestRdAtomic, a.SQDrainNotify = r.MinRNRTimer, r.MaxRdAtomic, r.MaxDestRdAtomic, r.SQDrainNotify != 0
-	a.Cap = verbs.QPCap{MaxSendWR: r.MaxSendWR, MaxRecvWR: r.MaxRecvWR, MaxSendSGE: r.MaxSendSGE,
-		MaxRecvSGE: r.MaxRecvSGE, MaxInlineData: r.MaxInline}
-	a.AV = avFrom(r.AV)
-	return a
+	return conv.VerbsQPAttr(&r), nil
 }
 
 // PostSend puts wrs on the send ring (ibv_post_send) and rings the doorbell

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -459,8 +460,7 @@ type AH struct {
 // CreateAH creates an address handle (ibv_create_ah).
 func (p *PD) CreateAH(av verbs.AV) (*AH, error) {
 	var rep attach.HandleRep
-	req := attach.CreateAHReq{PD: p.h, AV: attach.AV{DGID: av.DGID, SGIDIndex: av.SGIDIndex, FlowLabel: av.FlowLabel,
-		HopLimit: av.HopLimit, TrafficClass: av.TrafficClass, Port: av.Port}}
+	req := attach.CreateAHReq{PD: p.h, AV: conv.WireAV(av)}
 	if _, err := p.d.call(attach.OpCreateAH, &req, &rep); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
@@ -71,7 +72,9 @@ func (ss *session) cmEvents(ctx context.Context) {
 		}
 		msg := &attach.CMEventMsg{Type: uint32(ev.Type), ID: ss.handleOf(o), Listen: listen, Status: int32(ev.Status),
 			Src: attach.MakeSockAddr(ev.ID.LocalAddr()), Dst: attach.MakeSockAddr(ev.ID.PeerAddr()),
-			Param: cmParam(ev.Param), AV: avTo(ev.UD.AV)}
+			AV: conv.WireAV(ev.UD.AV)}
+		// An event's private data fit the field: the largest, a REP's, is its size.
+		msg.Param, _ = conv.WireConnParam(ev.Param)
 		if ev.ID.PortSpace() == rdmacm.PSUDP {
 			msg.Param.QPN, msg.Param.QKey = ev.UD.QPN, ev.UD.QKey
 			msg.Param.PrivLen = uint32(copy(msg.Param.Private[:], ev.UD.PrivateData))
@@ -94,23 +97,14 @@ func (ss *session) handleOf(o obj) uint32 {
 	return o.base().handle
 }
 
-func cmParam(p rdmacm.ConnParam) attach.CMParam {
-	c := attach.CMParam{QPN: p.QPN, ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		FlowControl: b2u(p.FlowControl), RetryCount: p.RetryCount, RNRRetryCount: p.RNRRetryCount, SRQ: b2u(p.SRQ)}
-	c.PrivLen = uint32(copy(c.Private[:], p.PrivateData))
-	return c
-}
-
 // connParam is the request's rdma_conn_param, with the QPN of the process's
 // QP it names.
 func (ss *session) connParam(req *attach.CMConnReq) (rdmacm.ConnParam, error) {
-	p := req.Param
-	if p.PrivLen > uint32(len(p.Private)) {
-		return rdmacm.ConnParam{}, fmt.Errorf("%w: %d bytes of private data", verbs.ErrInvalid, p.PrivLen)
+	c, ok := conv.VerbsConnParam(&req.Param)
+	if !ok {
+		return rdmacm.ConnParam{}, fmt.Errorf("%w: %d bytes of private data", verbs.ErrInvalid, req.Param.PrivLen)
 	}
-	c := rdmacm.ConnParam{PrivateData: p.Private[:p.PrivLen], ResponderResources: p.ResponderResources,
-		InitiatorDepth: p.InitiatorDepth, FlowControl: p.FlowControl != 0, RetryCount: p.RetryCount,
-		RNRRetryCount: p.RNRRetryCount, SRQ: p.SRQ != 0}
+	c.QPN = 0 // the process names its QP by handle, never by number
 	if req.QP != 0 {
 		q, err := get[*qpObj](ss, attach.KindQP, req.QP)
 		if err != nil {
@@ -202,7 +196,7 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &attach.CMInitQPAttrRep{Mask: uint32(mask), Attr: qpAttrTo(a)}, nil
+		return &attach.CMInitQPAttrRep{Mask: uint32(mask), Attr: conv.WireQPAttr(&a)}, nil
 	}
 	return nil, fmt.Errorf("%w: op %v", attach.ErrProtocol, op)
 }

@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -126,7 +127,7 @@ func (ss *session) createAH(req *attach.CreateAHReq) (any, int, error) {
 	if err != nil {
 		return nil, -1, err
 	}
-	ah, err := pd.pd.CreateAH(avFrom(req.AV))
+	ah, err := pd.pd.CreateAH(conv.VerbsAV(req.AV))
 	if err != nil {
 		return nil, -1, err
 	}
@@ -137,16 +138,6 @@ func (ss *session) createAH(req *attach.CreateAHReq) (any, int, error) {
 		return nil, -1, err
 	}
 	return &attach.HandleRep{Handle: h}, -1, nil
-}
-
-func avFrom(a attach.AV) verbs.AV {
-	return verbs.AV{DGID: verbs.GID(a.DGID), SGIDIndex: a.SGIDIndex, FlowLabel: a.FlowLabel,
-		HopLimit: a.HopLimit, TrafficClass: a.TrafficClass, Port: a.Port}
-}
-
-func avTo(a verbs.AV) attach.AV {
-	return attach.AV{DGID: a.DGID, SGIDIndex: a.SGIDIndex, FlowLabel: a.FlowLabel,
-		HopLimit: a.HopLimit, TrafficClass: a.TrafficClass, Port: a.Port}
 }
 
 // cqObj is a CQ and its ring: the pump moves the device CQ's completions into
@@ -370,16 +361,7 @@ func (ss *session) modifyQP(req *attach.ModifyQPReq) error {
 	if err != nil {
 		return err
 	}
-	a := &req.Attr
-	attr := verbs.QPAttr{AV: avFrom(a.AV)}
-	attr.State, attr.CurState = verbs.QPState(a.State), verbs.QPState(a.CurState)
-	attr.PathMTU = verbs.MTU(a.PathMTU)
-	attr.QKey, attr.RQPSN, attr.SQPSN = a.QKey, verbs.PSN(a.RQPSN), verbs.PSN(a.SQPSN)
-	attr.DestQPN, attr.AccessFlags, attr.PKeyIndex, attr.Port = a.DestQPN, a.AccessFlags, a.PKeyIndex, a.Port
-	attr.Timeout, attr.RetryCnt, attr.RNRRetry, attr.MinRNRTimer = a.Timeout, a.RetryCnt, a.RNRRetry, a.MinRNRTimer
-	attr.MaxRdAtomic, attr.MaxDestRdAtomic, attr.SQDrainNotify = a.MaxRdAtomic, a.MaxDestRdAtomic, a.SQDrainNotify != 0
-	attr.Cap = verbs.QPCap{MaxSendWR: a.MaxSendWR, MaxRecvWR: a.MaxRecvWR, MaxSendSGE: a.MaxSendSGE,
-		MaxRecvSGE: a.MaxRecvSGE, MaxInlineData: a.MaxInline}
+	attr := conv.VerbsQPAttr(&req.Attr)
 	return o.qp.ModifySync(&attr, verbs.AttrMask(req.Mask))
 }
 
@@ -392,24 +374,6 @@ func (ss *session) queryQP(h uint32) (*attach.QPAttr, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := qpAttrTo(attr)
+	a := conv.WireQPAttr(&attr)
 	return &a, nil
-}
-
-func qpAttrTo(attr verbs.QPAttr) attach.QPAttr {
-	return attach.QPAttr{QKey: attr.QKey, RQPSN: uint32(attr.RQPSN), SQPSN: uint32(attr.SQPSN),
-		DestQPN: attr.DestQPN, AccessFlags: attr.AccessFlags, MaxSendWR: attr.Cap.MaxSendWR,
-		MaxRecvWR: attr.Cap.MaxRecvWR, MaxSendSGE: attr.Cap.MaxSendSGE, MaxRecvSGE: attr.Cap.MaxRecvSGE,
-		MaxInline: attr.Cap.MaxInlineData, PKeyIndex: attr.PKeyIndex, State: uint8(attr.State),
-		CurState: uint8(attr.CurState), PathMTU: uint8(attr.PathMTU), PathMigState: uint8(attr.PathMigState),
-		Port: attr.Port, Timeout: attr.Timeout, RetryCnt: attr.RetryCnt, RNRRetry: attr.RNRRetry,
-		MinRNRTimer: attr.MinRNRTimer, MaxRdAtomic: attr.MaxRdAtomic, MaxDestRdAtomic: attr.MaxDestRdAtomic,
-		SQDrainNotify: b2u(attr.SQDrainNotify), AV: avTo(attr.AV)}
-}
-
-func b2u(b bool) uint8 {
-	if b {
-		return 1
-	}
-	return 0
 }

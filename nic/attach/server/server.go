@@ -223,9 +223,6 @@ func (s *Server) event(ev verbs.AsyncEvent) {
 	b.ss.sendEvent(attach.EventMsg{Type: uint32(ev.Type), Kind: b.kind, Handle: h})
 }
 
-// errno is the errno a reply carries for err.
-func errno(err error) int32 { return attach.Errno(err) }
-
 var (
 	errNoHandle = fmt.Errorf("no such handle: %w", verbs.ErrNotFound)
 	errShmLimit = fmt.Errorf("the session's shared memory limit: %w", verbs.ErrLimit)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/nic/attach"
+	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
@@ -198,7 +199,7 @@ func (ss *session) control() error {
 			// The reply carries only the errno, as libibverbs' calls return.
 			ss.logf("%v: %v", h.Op, err)
 		}
-		out, _ = attach.Encode(out[:0], h.Op, h.Seq, errno(err), rep)
+		out, _ = attach.Encode(out[:0], h.Op, h.Seq, attach.Errno(err), rep)
 		var werr error
 		if rfd >= 0 {
 			werr = ss.write(out, rfd)
@@ -240,11 +241,11 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		}
 		return r, ss.bellFD, nil
 	case attach.OpQueryDevice:
-		return deviceRep(d), -1, checkEmpty(p)
+		r := conv.WireDevice(d.Query(), d.NodeGUID())
+		return &r, -1, checkEmpty(p)
 	case attach.OpQueryPort:
-		pa := d.QueryPort()
-		return &attach.PortRep{State: uint32(pa.State), MaxMTU: uint32(pa.MaxMTU), ActiveMTU: uint32(pa.ActiveMTU),
-			GIDTblLen: uint32(pa.GIDTblLen), MaxMsgSize: pa.MaxMsgSize}, -1, checkEmpty(p)
+		r := conv.WirePort(d.QueryPort())
+		return &r, -1, checkEmpty(p)
 	case attach.OpQueryGID:
 		var req attach.GIDReq
 		if err := attach.DecodePayload(p, &req); err != nil {
@@ -337,19 +338,6 @@ func checkEmpty(p []byte) error {
 	}
 	return nil
 }
-
-func deviceRep(d *verbs.Device) *attach.DeviceRep {
-	a := d.Query()
-	r := &attach.DeviceRep{NodeGUID: d.NodeGUID(), MaxMRSize: a.MaxMRSize, PageSizeCap: a.PageSizeCap,
-		MaxQP: u32(a.MaxQP), MaxQPWR: u32(a.MaxQPWR), MaxSGE: u32(a.MaxSGE), MaxCQ: u32(a.MaxCQ),
-		MaxCQE: u32(a.MaxCQE), MaxMR: u32(a.MaxMR), MaxPD: u32(a.MaxPD), MaxQPRdAtom: u32(a.MaxQPRdAtom),
-		MaxQPInitRdAtm: u32(a.MaxQPInitRdAtom), MaxAH: u32(a.MaxAH), MaxSRQ: u32(a.MaxSRQ),
-		MaxSRQWR: u32(a.MaxSRQWR), MaxSRQSGE: u32(a.MaxSRQSGE), MaxInline: u32(a.MaxInlineData),
-		AtomicCap: uint32(a.AtomicCap)}
-	return r
-}
-
-func u32(n int) uint32 { return uint32(max(n, 0)) }
 
 // pow2 is the smallest power of two at least n (and at least 1).
 func pow2(n uint32) int {
