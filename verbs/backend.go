@@ -199,6 +199,10 @@ func openAttached(o Options, path string) (*Device, error) {
 	if d.logf == nil {
 		d.logf = func(string, ...any) {}
 	}
+	if err := d.readGIDs(); err != nil {
+		b.Close()
+		return nil, err
+	}
 	b.SetEventHandler(d.eventAttached)
 	name := o.Name
 	if name == "" {
@@ -221,4 +225,23 @@ func attachedOp(err error) *Op { return engine.DoneOp(err) }
 // errAttached is what an attached device answers for what it does not do yet.
 func errAttached(what string) error {
 	return fmt.Errorf("verbs: %s on an attached device: %w", what, ErrUnsupported)
+}
+
+// readGIDs reads the attached port's GID table once: GIDs, QueryGID and
+// AVFromWC (once per UD receive) answer from it without a round trip.
+func (d *Device) readGIDs() error {
+	a, err := d.b.QueryPort()
+	if err != nil {
+		return err
+	}
+	// The table's length is its capacity: the entries end at the first
+	// index the daemon has none for.
+	for i := range a.GIDTblLen {
+		g, err := d.b.QueryGID(i)
+		if err != nil {
+			break
+		}
+		d.gids = append(d.gids, g)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/xrnic/xrnic/nic/cq"
@@ -87,6 +88,7 @@ type Device struct {
 
 	srqs sync.Map // *engine.SRQ to *SRQ, for events (an SRQ has no Context)
 	objs sync.Map // attached: attachedKey to *QP, *CQ or *SRQ, for events
+	gids []GID    // attached: the port's GID table, read at Open (the engine's is fixed at its Open too)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -320,10 +322,10 @@ func (d *Device) QueryPort() PortAttr {
 // QueryGID returns entry index of the port's GID table (ibv_query_gid). An index
 // outside the table fails with an error wrapping ErrInvalid.
 func (d *Device) QueryGID(index int) (GID, error) {
-	if d.b != nil {
-		return d.b.QueryGID(index)
+	gids := d.gids
+	if d.b == nil {
+		gids = d.eng.GIDs()
 	}
-	gids := d.eng.GIDs()
 	if index < 0 || index >= len(gids) {
 		return GID{}, fmt.Errorf("%w: GID index %d (table of %d)", ErrInvalid, index, len(gids))
 	}
@@ -333,16 +335,7 @@ func (d *Device) QueryGID(index int) (GID, error) {
 // GIDs returns a copy of the port's GID table: entry i is GID index i.
 func (d *Device) GIDs() []GID {
 	if d.b != nil {
-		a, _ := d.b.QueryPort()
-		var gids []GID
-		for i := range a.GIDTblLen {
-			g, err := d.b.QueryGID(i)
-			if err != nil {
-				break
-			}
-			gids = append(gids, g)
-		}
-		return gids
+		return slices.Clone(d.gids)
 	}
 	return d.eng.GIDs()
 }
