@@ -220,7 +220,6 @@ type qpObj struct {
 	mem      *shm.Region
 	sq       *shm.Ring
 	rq       *recvRing // nil with an SRQ
-	maxSGE   int       // send
 	inline   int
 	wrs      []verbs.SendWR
 	sgls     [][]verbs.SGE
@@ -290,12 +289,12 @@ func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
 		rq, _ := shm.NewRing(mem.Bytes(), rqOff, rqN, rqE, false)
 		o.rq = newRecvRing(rq, int(c.MaxRecvSGE))
 	}
-	o.maxSGE, o.inline = int(c.MaxSendSGE), int(c.MaxInlineData)
+	o.inline = int(c.MaxInlineData)
 	o.wrs, o.sgls = make([]verbs.SendWR, batch), make([][]verbs.SGE, batch)
 	for i := range batch {
-		o.sgls[i] = make([]verbs.SGE, o.maxSGE)
+		o.sgls[i] = make([]verbs.SGE, c.MaxSendSGE)
 	}
-	o.scratch = make([]shm.SGE, o.maxSGE)
+	o.scratch = make([]shm.SGE, c.MaxSendSGE)
 	h, err := ss.add(o, size)
 	if err != nil {
 		qp.Destroy().Wait()

@@ -127,13 +127,9 @@ func (ss *session) sendWR(q *qpObj, e []byte, k int) error {
 		}
 		w.InlineData = shm.SendTail(e)[:h.NumSGE]
 	} else {
-		if int(h.NumSGE) > q.maxSGE || shm.GetSGEs(shm.SendTail(e), int(h.NumSGE), q.scratch) != nil {
-			return errBadWQE
-		}
-		sgl := q.sgls[k][:h.NumSGE]
-		for i := range sgl {
-			s := q.scratch[i]
-			sgl[i] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+		sgl, err := readSGL(shm.SendTail(e), h.NumSGE, q.scratch, q.sgls[k])
+		if err != nil {
+			return err
 		}
 		w.SGL = sgl
 	}
@@ -148,6 +144,26 @@ func (ss *session) sendWR(q *qpObj, e []byte, k int) error {
 }
 
 var errBadWQE = errors.New("malformed work request")
+
+// readSGL decodes an entry's n SGEs from its tail into dst, whose capacity is
+// the queue's SGE limit (the client's entry is read once, and bounded first).
+func readSGL(tail []byte, n uint32, scratch []shm.SGE, dst []verbs.SGE) ([]verbs.SGE, error) {
+	if int(n) > cap(dst) || shm.GetSGEs(tail, int(n), scratch) != nil {
+		return nil, errBadWQE
+	}
+	dst = dst[:n]
+	for i := range dst {
+		s := scratch[i]
+		dst[i] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+	}
+	return dst, nil
+}
+
+// toError moves a QP to the error state (without waiting: the engine's
+// goroutine runs this), which flushes what is posted.
+func toError(q *qpObj) {
+	q.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState)
+}
 
 // refuse completes the WR at the head of the send ring in error and takes it
 // off the ring; the QP goes to the error state, which flushes the rest. The
@@ -169,7 +185,7 @@ func (ss *session) refuse(q *qpObj, e []byte, why error) {
 	}
 	q.sendCQ.pending = append(q.sendCQ.pending, shm.CQE{WRID: h.WRID, Status: uint32(st),
 		Opcode: wcOpcode(h.Opcode), QPN: q.qp.QPN()})
-	q.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState)
+	toError(q)
 }
 
 // wcOpcode is the completion opcode of a send WR opcode (as
@@ -192,14 +208,13 @@ func wcOpcode(op uint32) uint32 {
 // hand its entries to the device without allocating.
 type recvRing struct {
 	ring    *shm.Ring
-	maxSGE  int
 	wrs     []verbs.RecvWR
 	sgls    [][]verbs.SGE
 	scratch []shm.SGE
 }
 
 func newRecvRing(ring *shm.Ring, maxSGE int) *recvRing {
-	r := &recvRing{ring: ring, maxSGE: maxSGE, wrs: make([]verbs.RecvWR, batch), sgls: make([][]verbs.SGE, batch),
+	r := &recvRing{ring: ring, wrs: make([]verbs.RecvWR, batch), sgls: make([][]verbs.SGE, batch),
 		scratch: make([]shm.SGE, maxSGE)}
 	for i := range r.sgls {
 		r.sgls[i] = make([]verbs.SGE, maxSGE)
@@ -220,13 +235,9 @@ func (r *recvRing) drain(post func([]verbs.RecvWR) (int, error)) (bool, error) {
 	for k := range n {
 		e, _ := r.ring.Peek(k)
 		wrid, nsge := shm.GetRecvWQE(e)
-		if int(nsge) > r.maxSGE || shm.GetSGEs(shm.RecvTail(e), int(nsge), r.scratch) != nil {
-			return false, errBadWQE
-		}
-		sgl := r.sgls[k][:nsge]
-		for i := range sgl {
-			s := r.scratch[i]
-			sgl[i] = verbs.SGE{Addr: s.Addr, Length: s.Length, LKey: s.LKey}
+		sgl, err := readSGL(shm.RecvTail(e), nsge, r.scratch, r.sgls[k])
+		if err != nil {
+			return false, err
 		}
 		r.wrs[k] = verbs.RecvWR{WRID: wrid, SGL: sgl}
 	}
@@ -268,7 +279,7 @@ func (ss *session) breakQP(q *qpObj, err error) {
 		ss.logf("QP %d: %v: moved to the error state", q.handle, err)
 	}
 	q.broken = true
-	q.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState)
+	toError(q)
 }
 
 // complete moves the device CQ's completions into the ring, as many as it has
