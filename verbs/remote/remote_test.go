@@ -234,18 +234,24 @@ func (rg *rig) connect(t testing.TB, r *remoteEnd, l *localEnd) {
 // connectLocal connects two in-process QPs, x on A and y on B.
 func (rg *rig) connectLocal(t testing.TB, x, y *localEnd) {
 	t.Helper()
-	for _, s := range rcAttrs(gidIndex(t, rg.a, rg.gidA), rg.gidB, x.qp.QPN(), y.qp.QPN()) {
-		a := s.a
-		if err := x.qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
+	rg.connectVerbs(t, rg.a, rg.gidA, x.qp, y.qp)
+}
+
+// connectVerbs connects qp, on d (A's device, in-process or attached) from
+// gid, and peer, on B, to each other.
+func (rg *rig) connectVerbs(t testing.TB, d *verbs.Device, gid verbs.GID, qp, peer *verbs.QP) {
+	t.Helper()
+	move := func(q *verbs.QP, sgid uint8, dgid verbs.GID, dqpn uint32) {
+		t.Helper()
+		for _, s := range rcAttrs(sgid, dgid, q.QPN(), dqpn) {
+			a := s.a
+			if err := q.ModifySync(&a, s.mask); err != nil {
+				t.Fatalf("QP %d to %v: %v", q.QPN(), s.a.State, err)
+			}
 		}
 	}
-	for _, s := range rcAttrs(gidIndex(t, rg.b, rg.gidB), rg.gidA, y.qp.QPN(), x.qp.QPN()) {
-		a := s.a
-		if err := y.qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	move(qp, gidIndex(t, d, gid), rg.gidB, peer.QPN())
+	move(peer, gidIndex(t, rg.b, rg.gidB), gid, qp.QPN())
 }
 
 // psnOf is the PSN QP qpn sends from in these tests.

@@ -53,24 +53,7 @@ func verbsTraffic(t *testing.T, r *rig, d *verbs.Device, gid verbs.GID) {
 	copy(mr.Bytes(), "one API")
 	copy(le.buf[300:], "read back")
 	le.buf[600] = 40
-	var sgid uint8
-	for i, g := range d.GIDs() {
-		if g == gid {
-			sgid = uint8(i)
-		}
-	}
-	for _, s := range rcAttrs(sgid, r.gidB, qp.QPN(), le.qp.QPN()) {
-		a := s.a
-		if err := qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatalf("to %v: %v", s.a.State, err)
-		}
-	}
-	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), gid, le.qp.QPN(), qp.QPN()) {
-		a := s.a
-		if err := le.qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.connectVerbs(t, d, gid, qp, le.qp)
 	if a, _, err := qp.Query(); err != nil || a.State != verbs.QPSRTS || a.DestQPN != le.qp.QPN() {
 		t.Fatalf("Query: %+v %v", a.Attr, err)
 	}
@@ -204,18 +187,7 @@ func verbsChannel(t *testing.T, r *rig, d *verbs.Device) {
 	}
 	defer qp.Destroy()
 	le := newLocalEnd(t, r.b, verbs.RC)
-	for _, s := range rcAttrs(gidIndex(t, d, r.gidA), r.gidB, qp.QPN(), le.qp.QPN()) {
-		a := s.a
-		if err := qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, le.qp.QPN(), qp.QPN()) {
-		a := s.a
-		if err := le.qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.connectVerbs(t, d, r.gidA, qp, le.qp)
 	if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 7}}); err != nil {
 		t.Fatal(err)
 	}
@@ -287,18 +259,7 @@ func TestVerbsAttachedEvents(t *testing.T) {
 	}
 	defer qp.Destroy()
 	le := newLocalEnd(t, r.b, verbs.RC)
-	for _, s := range rcAttrs(gidIndex(t, d, r.gidA), r.gidB, qp.QPN(), le.qp.QPN()) {
-		a := s.a
-		if err := qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, s := range rcAttrs(gidIndex(t, r.b, r.gidB), r.gidA, le.qp.QPN(), qp.QPN()) {
-		a := s.a
-		if err := le.qp.ModifySync(&a, s.mask); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.connectVerbs(t, d, r.gidA, qp, le.qp)
 	deadline := time.After(10 * time.Second)
 	for i := 0; ; i++ {
 		select {
