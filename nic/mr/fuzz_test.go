@@ -96,7 +96,10 @@ func fuzzFixture(t testing.TB) (*Table, *lookupModel) {
 		fr, _ := tb.AllocFastReg(1, MaxFastRegPages)
 		add(fr) // never bound: Free
 		fr2, _ := tb.AllocFastReg(2, MaxFastRegPages)
-		if err := fastReg(t, tb, fr2, fr2.LKey()+3, 2, make([]byte, 256), 0x3000, LocalWrite|RemoteRead); err != nil {
+		// A new key byte at the same index: +3 on the byte alone, since a key
+		// byte of 253 or more would carry into the index.
+		key := fr2.LKey()&^0xff | (fr2.LKey()+3)&0xff
+		if err := fastReg(t, tb, fr2, key, 2, make([]byte, 256), 0x3000, LocalWrite|RemoteRead); err != nil {
 			t.Fatal(err)
 		}
 		add(fr2)
