@@ -35,6 +35,15 @@ type Backend interface {
 	SetEventHandler(h func(t EventType, kind EventObject, handle uint32))
 }
 
+// Backend returns an attached device's backend, nil for an in-process device
+// (verbs/rdmacm reaches the daemon's CM through it).
+func (d *Device) Backend() Backend {
+	if d.b == nil {
+		return nil
+	}
+	return d.b
+}
+
 // EventObject is the kind of object an attached device's event concerns.
 type EventObject uint8
 

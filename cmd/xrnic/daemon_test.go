@@ -794,6 +794,104 @@ func TestBenchOnDaemon(t *testing.T) {
 	}
 }
 
+// TestBenchOnDaemonCM runs perftest's -R (the QPs connected through
+// rdma_cm) with both ends attached to daemons, one on each end of the veth
+// pair: the server's bench listens through B's daemon, the client's connects
+// through A's. Each bench is a process of its own, so that verbs/rdmacm finds
+// only the attached device (as an application would: the daemons' devices
+// are in this process); they run write_bw and then send_lat with -e.
+func TestBenchOnDaemonCM(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	a := startDaemon(t, p)
+	b := startDaemonOn(t, p, &p.B)
+	for _, r := range []struct {
+		test string
+		args []string
+		row  string
+	}{
+		{"write_bw", []string{"-s", "4096", "-n", "500"}, " 4096       500 "},
+		{"send_lat", []string{"-s", "2", "-n", "200", "-e"}, " 2       200 "},
+	} {
+		t.Run(r.test, func(t *testing.T) {
+			args := append([]string{"-R", "-p", "19020"}, r.args...)
+			srv := benchChild(t, r.test, append([]string{"--daemon", b.attach}, args...)...)
+			if out, ok := srv.waitFor("* Waiting for client to connect... *", 20*time.Second); !ok { // printed after rdma_listen
+				t.Fatalf("the server did not listen:\n%s", out)
+			}
+			cli := benchChild(t, r.test, append(append([]string{"--daemon", a.attach}, args...), p.B.IPv4.String())...)
+			for _, c := range []*benchProc{cli, srv} {
+				if err := c.wait(60 * time.Second); err != nil {
+					t.Fatalf("%v\nserver:\n%s\nclient:\n%s", err, srv.out.String(), cli.out.String())
+				}
+				if !strings.Contains(c.out.String(), r.row) {
+					t.Errorf("lacks %q:\n%s", r.row, c.out.String())
+				}
+			}
+		})
+	}
+	for _, d := range []*testDaemon{a, b} {
+		for end := time.Now().Add(5 * time.Second); !strings.Contains(d.cmd(t, "resource"), " attached 0\n"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("after the clients: %q", d.cmd(t, "resource"))
+			}
+		}
+	}
+}
+
+// benchProc is bench run as a process of its own by benchChild.
+type benchProc struct {
+	cmd  *exec.Cmd
+	out  testutil.SyncBuffer
+	done chan error
+}
+
+// benchChild runs `bench TEST ARGS` as another process: this test binary,
+// whose TestMain runs perftest for XRNIC_TEST_BENCH.
+func benchChild(t *testing.T, test string, args ...string) *benchProc {
+	t.Helper()
+	b := &benchProc{done: make(chan error, 1)}
+	b.cmd = exec.Command(os.Args[0])
+	b.cmd.Env = append(os.Environ(), "XRNIC_TEST_BENCH="+strings.Join(append([]string{test}, args...), "\x1f"))
+	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { b.done <- b.cmd.Wait() }()
+	t.Cleanup(func() {
+		b.cmd.Process.Kill()
+		<-b.done
+		b.done <- nil
+	})
+	return b
+}
+
+// waitFor waits for substr in the output, until d passes or the process ends.
+func (b *benchProc) waitFor(substr string, d time.Duration) (string, bool) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if out, ok := b.out.WaitFor(substr, 100*time.Millisecond); ok {
+			return out, true
+		}
+		select {
+		case err := <-b.done:
+			b.done <- err
+			out, ok := b.out.WaitFor(substr, 0)
+			return fmt.Sprintf("%s(exit: %v)", out, err), ok
+		default:
+		}
+	}
+	return b.out.String(), false
+}
+
+func (b *benchProc) wait(d time.Duration) error {
+	select {
+	case err := <-b.done:
+		b.done <- err
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("bench %v: still running after %v", b.cmd.Args, d)
+	}
+}
+
 // BenchmarkBenchDaemon is bench through the daemon against bench with its
 // engine in-process, on the same veth pair in the same run: a write_bw client
 // on A against the bench servers of a daemon on B, in rounds that alternate an

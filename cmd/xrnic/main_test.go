@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
@@ -37,6 +39,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("XRNIC_TEST_MAIN") == "1" {
 		main()
 		os.Exit(0)
+	}
+	if v := os.Getenv("XRNIC_TEST_BENCH"); v != "" {
+		os.Exit(benchMain(strings.Split(v, "\x1f")))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -401,4 +406,17 @@ func TestMainErrors(t *testing.T) {
 			t.Errorf("xrnic %q: stdout %q", args, stdout.String())
 		}
 	}
+}
+
+// benchMain is bench's main for benchChild: perftest's test and arguments.
+func benchMain(args []string) int {
+	p, err := perftest.Parse(args[0], args[1:])
+	if err == nil {
+		err = perftest.Run(context.Background(), p, os.Stdout, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stdout, "bench:", err)
+		return 1
+	}
+	return 0
 }

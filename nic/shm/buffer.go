@@ -2,6 +2,7 @@ package shm
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"unsafe"
 )
@@ -18,11 +19,14 @@ var buffers struct {
 // Buffer returns n bytes of memory another process can map: a sealed memfd
 // mapped here (what a process registers with the daemon).
 func Buffer(n int) ([]byte, error) {
-	r, err := Create("xrnic-buffer", n)
+	// Whole pages: the daemon maps the pages an MR spans, and a file
+	// shorter than they are is refused.
+	page := os.Getpagesize()
+	r, err := Create("xrnic-buffer", (n+page-1)&^(page-1))
 	if err != nil {
 		return nil, err
 	}
-	b := r.Bytes()
+	b := r.Bytes()[:n:n]
 	buffers.Lock()
 	if buffers.m == nil {
 		buffers.m = map[uintptr]*Region{}

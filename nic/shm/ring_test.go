@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 
@@ -203,5 +204,32 @@ func TestEntries(t *testing.T) {
 	}
 	if id, n := GetRecvWQE(re); id != 42 || n != 1 {
 		t.Fatalf("recv %d %d", id, n)
+	}
+}
+
+// A Buffer of less than a page is a whole page of its file: the daemon maps
+// the pages an MR spans (perftest's rdma_cm exchange registers 112 bytes).
+func TestBufferWholePages(t *testing.T) {
+	b, err := Buffer(112)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer FreeBuffer(b)
+	if len(b) != 112 || cap(b) != 112 {
+		t.Fatalf("len %d cap %d", len(b), cap(b))
+	}
+	r, off, err := BufferOf(b)
+	if err != nil || off != 0 {
+		t.Fatalf("BufferOf: %v at %d", err, off)
+	}
+	fd, _ := unix.Dup(r.FD())
+	m, err := Map(fd, 0, os.Getpagesize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	copy(b, "seen by the daemon")
+	if string(m.Bytes()[:18]) != "seen by the daemon" {
+		t.Fatalf("%q", m.Bytes()[:18])
 	}
 }

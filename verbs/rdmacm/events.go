@@ -2,6 +2,7 @@ package rdmacm
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/xrnic/xrnic/nic/cm"
@@ -92,17 +93,23 @@ func (id *ID) completeConnect(ev *Event) {
 	ev.complete = false
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.st != stConnect || id.cmid == nil || id.qp == nil {
+	if id.st != stConnect || (id.cmid == nil && id.att == nil) || id.qp == nil {
 		ev.Type, ev.Status = EventConnectError, -EINVAL
 		return
 	}
 	err := id.modify(id.qp, verbs.QPSRTR, verbs.QPSRTS)
-	if err == nil {
+	if err == nil && id.att != nil {
+		err = id.att.Establish()
+	} else if err == nil {
 		err = id.cmid.SendRTU(nil)
 	}
 	if err != nil {
 		id.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState).Wait()
-		id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
+		if id.att != nil {
+			id.att.Reject(nil)
+		} else {
+			id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
+		}
 		id.st = stIdle
 		ev.Type, ev.Status = EventConnectError, -1
 		return
@@ -133,20 +140,17 @@ type listenEntry struct {
 	ids  []*ID
 }
 
-// cmFor returns the device's CM, registering the package as a client of the
-// devices so that their removal reaches the IDs.
-func cmFor(d *verbs.Device) (*cm.CM, error) {
+// registerClient registers the package as a client of the devices, once, so
+// that their removal reaches the IDs.
+func registerClient() error {
 	reg.Lock()
-	if reg.client == nil {
-		reg.client = &verbs.Client{Name: "rdmacm", Add: func(*verbs.Device) {}, Remove: deviceRemoved}
+	if reg.client != nil {
 		reg.Unlock()
-		if err := verbs.RegisterClient(reg.client); err != nil {
-			return nil, err
-		}
-	} else {
-		reg.Unlock()
+		return nil
 	}
-	return d.CM(cm.Config{})
+	reg.client = &verbs.Client{Name: "rdmacm", Add: func(*verbs.Device) {}, Remove: deviceRemoved}
+	reg.Unlock()
+	return verbs.RegisterClient(reg.client)
 }
 
 func track(id *ID) {
@@ -192,12 +196,12 @@ func deviceRemoved(d *verbs.Device) {
 	}
 }
 
-// listen registers a bound ID: on its device, or on every device for an
-// unspecified address.
+// listen registers a bound ID: on its device, or on every in-process device
+// for an unspecified address (Listen adds the attached ones).
 func listen(id *ID) error {
 	devs := []*verbs.Device{id.dev}
 	if id.dev == nil {
-		devs = verbs.Devices()
+		devs = slices.DeleteFunc(verbs.Devices(), func(d *verbs.Device) bool { return attachedCM(d) != nil })
 	}
 	sid := id.serviceID(id.src.Port())
 	reg.Lock()

@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -52,6 +53,13 @@ type ID struct {
 	link      *connAttr // the connection's QP attributes, once the peer's are known
 	removed   bool      // the device went away
 	tos       uint8     // SetTOS; a passive ID takes its REQ's
+
+	// An attached device's ID: the daemon's, which the calls forward to
+	// (attached.go); subs are a listener's on every device, one per attached
+	// device.
+	att   AttachedID
+	attCM AttachedCM
+	subs  []attachedSub
 }
 
 // CreateID makes an ID on ch for port space ps (rdma_create_id); ctx is the
@@ -124,19 +132,64 @@ func (id *ID) BindAddr(a netip.AddrPort) error {
 			return err
 		}
 	}
-	id.src = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	if id.att != nil {
+		var err error
+		if a, err = id.bindAttached(a); err != nil {
+			id.detach()
+			return err
+		}
+	}
+	id.src = a
 	id.st = stAddrBound
 	return nil
 }
 
+// bindAttached binds the daemon's ID. Port 0 is given an ephemeral port here,
+// as Linux's rdma_bind_addr does, so that LocalAddr names it.
+func (id *ID) bindAttached(a netip.AddrPort) (netip.AddrPort, error) {
+	if a.Port() != 0 {
+		return a, id.att.BindAddr(a)
+	}
+	var err error
+	for range 8 {
+		p := netip.AddrPortFrom(a.Addr(), ephemeralPort())
+		if err = id.att.BindAddr(p); !errors.Is(err, errs.ErrExists) {
+			return p, err
+		}
+	}
+	return a, err
+}
+
 func (id *ID) attach(d *verbs.Device, sgid uint8) error {
-	c, err := cmFor(d)
-	if err != nil {
+	if err := registerClient(); err != nil {
 		return err
 	}
-	id.dev, id.cmgr, id.sgid = d, c, sgid
+	if c := attachedCM(d); c != nil {
+		a, err := newAttached(c, id)
+		if err != nil {
+			return err
+		}
+		id.att, id.attCM = a, c
+	} else {
+		c, err := d.CM(cm.Config{})
+		if err != nil {
+			return err
+		}
+		id.cmgr = c
+	}
+	id.dev, id.sgid = d, sgid
 	track(id)
 	return nil
+}
+
+// detach undoes attach, for a call that failed at the daemon.
+func (id *ID) detach() {
+	if id.att != nil {
+		destroyAttached(id.attCM, id.att)
+	}
+	untrack(id)
+	id.dev, id.att, id.attCM, id.cmgr = nil, nil, nil, nil
 }
 
 // ResolveAddr picks the local device and address for dst (rdma_resolve_addr):
@@ -178,8 +231,22 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 		if err := id.attach(d, sgid); err != nil {
 			return err
 		}
+		if id.att != nil && id.st == stAddrBound { // to every device: bind the daemon's ID the same
+			if err := id.att.BindAddr(id.src); err != nil {
+				id.detach()
+				return err
+			}
+		}
 	}
-	id.src = netip.AddrPortFrom(id.dev.GIDs()[id.sgid].Addr(), id.src.Port())
+	src = id.dev.GIDs()[id.sgid].Addr()
+	if id.att != nil { // ADDR_RESOLVED comes from the daemon
+		if err := id.att.ResolveAddr(src, dst); err != nil {
+			return err
+		}
+		id.src, id.dst = netip.AddrPortFrom(src, id.src.Port()), dst
+		return nil
+	}
+	id.src = netip.AddrPortFrom(src, id.src.Port())
 	id.dst = dst
 	id.st = stAddrResolved
 	id.ch.post(&Event{Type: EventAddrResolved, ID: id})
@@ -193,6 +260,9 @@ func (id *ID) ResolveRoute() error {
 	defer id.mu.Unlock()
 	if id.st != stAddrResolved {
 		return ErrState
+	}
+	if id.att != nil { // ROUTE_RESOLVED comes from the daemon
+		return id.att.ResolveRoute()
 	}
 	id.st = stRouteResolved
 	id.ch.post(&Event{Type: EventRouteResolved, ID: id})
@@ -267,6 +337,20 @@ func (id *ID) Connect(p ConnParam) error {
 	if id.st != stRouteResolved {
 		return ErrState
 	}
+	if id.att != nil {
+		if id.ps != PSUDP {
+			qpn, err := id.qpn(p)
+			if err != nil {
+				return err
+			}
+			p.QPN = qpn
+		}
+		if err := id.att.Connect(p); err != nil {
+			return err
+		}
+		id.param, id.st = p, stConnect
+		return nil
+	}
 	if id.src.Port() == 0 {
 		id.src = netip.AddrPortFrom(id.src.Addr(), ephemeralPort())
 	}
@@ -332,11 +416,33 @@ func (id *ID) Listen(backlog int) error {
 	if id.st != stAddrBound {
 		return ErrState
 	}
+	if id.att != nil {
+		if err := id.att.Listen(backlog); err != nil {
+			return err
+		}
+		id.st = stListen
+		return nil
+	}
 	if id.src.Port() == 0 {
 		id.src = netip.AddrPortFrom(id.src.Addr(), ephemeralPort())
 	}
 	if err := listen(id); err != nil {
 		return err
+	}
+	if id.dev == nil { // every device: the attached ones' daemons listen too
+		for _, d := range verbs.Devices() {
+			if c := attachedCM(d); c != nil {
+				if err := id.listenAttached(d, c, backlog); err != nil {
+					unlisten(id)
+					id.listening = false
+					for _, s := range id.subs {
+						destroyAttached(s.cm, s.id)
+					}
+					id.subs = nil
+					return err
+				}
+			}
+		}
 	}
 	id.st = stListen
 	return nil
@@ -349,6 +455,9 @@ func (id *ID) Listen(backlog int) error {
 func (id *ID) Accept(p ConnParam) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	if id.att != nil {
+		return id.acceptAttached(p)
+	}
 	if id.st != stConnect || id.cmid == nil {
 		return ErrState
 	}
@@ -376,10 +485,7 @@ func (id *ID) Accept(p ConnParam) error {
 	if err != nil {
 		return err
 	}
-	req := id.req
-	id.link = &connAttr{remoteQPN: req.LocalQPN, sendPSN: req.StartingPSN, mtu: req.PathMTU,
-		ackTimeout: req.Primary.LocalACKTimeout, retry: req.RetryCount, rnrRetry: req.RNRRetryCount,
-		respRes: p.ResponderResources, initDepth: p.InitiatorDepth}
+	id.link = reqLink(id.req, p.ResponderResources, p.InitiatorDepth)
 	if id.qp != nil {
 		if err := id.modify(id.qp, verbs.QPSRTR, verbs.QPSRTS); err != nil {
 			id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
@@ -402,7 +508,13 @@ func (id *ID) Establish() error {
 	if id.qp != nil || id.ps == PSUDP || id.st != stConnect || id.req != nil || id.link == nil {
 		return ErrState
 	}
-	if err := id.cmid.SendRTU(nil); err != nil {
+	var err error
+	if id.att != nil {
+		err = id.att.Establish()
+	} else {
+		err = id.cmid.SendRTU(nil)
+	}
+	if err != nil {
 		return err
 	}
 	id.st = stEstablished
@@ -419,6 +531,14 @@ func (id *ID) qpn(p ConnParam) (uint32, error) {
 		return 0, fmt.Errorf("rdmacm: no QP on the ID and no QPN in the parameters: %w", errs.ErrInvalid)
 	}
 	return p.QPN, nil
+}
+
+// reqLink is the connection's attributes from the peer's REQ, with the read
+// depths this side grants (ib_cm's, from the REQ until the REP sets them).
+func reqLink(req *mad.REQ, respRes, initDepth uint8) *connAttr {
+	return &connAttr{remoteQPN: req.LocalQPN, sendPSN: req.StartingPSN, mtu: req.PathMTU,
+		ackTimeout: req.Primary.LocalACKTimeout, retry: req.RetryCount, rnrRetry: req.RNRRetryCount,
+		respRes: respRes, initDepth: initDepth}
 }
 
 // connAttr is what a connected QP's RTR and RTS take from both sides' messages
@@ -441,8 +561,18 @@ func (id *ID) qpAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) 
 	if id.dev == nil {
 		return verbs.QPAttr{}, 0, ErrState
 	}
+	if id.att != nil {
+		return id.att.InitQPAttr(state)
+	}
 	a := verbs.QPAttr{Attr: verbs.QPBaseAttr{State: state}}
 	mask := verbs.AttrState
+	l := id.link
+	if l == nil && id.req != nil {
+		// Passive, before Accept: the REQ's, its read depths the peer's
+		// (cm_req_handler), as librdmacm's rdma_accept moves the QP to RTR
+		// and RTS before it sends the REP, with its own depths over them.
+		l = reqLink(id.req, id.req.InitiatorDepth, id.req.ResponderResources)
+	}
 	switch {
 	case state == verbs.QPSInit:
 		a.Attr.Port = 1
@@ -457,10 +587,9 @@ func (id *ID) qpAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) 
 	case id.ps == PSUDP && state == verbs.QPSRTS:
 		a.Attr.SQPSN = verbs.PSN(id.psn)
 		mask |= verbs.AttrSQPSN
-	case id.link == nil:
+	case l == nil:
 		return verbs.QPAttr{}, 0, ErrState
 	case state == verbs.QPSRTR:
-		l := id.link
 		port := id.dev.QueryPort()
 		pathMTU := verbs.MTU(l.mtu)
 		if pathMTU == 0 || pathMTU > port.ActiveMTU {
@@ -475,7 +604,6 @@ func (id *ID) qpAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) 
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
 			verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer | verbs.AttrAccessFlags
 	case state == verbs.QPSRTS:
-		l := id.link
 		a.Attr.SQPSN, a.Attr.Timeout, a.Attr.MaxRdAtomic = verbs.PSN(l.sendPSN), l.ackTimeout, l.initDepth
 		a.Attr.RetryCnt, a.Attr.RNRRetry = min(l.retry, 7), min(l.rnrRetry, 7)
 		mask |= verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
@@ -526,11 +654,13 @@ func (id *ID) SetTOS(tos uint8) {
 func (id *ID) Reject(private []byte) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.st != stConnect || id.cmid == nil {
+	if id.st != stConnect || (id.cmid == nil && id.att == nil) {
 		return ErrState
 	}
 	var err error
-	if id.ps == PSUDP {
+	if id.att != nil {
+		err = id.att.Reject(private)
+	} else if id.ps == PSUDP {
 		err = id.cmid.SendSIDRREP(cm.SIDRReject, 0, 0, private)
 	} else {
 		err = id.cmid.SendREJ(cm.RejConsumerDefined, nil, private)
@@ -547,11 +677,18 @@ func (id *ID) Reject(private []byte) error {
 func (id *ID) Disconnect() error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.ps == PSUDP || id.cmid == nil {
+	if id.ps == PSUDP || (id.cmid == nil && id.att == nil) {
 		return ErrState
 	}
 	if id.qp != nil {
 		id.qp.Modify(&verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSErr}}, verbs.AttrState).Wait()
+	}
+	if id.att != nil {
+		if err := id.att.Disconnect(); err != nil {
+			return err
+		}
+		id.st = stDisconnect
+		return nil
 	}
 	switch id.cmid.State() {
 	case cm.StateEstablished:
@@ -582,13 +719,20 @@ func (id *ID) Destroy() error {
 		return ErrState
 	}
 	id.st = stDestroying
-	cmid, listening := id.cmid, id.listening
+	cmid, listening, att, subs := id.cmid, id.listening, id.att, id.subs
+	id.subs = nil
 	id.mu.Unlock()
 	if listening {
 		unlisten(id)
 	}
 	if cmid != nil {
 		cmid.Destroy()
+	}
+	if att != nil {
+		destroyAttached(id.attCM, att)
+	}
+	for _, s := range subs {
+		destroyAttached(s.cm, s.id)
 	}
 	untrack(id)
 	id.ch.removeID(id)

@@ -5,6 +5,7 @@ import (
 	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/nic/shm"
 	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
 
 // The attached backend of package verbs: importing this package lets
@@ -157,3 +158,34 @@ func cqOf(b verbs.BackendCQ) (*CQ, bool) {
 	}
 	return nil, false
 }
+
+// The daemon's CM, as verbs/rdmacm's AttachedCM: rdmacm's IDs on an attached
+// device forward to the daemon's.
+
+func (b backend) CreateCMID(ps rdmacm.PortSpace) (rdmacm.AttachedID, error) {
+	id, err := b.Device.CreateCMID(ps)
+	if err != nil {
+		return nil, err
+	}
+	return attachedID{id}, nil
+}
+
+func (b backend) SetCMEventHandler(h func(rdmacm.AttachedEvent)) {
+	b.Device.SetCMEventHandler(func(ev *CMEvent) {
+		out := rdmacm.AttachedEvent{Type: ev.Type, ID: attachedID{ev.ID}, Status: ev.Status, Src: ev.Src, Dst: ev.Dst,
+			Param: ev.Param, UD: ev.UD}
+		if ev.Listen != nil {
+			out.Listen = attachedID{ev.Listen}
+		}
+		h(out)
+	})
+}
+
+// attachedID is a CMID as rdmacm.AttachedID: Connect and Accept name the QP by
+// the parameters' QPN.
+type attachedID struct{ *CMID }
+
+func (id attachedID) Connect(p rdmacm.ConnParam) error { return id.conn(attach.OpCMConnect, nil, p) }
+func (id attachedID) Accept(p rdmacm.ConnParam) error  { return id.conn(attach.OpCMAccept, nil, p) }
+
+var _ rdmacm.AttachedCM = backend{}

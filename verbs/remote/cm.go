@@ -162,6 +162,23 @@ func (d *Device) GetCMEvent(ctx context.Context) (*CMEvent, error) {
 	}
 }
 
+// SetCMEventHandler hands the CM events to h, one at a time on a goroutine of
+// the Device's (until Close), instead of keeping them for GetCMEvent; the
+// events already kept go first. Set it once.
+func (d *Device) SetCMEventHandler(h func(*CMEvent)) {
+	d.evWG.Add(1)
+	go func() {
+		defer d.evWG.Done()
+		for {
+			ev, err := d.GetCMEvent(context.Background()) // ends with the connection
+			if err != nil {
+				return
+			}
+			h(ev)
+		}
+	}()
+}
+
 func (d *Device) cmEvent(m *attach.CMEventMsg) *CMEvent {
 	ev := &CMEvent{Type: rdmacm.EventType(m.Type), ID: d.cmID(m.ID), Listen: d.cmID(m.Listen), Status: int(m.Status)}
 	ev.Src, _ = m.Src.AddrPort()

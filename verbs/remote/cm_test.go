@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -225,4 +226,36 @@ func TestRemoteCM(t *testing.T) {
 		}
 		localCMEvent(t, lch, rdmacm.EventDisconnected)
 	})
+}
+
+// A QP named by number (librdmacm's conn_param qp_num, for a QP not on the
+// ID) must be the process's own: another process's is refused, never
+// announced in a REQ.
+func TestRemoteCMQPNOwned(t *testing.T) {
+	r := newRig(t, server.Config{Logf: t.Logf})
+	d1, d2 := r.dial(t), r.dial(t)
+	other := newRemoteEnd(t, d2, verbs.RC)
+	mine := newRemoteEnd(t, d1, verbs.RC)
+	id, err := d1.CreateCMID(rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Destroy()
+	if err := id.ResolveAddr(addrA, netip.AddrPortFrom(addrB, 7302)); err != nil {
+		t.Fatal(err)
+	}
+	cmEvent(t, d1, rdmacm.EventAddrResolved)
+	if err := id.ResolveRoute(); err != nil {
+		t.Fatal(err)
+	}
+	cmEvent(t, d1, rdmacm.EventRouteResolved)
+	p := rdmacm.ConnParam{QPN: other.qp.QPN(), RetryCount: 7}
+	if err := (attachedID{id}).Connect(p); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("Connect naming another process's QP %#x: %v", p.QPN, err)
+	}
+	// Its own QP by number is accepted (a REQ goes out; nobody listens).
+	p.QPN = mine.qp.QPN()
+	if err := (attachedID{id}).Connect(p); err != nil {
+		t.Fatalf("Connect naming its own QP %#x: %v", p.QPN, err)
+	}
 }

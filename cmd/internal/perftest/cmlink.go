@@ -242,7 +242,7 @@ func (l *cmLink) setupQP(dev *verbs.Device, id *rdmacm.ID) error {
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
-	if l.buf, err = verbs.MapBuffer(2 * destSize); err != nil {
+	if l.buf, err = dev.MapBuffer(2 * destSize); err != nil {
 		return err
 	}
 	if l.mr, err = l.pd.RegMR(l.buf, 0, verbs.AccessLocalWrite); err != nil {

@@ -330,7 +330,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.BoolVar(&p.OutJSON, "out_json", false, "also write the results to a JSON file")
 	fs.StringVar(&p.OutJSONFile, "out_json_file", defJSONFile, "name of the JSON report")
 	fs.StringVar(&p.DumpBuffer, "dump_buffer", "", "write the local buffer to this file when the test ends (xrnic's own, to check data against a capture; --local: the server's to FILE.server)")
-	fs.StringVar(&p.Daemon, "daemon", "", "attach to the xrnic daemon serving this socket (its --attach; -d's daemon is found by itself) instead of running an engine in this process (xrnic's own; not with --local or --pcap)")
+	fs.StringVar(&p.Daemon, "daemon", "", "attach to the xrnic daemon serving this socket (its --attach; -d's daemon is found by itself, and -d is then not needed) instead of running an engine in this process (xrnic's own; not with --local or --pcap)")
 	fs.StringVar(&p.Pcap, "pcap", "", "record every frame this side sends and receives to a pcap file, as ibdump does (xrnic's own; not with --local)")
 	fs.StringVar(&p.Progress, "progress", "auto", "progress line on stderr during long runs: auto, on or off")
 	fs.BoolVarP(&p.Help, "help", "h", false, "show this help")
@@ -595,7 +595,7 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	if p.OutJSONFile == "" {
 		return errors.New("--out_json_file needs a file name")
 	}
-	if !p.Local && p.Device == "" {
+	if !p.Local && p.Device == "" && p.Daemon == "" { // the daemon names its device
 		return errors.New("no device: give -d <interface> (or --local to run both sides on lo)")
 	}
 	return p.forceDependencies()

@@ -98,21 +98,36 @@ func (ss *session) handleOf(o obj) uint32 {
 }
 
 // connParam is the request's rdma_conn_param, with the QPN of the process's
-// QP it names.
+// QP it names: by handle, or by number (librdmacm's conn_param qp_num for a QP
+// not on the ID) when that number is one of the process's QPs; another
+// process's QP is never named.
 func (ss *session) connParam(req *attach.CMConnReq) (rdmacm.ConnParam, error) {
 	c, ok := conv.VerbsConnParam(&req.Param)
 	if !ok {
 		return rdmacm.ConnParam{}, fmt.Errorf("%w: %d bytes of private data", verbs.ErrInvalid, req.Param.PrivLen)
 	}
-	c.QPN = 0 // the process names its QP by handle, never by number
 	if req.QP != 0 {
 		q, err := get[*qpObj](ss, attach.KindQP, req.QP)
 		if err != nil {
 			return c, err
 		}
 		c.QPN = q.qp.QPN()
+	} else if c.QPN != 0 && !ss.ownsQPN(c.QPN) {
+		return c, fmt.Errorf("%w: QP %#x is not the process's", verbs.ErrInvalid, c.QPN)
 	}
 	return c, nil
+}
+
+// ownsQPN reports whether a live QP of the session's has number qpn.
+func (ss *session) ownsQPN(qpn uint32) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for _, q := range ss.qps {
+		if q.qp.QPN() == qpn && !q.dying {
+			return true
+		}
+	}
+	return false
 }
 
 // cmRequest runs a CM request.
