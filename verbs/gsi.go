@@ -44,12 +44,12 @@ const (
 )
 
 // CM returns the device's connection manager, starting it and QP1 on first use
-// (rdma_cm and ndk's connectors call it). The CA GUID is the EUI-64 of the
+// (rdma_cm and ndk's connectors call it) on an in-process device. The CA GUID is the EUI-64 of the
 // interface's MAC, as rxe's node GUID. cfg tunes a CM that is not started yet
 // (its Transport and CAGUID are the device's); later calls ignore it.
 // The CM stops when the device closes, after its clients' Remove.
 func (d *Device) CM(cfg cm.Config) (*cm.CM, error) {
-	if d.b != nil { // the daemon's CM: verbs/remote's CMID
+	if d.b != nil { // the daemon's CM: verbs/rdmacm reaches it through Backend (rdmacm.AttachedCM)
 		return nil, errAttached("the CM through verbs")
 	}
 	d.gsiMu.Lock()

@@ -15,6 +15,9 @@
 
 static void layout(void)
 {
+	printf("version %d\n", XRNIC_ATTACH_VERSION);
+	printf("max_message %d\n", XRNIC_MAX_MESSAGE);
+	printf("max_fds %d\n", XRNIC_MAX_FDS);
 	S(xrnic_hdr);
 	S(xrnic_hello_req);
 	S(xrnic_hello_rep);

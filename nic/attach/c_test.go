@@ -67,6 +67,7 @@ func TestCLayout(t *testing.T) {
 		got[f[0]] = n
 	}
 	want := map[string]int{
+		"version": Version, "max_message": MaxMessage, "max_fds": MaxFDs,
 		"xrnic_hdr": HeaderLen, "xrnic_ring_hdr": shm.HeaderLen, "xrnic_sge": 16, "xrnic_send_wqe": shm.SendHeadLen,
 		"xrnic_recv_wqe": shm.RecvEntrySize(0), "xrnic_cqe": shm.CQEntrySize,
 		// The rings' header and the entries, as nic/shm lays them.

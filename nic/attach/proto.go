@@ -22,7 +22,7 @@ import (
 )
 
 // Version is the protocol's; HELLO refuses another.
-const Version = 1
+const Version = 2
 
 // MaxMessage bounds a message, header and payload.
 const MaxMessage = 1024
@@ -47,7 +47,7 @@ const (
 	OpQueryQP
 	OpCreateAH
 	OpDestroy
-	OpEvent // daemon to client, Seq 0: an asynchronous event
+	OpEvent // daemon to client, Seq 0, on the async event socket: an asynchronous event
 	OpCreateSRQ
 	OpModifySRQ
 	// The connection manager: the daemon's rdma_cm, its IDs the process's
@@ -109,8 +109,10 @@ type (
 		Version uint32
 		_       uint32
 	}
-	// HelloRep comes with the session's doorbell, an eventfd the client
-	// writes to when a ring it produces says RingNeedWakeup.
+	// HelloRep comes with two descriptors: the session's doorbell, an
+	// eventfd the client writes to when a ring it produces says
+	// RingNeedWakeup; and the async event socket, on which each EVENT comes
+	// as a datagram (libibverbs' async_fd).
 	HelloRep struct {
 		Version  uint32
 		_        uint32

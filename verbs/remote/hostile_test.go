@@ -80,6 +80,7 @@ func TestHostileControl(t *testing.T) {
 		{"short header", false, []byte{1, 0, 0}, 0},
 		{"before HELLO", false, hdr(attach.OpAllocPD, 1, 0), 0},
 		{"bad version", false, append(hdr(attach.OpHello, 1, 8), 9, 0, 0, 0, 0, 0, 0, 0), 0},
+		{"a second HELLO", true, append(hdr(attach.OpHello, 2, 8), attach.Version, 0, 0, 0, 0, 0, 0, 0), 0},
 		{"length lies", true, append(hdr(attach.OpQueryGID, 2, 100), 0, 0, 0, 0, 0, 0, 0, 0), 0},
 		{"payload too short", true, append(hdr(attach.OpQueryGID, 2, 4), 0, 0, 0, 0), 0},
 		{"payload where none belongs", true, append(hdr(attach.OpAllocPD, 2, 4), 0, 0, 0, 0), 0},
@@ -264,9 +265,13 @@ func TestHostileNeverPolls(t *testing.T) {
 	}
 }
 
-// hasEvent looks for typ among the events received; it makes no call (the
-// device's reader takes events as they come).
+// hasEvent looks for typ among the events waiting, as a C program does with
+// async_fd: poll it, then read what waits. It makes no call.
 func hasEvent(d *Device, typ verbs.EventType) bool {
+	fds := []unix.PollFd{{Fd: int32(d.AsyncFD()), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); n != 1 || err != nil {
+		return false
+	}
 	for _, ev := range d.Events() {
 		if ev.Type == uint32(typ) {
 			return true

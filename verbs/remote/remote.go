@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -41,13 +42,15 @@ var (
 
 // Device is a process's attachment to a daemon's device. Its methods are safe
 // for concurrent use; the objects state their own contracts. A goroutine of
-// its own reads the socket: replies go to the call waiting for them, events to
-// their queues, so a process hears its events without making calls.
+// its own reads the control socket: replies go to the call waiting for them,
+// CM events to their queue. Asynchronous events wait on the async socket
+// (AsyncFD) until read: GetAsyncEvent, Events or SetEventHandler.
 type Device struct {
-	c    *net.UnixConn
-	bell int // the doorbell eventfd
-	name string
-	guid uint64
+	c     *net.UnixConn
+	async *net.UnixConn // the async event socket, read by asyncReader
+	bell  int           // the doorbell eventfd
+	name  string
+	guid  uint64
 
 	mu      sync.Mutex // one request at a time
 	seq     uint32
@@ -55,14 +58,12 @@ type Device struct {
 	done    chan struct{} // closed when the reader stops
 	closing sync.Once
 
-	evWG  sync.WaitGroup // SetEventHandler's goroutine
+	evWG  sync.WaitGroup // the event handlers' goroutines
 	evMu  sync.Mutex
 	err   error // why the reader stopped (the socket broke, a protocol error, Close)
-	evs   []attach.EventMsg
 	cmEvs []*attach.CMEventMsg
-	cmIDs map[uint32]*CMID     // by handle
-	cmNew chan struct{}        // a CM event was queued (capacity 1)
-	evq   chan attach.EventMsg // to SetEventHandler's goroutine; nil: to Events
+	cmIDs map[uint32]*CMID // by handle
+	cmNew chan struct{}    // a CM event was queued (capacity 1)
 
 	// What the process's objects hold here (ring mappings, channel
 	// eventfds): Close releases what their Destroy did not.
@@ -107,15 +108,18 @@ func Dial(path string) (*Device, error) {
 	go d.reader()
 	var rep attach.HelloRep
 	fds, err := d.call(attach.OpHello, &attach.HelloReq{Version: attach.Version}, &rep)
-	if err == nil && len(fds) != 1 {
+	if err == nil && len(fds) != 2 {
 		attach.CloseFDs(fds)
 		err = fmt.Errorf("%w: HELLO with %d descriptors", attach.ErrProtocol, len(fds))
+	}
+	if err == nil {
+		d.bell = fds[0]
+		d.async, err = unixConn(fds[1], "xrnic-async")
 	}
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("remote: attaching to %s: %w", path, err)
 	}
-	d.bell = fds[0]
 	d.guid = rep.NodeGUID
 	d.name = cstr(rep.Name[:])
 	return d, nil
@@ -135,9 +139,9 @@ func (d *Device) reader() {
 				attach.CloseFDs(fds)
 				return err
 			}
-			if h.Seq == 0 {
+			if h.Seq == 0 && h.Op == attach.OpCMEvent {
 				attach.CloseFDs(fds)
-				if err := d.event(h, p); err != nil {
+				if err := d.cmEventMsg(p); err != nil {
 					return err
 				}
 				continue
@@ -189,6 +193,9 @@ func (d *Device) Close() error {
 		}
 		d.evMu.Unlock()
 		err = d.c.Close()
+		if d.async != nil {
+			d.async.Close()
+		}
 		<-d.done
 		d.evWG.Wait()
 		d.mu.Lock() // no call is between its request and its reply
@@ -257,39 +264,56 @@ func (d *Device) call(op attach.Op, req, rep any, fds ...int) ([]int, error) {
 	return r.fds, nil
 }
 
-// event keeps an event the daemon sent (Seq 0): an asynchronous event for
-// Events, a CM event for GetCMEvent.
-func (d *Device) event(h attach.Header, p []byte) error {
-	switch h.Op {
-	case attach.OpEvent:
-		var ev attach.EventMsg
-		if err := attach.DecodePayload(p, &ev); err != nil {
-			return err
+// AsyncFD is the async event socket's descriptor (libibverbs' async_fd): it
+// polls readable while an event waits, and GetAsyncEvent reads one. The
+// Device keeps it; do not close it.
+func (d *Device) AsyncFD() int {
+	fd := -1
+	if rc, err := d.async.SyscallConn(); err == nil {
+		rc.Control(func(f uintptr) { fd = int(f) })
+	}
+	return fd
+}
+
+// GetAsyncEvent waits for the next asynchronous event (ibv_get_async_event),
+// until one comes or the Device closes.
+func (d *Device) GetAsyncEvent() (attach.EventMsg, error) {
+	var buf [attach.MaxMessage]byte
+	n, err := d.async.Read(buf[:])
+	if err != nil {
+		if d.readErr() != nil {
+			err = d.readErr()
 		}
-		d.evMu.Lock()
-		if d.evq != nil {
-			select {
-			case d.evq <- ev:
-			default: // the handler is that far behind: as the daemon, drop
-			}
-		} else {
-			d.evs = append(d.evs, ev)
-		}
-		d.evMu.Unlock()
-	case attach.OpCMEvent:
-		ev := new(attach.CMEventMsg)
-		if err := attach.DecodePayload(p, ev); err != nil {
-			return err
-		}
-		d.evMu.Lock()
-		d.cmEvs = append(d.cmEvs, ev)
-		d.evMu.Unlock()
-		select {
-		case d.cmNew <- struct{}{}:
-		default:
-		}
+		return attach.EventMsg{}, err
+	}
+	return decodeEvent(buf[:n])
+}
+
+// decodeEvent decodes an async socket's datagram.
+func decodeEvent(m []byte) (attach.EventMsg, error) {
+	var ev attach.EventMsg
+	h, p, err := attach.DecodeHeader(m)
+	if err == nil && h.Op != attach.OpEvent {
+		err = fmt.Errorf("%w: %v on the async socket", attach.ErrProtocol, h.Op)
+	}
+	if err == nil {
+		err = attach.DecodePayload(p, &ev)
+	}
+	return ev, err
+}
+
+// cmEventMsg keeps a CM event for GetCMEvent.
+func (d *Device) cmEventMsg(p []byte) error {
+	ev := new(attach.CMEventMsg)
+	if err := attach.DecodePayload(p, ev); err != nil {
+		return err
+	}
+	d.evMu.Lock()
+	d.cmEvs = append(d.cmEvs, ev)
+	d.evMu.Unlock()
+	select {
+	case d.cmNew <- struct{}{}:
 	default:
-		return fmt.Errorf("%w: %v with sequence 0", attach.ErrProtocol, h.Op)
 	}
 	return nil
 }
@@ -300,40 +324,46 @@ func errnoErr(op attach.Op, e syscall.Errno) error {
 }
 
 // SetEventHandler hands the asynchronous events to h, one at a time on a
-// goroutine of the Device's (until Close), instead of keeping them for Events.
-// Set it once.
+// goroutine of the Device's that reads the async socket until Close. Set it
+// once; GetAsyncEvent and Events then find nothing.
 func (d *Device) SetEventHandler(h func(attach.EventMsg)) {
-	q := make(chan attach.EventMsg, 256)
-	d.evMu.Lock()
-	d.evq = q
-	for _, ev := range d.evs {
-		select {
-		case q <- ev:
-		default:
-		}
-	}
-	d.evs = nil
-	d.evMu.Unlock()
 	d.evWG.Add(1)
 	go func() {
 		defer d.evWG.Done()
 		for {
-			select {
-			case ev := <-q:
-				h(ev)
-			case <-d.done:
+			ev, err := d.GetAsyncEvent()
+			if errors.Is(err, attach.ErrProtocol) {
+				d.c.Close() // the daemon broke the protocol: detach
 				return
 			}
+			if err != nil {
+				return
+			}
+			h(ev)
 		}
 	}()
 }
 
-// Events returns and forgets the asynchronous events received so far.
+// Events returns the asynchronous events waiting on the async socket,
+// without waiting.
 func (d *Device) Events() []attach.EventMsg {
-	d.evMu.Lock()
-	defer d.evMu.Unlock()
-	evs := d.evs
-	d.evs = nil
+	rc, err := d.async.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var evs []attach.EventMsg
+	var buf [attach.MaxMessage]byte
+	rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, _, _, err := unix.Recvmsg(int(fd), buf[:], nil, unix.MSG_DONTWAIT)
+			if err != nil || n == 0 {
+				return true // none left: do not wait
+			}
+			if ev, err := decodeEvent(buf[:n]); err == nil {
+				evs = append(evs, ev)
+			}
+		}
+	})
 	return evs
 }
 
@@ -481,4 +511,20 @@ func (d *Device) mapRing(fds []int, size int) (*shm.Region, error) {
 		d.own(r)
 	}
 	return r, err
+}
+
+// unixConn makes a connection of a socket descriptor, which it takes.
+func unixConn(fd int, name string) (*net.UnixConn, error) {
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s is not a Unix socket", attach.ErrProtocol, name)
+	}
+	return uc, nil
 }

@@ -38,9 +38,14 @@ type session struct {
 	// (a duplicate): the client's doorbell wakes the engine's Wait directly,
 	// with no goroutine in between. -1: bell is the doorbell.
 	engineBell int
-	stop       chan struct{}
-	events     chan outMsg // events for the process, written by writeEvents
-	wmu        sync.Mutex  // writes on c
+	// async is the daemon's end of the process's async event socket (a
+	// SOCK_SEQPACKET pair; HELLO hands the other end, asyncPeer, over):
+	// libibverbs' async_fd. Written without blocking: past a full socket,
+	// events are dropped, as uverbs drops past its limit.
+	async, asyncPeer int
+	stop             chan struct{}
+	events           chan outMsg // events for the process, written by writeEvents
+	wmu              sync.Mutex  // writes on c
 
 	// The connection manager's channel, made by the first CM request.
 	cmOnce sync.Once
@@ -70,6 +75,11 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("doorbell: %w", err)
 	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("async event socket: %w", err)
+	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid))
 	engineBell, err := s.dev.WakeFD()
 	if err != nil {
@@ -77,7 +87,8 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	}
 	return &session{srv: s, c: c, cred: cred, comm: strings.TrimSpace(string(comm)), bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
 		stop: make(chan struct{}), events: make(chan outMsg, eventQueue),
-		objs: map[uint32]obj{}, cmID: map[*rdmacm.ID]*cmObj{}, engineBell: engineBell}, nil
+		objs: map[uint32]obj{}, cmID: map[*rdmacm.ID]*cmObj{}, engineBell: engineBell,
+		async: pair[0], asyncPeer: pair[1]}, nil
 }
 
 func (ss *session) logf(format string, a ...any) {
@@ -112,6 +123,10 @@ func (ss *session) run() {
 		ss.cm.Close()
 	}
 	ss.c.Close()
+	unix.Close(ss.async)
+	if ss.asyncPeer >= 0 {
+		unix.Close(ss.asyncPeer)
+	}
 	ss.logf("detached (%v); freed %d objects", err, n)
 }
 
@@ -146,18 +161,33 @@ func (ss *session) queue(op attach.Op, p any) {
 	}
 }
 
+// writeEvents writes the queued events: asynchronous events on the async
+// socket, CM events on the control socket.
 func (ss *session) writeEvents() {
 	buf := make([]byte, 0, attach.MaxMessage)
 	for {
 		select {
 		case ev := <-ss.events:
 			msg, _ := attach.Encode(buf[:0], ev.op, 0, 0, ev.p)
+			if ev.op == attach.OpEvent {
+				ss.writeAsync(msg)
+				continue
+			}
 			if err := ss.write(msg); err != nil {
 				return
 			}
 		case <-ss.stop:
 			return
 		}
+	}
+}
+
+// writeAsync sends an asynchronous event without blocking: a process that
+// does not read its async socket loses events, and stalls nothing.
+func (ss *session) writeAsync(msg []byte) {
+	err := unix.Sendmsg(ss.async, msg, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	if errors.Is(err, unix.EAGAIN) {
+		ss.logf("an async event dropped: the process does not read its async socket")
 	}
 }
 
@@ -201,9 +231,16 @@ func (ss *session) control() error {
 		}
 		out, _ = attach.Encode(out[:0], h.Op, h.Seq, attach.Errno(err), rep)
 		var werr error
-		if rfd >= 0 {
+		switch {
+		case h.Op == attach.OpHello && err == nil:
+			// HELLO's two descriptors: the doorbell and the async socket,
+			// whose other end the process then holds alone.
+			werr = ss.write(out, rfd, ss.asyncPeer)
+			unix.Close(ss.asyncPeer)
+			ss.asyncPeer = -1
+		case rfd >= 0:
 			werr = ss.write(out, rfd)
-		} else {
+		default:
 			werr = ss.write(out)
 		}
 		if werr != nil {
@@ -230,6 +267,9 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		var req attach.HelloReq
 		if err := attach.DecodePayload(p, &req); err != nil {
 			return nil, -1, err
+		}
+		if ss.asyncPeer < 0 {
+			return nil, -1, fmt.Errorf("%w: a second HELLO", attach.ErrProtocol)
 		}
 		if req.Version != attach.Version {
 			return nil, -1, fmt.Errorf("%w: version %d, the daemon speaks %d", attach.ErrProtocol, req.Version, attach.Version)
