@@ -188,9 +188,15 @@ static inline void xrnic_ring_release(struct xrnic_ring *r, uint32_t k)
 	__atomic_store_n(&r->hdr->cons, r->own, __ATOMIC_RELEASE);
 }
 
+/* Producer, after a commit: whether to ring the doorbell. The full fence
+ * orders the store of prod before the load of flags: the daemon stores flags
+ * and then loads prod (both sequentially consistent), and without it each
+ * side could miss the other's store and the daemon would sleep on a posted
+ * entry. */
 static inline int xrnic_ring_need_wakeup(struct xrnic_ring *r)
 {
-	return (__atomic_load_n(&r->hdr->flags, __ATOMIC_ACQUIRE) & XRNIC_RING_NEED_WAKEUP) != 0;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return (__atomic_load_n(&r->hdr->flags, __ATOMIC_RELAXED) & XRNIC_RING_NEED_WAKEUP) != 0;
 }
 
 /* Entries. */
