@@ -5,6 +5,7 @@
 #   make lint      gofmt + go vet + staticcheck
 #   make generate  rebuild the XDP program's Go bindings and object with clang (bpf2go)
 #   make interop   xrnic against Linux Soft-RoCE in a qemu guest (root; ../shared/tools/rxe-vm)
+#   make clib      xrnic's libibverbs.so.1 and librdmacm.so.1 into build/lib (xrnic exec uses them)
 
 GO        ?= go
 PKGS      ?= ./...
@@ -15,12 +16,15 @@ FUZZTIME  ?= 100000x
 # The tests of different packages each build namespaces and veth pairs; two cores here.
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 2
 
-.PHONY: all build test test-unit fuzz lint generate generate-check demo bench interop clean
+.PHONY: all build clib test test-unit fuzz lint generate generate-check demo bench interop clean
 
 all: build
 
-build:
+build: clib
 	$(GO) build ./...
+
+clib:
+	bash clib/build.sh build/lib
 
 test: test-unit fuzz
 

@@ -756,8 +756,6 @@ func TestBenchOnDaemon(t *testing.T) {
 	d := startDaemon(t, p, "--bench-port", "0")
 	startDaemonOn(t, p, &p.B, "--bench-port", "19001", "--bench-opts", "-s 65536 -n 2000",
 		"--bench-server", "send_lat:19002:-s 2 -n 1000")
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
 	runs := []struct {
 		test string
 		args []string
@@ -766,25 +764,18 @@ func TestBenchOnDaemon(t *testing.T) {
 		{"write_bw", []string{"-p", "19001", "-s", "65536", "-n", "2000"}, " 65536      2000 "},
 		{"send_lat", []string{"-p", "19002", "-s", "2", "-n", "1000", "-e"}, " 2       1000 "},
 	}
-	var outs [2]testutil.SyncBuffer
-	var errs [2]chan error
-	for i, r := range runs {
-		cp, err := perftest.Parse(r.test, append(append([]string{"-d", p.A.Name, "--daemon", d.attach}, r.args...),
-			p.B.IPv4.String()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		errs[i] = make(chan error, 1)
-		if err := p.A.NS.Go(func() { errs[i] <- perftest.Run(ctx, cp, &outs[i], &outs[i]) }); err != nil {
-			t.Fatal(err)
-		}
+	// Two bench processes at once, each attached to A's daemon.
+	var procs []*benchProc
+	for _, r := range runs {
+		procs = append(procs, benchChildIn(t, &p.A, r.test, append(append([]string{"--daemon", d.attach}, r.args...),
+			p.B.IPv4.String())...))
 	}
 	for i, r := range runs {
-		if err := wait(t, r.test, errs[i]); err != nil {
-			t.Fatalf("%s: %v\n%s", r.test, err, outs[i].String())
+		if err := procs[i].wait(90 * time.Second); err != nil {
+			t.Fatalf("%s: %v\n%s", r.test, err, procs[i].out.String())
 		}
-		if !strings.Contains(outs[i].String(), r.row) {
-			t.Errorf("%s through the daemon lacks %q:\n%s", r.test, r.row, outs[i].String())
+		if !strings.Contains(procs[i].out.String(), r.row) {
+			t.Errorf("%s through the daemon lacks %q:\n%s", r.test, r.row, procs[i].out.String())
 		}
 	}
 	for end := time.Now().Add(5 * time.Second); !strings.Contains(d.cmd(t, "resource"), " attached 0\n"); time.Sleep(20 * time.Millisecond) {
@@ -838,7 +829,8 @@ func TestBenchOnDaemonCM(t *testing.T) {
 	}
 }
 
-// benchProc is bench run as a process of its own by benchChild.
+// benchProc is a process of a test's own (bench by benchChild, a program by
+// startProc), its output gathered.
 type benchProc struct {
 	cmd  *exec.Cmd
 	out  testutil.SyncBuffer
@@ -849,9 +841,24 @@ type benchProc struct {
 // whose TestMain runs perftest for XRNIC_TEST_BENCH.
 func benchChild(t *testing.T, test string, args ...string) *benchProc {
 	t.Helper()
-	b := &benchProc{done: make(chan error, 1)}
-	b.cmd = exec.Command(os.Args[0])
-	b.cmd.Env = append(os.Environ(), "XRNIC_TEST_BENCH="+strings.Join(append([]string{test}, args...), "\x1f"))
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "XRNIC_TEST_BENCH="+strings.Join(append([]string{test}, args...), "\x1f"))
+	return startProc(t, cmd)
+}
+
+// benchChildIn is benchChild in the end's namespace (for perftest's TCP
+// exchange with the other end).
+func benchChildIn(t *testing.T, end *testenv.Endpoint, test string, args ...string) *benchProc {
+	t.Helper()
+	cmd := end.NS.Exec(context.Background(), os.Args[0])
+	cmd.Env = append(os.Environ(), "XRNIC_TEST_BENCH="+strings.Join(append([]string{test}, args...), "\x1f"))
+	return startProc(t, cmd)
+}
+
+// startProc starts cmd; the test's end kills it if it still runs.
+func startProc(t *testing.T, cmd *exec.Cmd) *benchProc {
+	t.Helper()
+	b := &benchProc{cmd: cmd, done: make(chan error, 1)}
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -59,12 +59,17 @@ const usage = `usage:
   xrnic statistic [-i IFACE | -s SOCK] [-d]     counters, like rdma statistic
   xrnic resource [show [qp|cq|mr]] [-i IFACE | -s SOCK]
                                                 objects, like rdma resource show
+  xrnic exec [-i IFACE | --attach SOCK] [--lib DIR] -- PROGRAM [ARGS]
+                                                run a libibverbs program on the daemon's device
 daemon options:
 `
 
 // run runs the daemon, or one introspection command, as the arguments say. The
 // daemon runs in the calling thread's network namespace until ctx ends.
 func run(ctx context.Context, args []string, out, errOut io.Writer) error {
+	if len(args) > 0 && args[0] == "exec" {
+		return runExec(args[1:], out)
+	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		c, err := parseClient(args)
 		if errors.Is(err, errHelp) {
