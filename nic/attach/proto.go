@@ -22,7 +22,7 @@ import (
 )
 
 // Version is the protocol's; HELLO refuses another.
-const Version = 2
+const Version = 3
 
 // MaxMessage bounds a message, header and payload.
 const MaxMessage = 1024
@@ -64,13 +64,18 @@ const (
 	OpCMEstablish
 	OpCMInitQPAttr
 	OpCMEvent
+	// An event channel (rdma_create_event_channel) is an object (KindCMChannel)
+	// whose CM_EVENTs come on a socket of its own, the reply's descriptor:
+	// librdmacm's channel fd. CM_CREATE_ID names it (0: the control socket).
+	OpCMCreateChannel
+	OpCMMigrateID
 	numOps
 )
 
 var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID", "ALLOC_PD", "REG_MR",
 	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ",
 	"CM_CREATE_ID", "CM_BIND_ADDR", "CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT",
-	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT"}
+	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT", "CM_CREATE_CHANNEL", "CM_MIGRATE_ID"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -100,6 +105,7 @@ const (
 	KindAH
 	KindSRQ
 	KindCMID
+	KindCMChannel
 )
 
 // Payloads. A request's name ends in Req, its reply's in Rep; an op without

@@ -117,13 +117,14 @@ func (r *attachedDev) event(ev AttachedEvent) {
 			ev.ID.Destroy() // its listener is gone
 			return
 		}
-		id = &ID{ch: l.ch, ps: l.ps, ctx: l.ctx, n: idSeq.Add(1) - 1, st: stConnect, att: ev.ID,
+		ch := l.channel()
+		id = &ID{ch: ch, ps: l.ps, ctx: l.ctx, n: idSeq.Add(1) - 1, st: stConnect, att: ev.ID,
 			attCM: r.c, src: ev.Src, dst: ev.Dst}
 		id.dev = l.dev
 		if id.dev == nil { // a listener on every device: this one's
 			id.dev = l.subDev(ev.Listen)
 		}
-		if id.dev == nil || l.ch.addID() != nil {
+		if id.dev == nil || ch.addID() != nil {
 			ev.ID.Destroy()
 			return
 		}
@@ -131,7 +132,7 @@ func (r *attachedDev) event(ev AttachedEvent) {
 		r.ids[ev.ID] = id
 		r.mu.Unlock()
 		track(id)
-		l.ch.post(&Event{Type: ev.Type, ID: id, Listen: l, Param: ev.Param, UD: ev.UD})
+		ch.post(&Event{Type: ev.Type, ID: id, Listen: l, Param: ev.Param, UD: ev.UD})
 		return
 	}
 	if id == nil {

@@ -111,16 +111,50 @@ func (ch *EventChannel) addID() error {
 }
 
 func (ch *EventChannel) removeID(id *ID) {
+	// rdma_destroy_id: the ID's events not yet taken go with it.
+	ch.take(id)
+}
+
+// take removes the ID from the channel and returns its events not yet taken.
+func (ch *EventChannel) take(id *ID) []*Event {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.ids--
-	// rdma_destroy_id: the ID's events not yet taken go with it.
+	var mine []*Event
 	q := ch.q[:0]
 	for _, ev := range ch.q {
-		if ev.ID != id {
+		if ev.ID == id {
+			mine = append(mine, ev)
+		} else {
 			q = append(q, ev)
 		}
 	}
 	clear(ch.q[len(q):])
 	ch.q = q
+	return mine
+}
+
+// Migrate moves the ID to ch (rdma_migrate_id): its later events, and those
+// not yet taken, come on ch.
+func (id *ID) Migrate(ch *EventChannel) error {
+	if err := ch.addID(); err != nil {
+		return err
+	}
+	id.mu.Lock()
+	old := id.ch
+	id.ch = ch
+	// Under the ID's lock: an event of its arriving now waits, and follows
+	// those moved.
+	for _, ev := range old.take(id) {
+		ch.post(ev)
+	}
+	id.mu.Unlock()
+	return nil
+}
+
+// channel is the ID's channel (Migrate changes it).
+func (id *ID) channel() *EventChannel {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.ch
 }

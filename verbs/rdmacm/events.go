@@ -192,7 +192,7 @@ func deviceRemoved(d *verbs.Device) {
 		if cmid != nil {
 			cmid.Destroy()
 		}
-		id.ch.post(&Event{Type: EventDeviceRemoval, ID: id})
+		id.channel().post(&Event{Type: EventDeviceRemoval, ID: id})
 	}
 }
 
@@ -313,9 +313,10 @@ func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 			sgid = uint8(i)
 		}
 	}
-	nid := &ID{ch: l.ch, ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, psn: randPSN(), st: stConnect, dev: d, cmgr: k.c, cmid: ev.ID, sgid: sgid,
+	ch := l.channel()
+	nid := &ID{ch: ch, ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, psn: randPSN(), st: stConnect, dev: d, cmgr: k.c, cmid: ev.ID, sgid: sgid,
 		src: netip.AddrPortFrom(h.Dst, k.port()), dst: netip.AddrPortFrom(h.Src, h.SrcPort)}
-	if err := l.ch.addID(); err != nil {
+	if err := ch.addID(); err != nil {
 		ev.ID.Destroy()
 		return
 	}
@@ -334,7 +335,7 @@ func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 	case *mad.SIDRREQ:
 		out.UD = UDParam{PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)}
 	}
-	l.ch.post(out)
+	ch.post(out)
 }
 
 func (k lkey) port() uint16 { return uint16(k.sid) }

@@ -735,6 +735,6 @@ func (id *ID) Destroy() error {
 		destroyAttached(s.cm, s.id)
 	}
 	untrack(id)
-	id.ch.removeID(id)
+	id.channel().removeID(id)
 	return nil
 }

@@ -1,4 +1,4 @@
-/* The attach protocol of the xrnic daemon, version 2: docs/attach.md in C.
+/* The attach protocol of the xrnic daemon, version 3: docs/attach.md in C.
  * Little-endian, natural alignment (no packed structs). Written from the
  * protocol's document; nic/shm's TestCLayout holds it to the Go side. */
 #ifndef XRNIC_ATTACH_H
@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define XRNIC_ATTACH_VERSION 2
+#define XRNIC_ATTACH_VERSION 3
 #define XRNIC_MAX_MESSAGE 1024
 #define XRNIC_MAX_FDS 2
 
@@ -39,6 +39,8 @@ enum xrnic_op {
 	XRNIC_OP_CM_ESTABLISH,
 	XRNIC_OP_CM_INIT_QP_ATTR,
 	XRNIC_OP_CM_EVENT,
+	XRNIC_OP_CM_CREATE_CHANNEL,
+	XRNIC_OP_CM_MIGRATE_ID,
 };
 
 enum xrnic_kind {
@@ -50,6 +52,7 @@ enum xrnic_kind {
 	XRNIC_KIND_AH,
 	XRNIC_KIND_SRQ,
 	XRNIC_KIND_CM_ID,
+	XRNIC_KIND_CM_CHANNEL,
 };
 
 struct xrnic_hdr {

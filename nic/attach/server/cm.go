@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/attach/conv"
@@ -26,28 +30,84 @@ type cmObj struct {
 func (o *cmObj) close() error { return o.id.Destroy() }
 func (o *cmObj) release()     {}
 
-// cmChannel returns the session's event channel, starting its goroutine the
-// first time.
-func (ss *session) cmChannel() *rdmacm.EventChannel {
-	ss.cmOnce.Do(func() {
-		ss.cm = rdmacm.NewEventChannel()
-		ctx, cancel := context.WithCancel(context.Background())
-		ss.cmStop = cancel
-		ss.cmDone = make(chan struct{})
-		go func() {
-			defer close(ss.cmDone)
-			ss.cmEvents(ctx)
-		}()
-	})
-	return ss.cm
+// cmChanObj is an event channel (rdma_create_event_channel): an rdma_cm
+// channel of the daemon's whose events a goroutine writes, one datagram
+// each, to a socket whose other end the process holds (librdmacm's channel
+// fd). The session's own channel, for IDs that name none (handle 0), writes
+// to the control socket instead.
+type cmChanObj struct {
+	objBase
+	ev   *rdmacm.EventChannel
+	sock int // the daemon's end; -1: the control socket
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// close fails with EBUSY while IDs remain on the channel.
+func (o *cmChanObj) close() error {
+	if err := o.ev.Close(); err != nil {
+		return err
+	}
+	o.stop()
+	<-o.done
+	return nil
+}
+
+func (o *cmChanObj) release() {
+	if o.sock >= 0 {
+		unix.Close(o.sock)
+	}
+}
+
+// startChannel makes a channel writing to sock and starts its goroutine.
+func (ss *session) startChannel(sock int) *cmChanObj {
+	ctx, cancel := context.WithCancel(context.Background())
+	o := &cmChanObj{objBase: objBase{kind: attach.KindCMChannel, ss: ss}, ev: rdmacm.NewEventChannel(), sock: sock,
+		stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		ss.cmEvents(ctx, o)
+	}()
+	return o
+}
+
+// cmChannel returns the channel of handle h, or the session's own for 0
+// (made the first time).
+func (ss *session) cmChannel(h uint32) (*cmChanObj, error) {
+	if h != 0 {
+		return get[*cmChanObj](ss, attach.KindCMChannel, h)
+	}
+	ss.cmOnce.Do(func() { ss.cm = ss.startChannel(-1) })
+	return ss.cm, nil
+}
+
+// createCMChannel is CM_CREATE_CHANNEL: the reply carries the process's end
+// of the channel's socket, which the daemon then closes.
+func (ss *session) createCMChannel() (any, int, error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, err
+	}
+	unix.SetNonblock(pair[0], true)
+	o := ss.startChannel(pair[0])
+	h, err := ss.add(o, 0)
+	if err != nil {
+		o.close()
+		o.release()
+		unix.Close(pair[1])
+		return nil, -1, err
+	}
+	ss.closeAfterReply = append(ss.closeAfterReply, pair[1])
+	return &attach.HandleRep{Handle: h}, pair[1], nil
 }
 
 // cmEvents forwards the channel's events to the process. A CONNECT_REQUEST's
 // new ID becomes the process's object first; an event that finds the process
 // at its object limit rejects the request.
-func (ss *session) cmEvents(ctx context.Context) {
+func (ss *session) cmEvents(ctx context.Context, ch *cmChanObj) {
+	buf := make([]byte, 0, attach.MaxMessage)
 	for {
-		ev, err := ss.cm.GetEvent(ctx)
+		ev, err := ch.ev.GetEvent(ctx)
 		if err != nil {
 			return
 		}
@@ -79,7 +139,32 @@ func (ss *session) cmEvents(ctx context.Context) {
 			msg.Param.QPN, msg.Param.QKey = ev.UD.QPN, ev.UD.QKey
 			msg.Param.PrivLen = uint32(copy(msg.Param.Private[:], ev.UD.PrivateData))
 		}
-		ss.queue(attach.OpCMEvent, msg)
+		if ch.sock < 0 {
+			ss.queue(attach.OpCMEvent, msg)
+			continue
+		}
+		buf, _ = attach.Encode(buf[:0], attach.OpCMEvent, 0, 0, msg)
+		if err := writeWithin(ctx, ch.sock, buf, writeTimeout); err != nil {
+			ss.logf("CM_EVENT %v dropped: %v", ev.Type, err)
+		}
+	}
+}
+
+// writeWithin sends a datagram on a non-blocking socket, waiting for room
+// until d passes or ctx ends: a process that does not read its channel stalls
+// only that channel.
+func writeWithin(ctx context.Context, fd int, msg []byte, d time.Duration) error {
+	end := time.Now().Add(d)
+	for {
+		err := unix.Sendmsg(fd, msg, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if !errors.Is(err, unix.EAGAIN) {
+			return err
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return fmt.Errorf("the process does not read its event channel: %w", err)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		unix.Poll(fds, 50) // rechecks ctx and the deadline at least this often
 	}
 }
 
@@ -134,12 +219,16 @@ func (ss *session) ownsQPN(qpn uint32) bool {
 func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 	switch op {
 	case attach.OpCMCreateID:
-		var req attach.CMIDReq
+		var req attach.CMIDReq // ID: the channel's handle
 		if err := attach.DecodePayload(p, &req); err != nil {
 			return nil, err
 		}
+		ch, err := ss.cmChannel(req.ID)
+		if err != nil {
+			return nil, err
+		}
 		o := &cmObj{objBase: objBase{kind: attach.KindCMID, ss: ss}}
-		id, err := ss.cmChannel().CreateID(o, rdmacm.PortSpace(req.Arg))
+		id, err := ch.ev.CreateID(o, rdmacm.PortSpace(req.Arg))
 		if err != nil {
 			return nil, err
 		}
@@ -198,6 +287,12 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 		return nil, err
 	}
 	switch op {
+	case attach.OpCMMigrateID: // Arg: the channel's handle
+		ch, err := ss.cmChannel(req.Arg)
+		if err != nil {
+			return nil, err
+		}
+		return nil, o.id.Migrate(ch.ev)
 	case attach.OpCMResolveRoute:
 		return nil, o.id.ResolveRoute()
 	case attach.OpCMListen:

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -47,11 +46,13 @@ type session struct {
 	events           chan outMsg // events for the process, written by writeEvents
 	wmu              sync.Mutex  // writes on c
 
-	// The connection manager's channel, made by the first CM request.
+	// The session's own CM event channel (its events on the control
+	// socket), made by the first CM_CREATE_ID that names no channel.
 	cmOnce sync.Once
-	cm     *rdmacm.EventChannel
-	cmStop context.CancelFunc
-	cmDone chan struct{}
+	cm     *cmChanObj
+	// Descriptors a reply hands over and the daemon then closes (the
+	// process's ends of its sockets); the control goroutine's.
+	closeAfterReply []int
 
 	mu   sync.Mutex // the fields below; the pump holds it for a pass
 	objs map[uint32]obj
@@ -118,9 +119,9 @@ func (ss *session) run() {
 	wg.Wait()
 	n := ss.teardown()
 	if ss.cm != nil { // the IDs are gone: no more events
-		ss.cmStop()
-		<-ss.cmDone
-		ss.cm.Close()
+		if err := ss.cm.close(); err != nil {
+			ss.logf("the CM channel: %v", err)
+		}
 	}
 	ss.c.Close()
 	unix.Close(ss.async)
@@ -243,6 +244,10 @@ func (ss *session) control() error {
 		default:
 			werr = ss.write(out)
 		}
+		for _, fd := range ss.closeAfterReply {
+			unix.Close(fd)
+		}
+		ss.closeAfterReply = ss.closeAfterReply[:0]
 		if werr != nil {
 			return werr
 		}
@@ -359,9 +364,14 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		return nil, -1, o.srq.Modify(verbs.SRQAttr{MaxWR: req.MaxWR, Limit: req.Limit}, verbs.SRQAttrMask(req.Mask))
 	case attach.OpCMCreateID, attach.OpCMBindAddr, attach.OpCMResolveAddr, attach.OpCMResolveRoute,
 		attach.OpCMListen, attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject, attach.OpCMDisconnect,
-		attach.OpCMEstablish, attach.OpCMInitQPAttr:
+		attach.OpCMEstablish, attach.OpCMInitQPAttr, attach.OpCMMigrateID:
 		rep, err := ss.cmRequest(op, p)
 		return rep, -1, err
+	case attach.OpCMCreateChannel:
+		if err := checkEmpty(p); err != nil {
+			return nil, -1, err
+		}
+		return ss.createCMChannel()
 	case attach.OpDestroy:
 		var req attach.DestroyReq
 		if err := attach.DecodePayload(p, &req); err != nil {
@@ -506,7 +516,7 @@ func (ss *session) teardown() int {
 		all = append(all, o)
 	}
 	ss.mu.Unlock()
-	for _, kind := range []uint32{attach.KindCMID, attach.KindQP, attach.KindSRQ, attach.KindAH, attach.KindMR,
+	for _, kind := range []uint32{attach.KindCMID, attach.KindCMChannel, attach.KindQP, attach.KindSRQ, attach.KindAH, attach.KindMR,
 		attach.KindCQ, attach.KindCompChannel, attach.KindPD} {
 		for _, o := range all {
 			if o.base().kind != kind {
@@ -542,6 +552,8 @@ func kindName(k uint32) string {
 		return "SRQ"
 	case attach.KindCMID:
 		return "CM ID"
+	case attach.KindCMChannel:
+		return "CM event channel"
 	}
 	return fmt.Sprintf("kind %d", k)
 }
