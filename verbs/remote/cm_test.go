@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
@@ -257,5 +258,65 @@ func TestRemoteCMQPNOwned(t *testing.T) {
 	p.QPN = mine.qp.QPN()
 	if err := (attachedID{id}).Connect(p); err != nil {
 		t.Fatalf("Connect naming its own QP %#x: %v", p.QPN, err)
+	}
+}
+
+// CM event channels of their own (librdmacm's channel fd): an ID made on a
+// channel has its events on the channel's socket, not on the control socket;
+// CM_MIGRATE_ID moves it to the control socket's; a channel with an ID on it
+// cannot go.
+func TestRemoteCMChannel(t *testing.T) {
+	r := newRig(t, server.Config{Logf: t.Logf})
+	d := r.dial(t)
+	var ch attach.HandleRep
+	fds, err := d.call(attach.OpCMCreateChannel, nil, &ch)
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("CM_CREATE_CHANNEL: %v, %d descriptors", err, len(fds))
+	}
+	sock, err := unixConn(fds[0], "channel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	var idRep attach.HandleRep
+	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: ch.Handle, Arg: uint32(rdmacm.PSTCP)}, &idRep); err != nil {
+		t.Fatal(err)
+	}
+	id := d.cmID(idRep.Handle)
+	if err := id.ResolveAddr(addrA, netip.AddrPortFrom(addrB, 7303)); err != nil {
+		t.Fatal(err)
+	}
+	sock.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, attach.MaxMessage)
+	n, err := sock.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, p, err := attach.DecodeHeader(buf[:n])
+	var ev attach.CMEventMsg
+	if err == nil {
+		err = attach.DecodePayload(p, &ev)
+	}
+	if err != nil || h.Op != attach.OpCMEvent || ev.ID != idRep.Handle || rdmacm.EventType(ev.Type) != rdmacm.EventAddrResolved {
+		t.Fatalf("on the channel: %v %+v %v", h, ev, err)
+	}
+	if err := d.destroy(attach.KindCMChannel, ch.Handle); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("destroying a channel with an ID on it: %v", err)
+	}
+	if _, err := d.call(attach.OpCMMigrateID, &attach.CMIDReq{ID: idRep.Handle, Arg: 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ResolveRoute(); err != nil {
+		t.Fatal(err)
+	}
+	cmEvent(t, d, rdmacm.EventRouteResolved) // on the control socket now
+	if err := id.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.destroy(attach.KindCMChannel, ch.Handle); err != nil {
+		t.Fatalf("destroying the empty channel: %v", err)
+	}
+	if n, err := sock.Read(buf); n != 0 || err == nil {
+		t.Fatalf("the channel's socket after its destroy: %d bytes, %v", n, err)
 	}
 }
