@@ -128,3 +128,22 @@ func waitListening(t *testing.T, end *testenv.Endpoint, port string, srv *benchP
 		}
 	}
 }
+
+// The library's registered-memory arena on its own (clib/test/mem_test.c):
+// contents kept across the move, one memory seen from the daemon's mapping
+// and the program's, regions over moved and fresh pages at once, EFAULT for
+// addresses the process does not have, protections kept.
+func TestCLibraryMemory(t *testing.T) {
+	gcc := testutil.RequireCommand(t, "gcc")
+	root := testutil.RepoRoot(t)
+	bin := filepath.Join(t.TempDir(), "mem_test")
+	out, err := exec.Command(gcc, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(root, "clib", "include"),
+		"-o", bin, filepath.Join(root, "clib", "test", "mem_test.c"), filepath.Join(root, "clib", "src", "mem.c"),
+		"-lpthread").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin).CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
+		t.Fatalf("mem_test: %v\n%s", err, out)
+	}
+}
