@@ -1,33 +1,736 @@
-/* librdmacm.so.1, for now only its symbols: perftest links it and must load.
- * Every call fails with ENOSYS (-1, or NULL), until the connection manager
- * reaches the daemon's (issue 17's librdmacm); rdma_event_str names events.
- * rdma_cma.h is not included: the stubs' prototypes are not its. */
+/* librdmacm on the daemon's connection manager (docs/attach.md, "The
+ * connection manager"): the daemon's rdma_cm runs the IDs, as the kernel's
+ * rdma_ucm runs librdmacm's, and each event channel is a socket of its own.
+ * What librdmacm does in the process is done here: an ID's QP goes through
+ * INIT, RTR and RTS with rdma_init_qp_attr's attributes, a CONNECT_RESPONSE
+ * for an ID with a QP is completed in rdma_get_cm_event (RTR, RTS,
+ * rdma_establish) and reported as ESTABLISHED, and the QP goes to ERR on
+ * REJECTED, UNREACHABLE and rdma_disconnect.
+ *
+ * The IDs of a process live on one device, the first that libibverbs lists
+ * (its daemon's session holds them and the QPs they name): id->verbs. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "xrnic/attach.h"
 
 #define XR_EXPORT __attribute__((visibility("default")))
 
-#define STUB(name)                                                                                                     \
-	XR_EXPORT long name(void);                                                                                     \
-	long name(void)                                                                                                \
-	{                                                                                                              \
-		errno = ENOSYS;                                                                                        \
-		return -1;                                                                                             \
+/* libibverbs' (xrnic's): a request on the context's session. */
+int xrnic_call(struct ibv_context *ctx, uint32_t op, const void *req, uint32_t reqlen, void *rep, uint32_t replen,
+	       int *rfd);
+
+#define UDP_QKEY 0x01234567 /* RDMA_UDP_QKEY */
+
+struct xr_chan {
+	struct rdma_event_channel ch;
+	uint32_t handle;
+};
+
+struct xr_id {
+	struct rdma_cm_id id;
+	uint32_t handle;
+	struct xr_chan *own; /* a channel made for an ID created without one */
+	struct ibv_sa_path_rec path;
+	struct xr_id *next;
+};
+
+struct xr_event {
+	struct rdma_cm_event ev;
+	uint8_t private_data[256];
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ibv_context *dev;	   /* the CM's device */
+static struct ibv_device **devlist; /* kept open for rdma_get_devices */
+static struct xr_id *ids;	   /* by handle, for events */
+
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/* device opens the first device, once. */
+static struct ibv_context *device(void)
+{
+	pthread_mutex_lock(&mu);
+	if (!dev) {
+		int n = 0;
+		devlist = ibv_get_device_list(&n);
+		if (devlist && n > 0)
+			dev = ibv_open_device(devlist[0]);
 	}
+	struct ibv_context *d = dev;
+	pthread_mutex_unlock(&mu);
+	if (!d)
+		errno = ENODEV;
+	return d;
+}
 
-#include "rdmacm.inc"
+static int call(uint32_t op, const void *req, uint32_t reqlen, void *rep, uint32_t replen, int *rfd)
+{
+	struct ibv_context *d = device();
+	if (!d)
+		return -1;
+	int err = xrnic_call(d, op, req, reqlen, rep, replen, rfd);
+	return err ? fail(err) : 0;
+}
 
-XR_EXPORT const char *rdma_event_str(int event);
-const char *rdma_event_str(int event)
+static struct xr_id *xid(struct rdma_cm_id *id) { return (struct xr_id *)id; }
+
+static struct xr_id *id_of(uint32_t handle)
+{
+	struct xr_id *x;
+	pthread_mutex_lock(&mu);
+	for (x = ids; x && x->handle != handle; x = x->next)
+		;
+	pthread_mutex_unlock(&mu);
+	return x;
+}
+
+static void track(struct xr_id *x)
+{
+	pthread_mutex_lock(&mu);
+	x->next = ids;
+	ids = x;
+	pthread_mutex_unlock(&mu);
+}
+
+static void untrack(struct xr_id *x)
+{
+	pthread_mutex_lock(&mu);
+	for (struct xr_id **p = &ids; *p; p = &(*p)->next)
+		if (*p == x) {
+			*p = x->next;
+			break;
+		}
+	pthread_mutex_unlock(&mu);
+}
+
+/* Addresses. */
+
+static int wire_addr(struct xrnic_sockaddr *w, const struct sockaddr *sa)
+{
+	memset(w, 0, sizeof(*w));
+	if (!sa)
+		return 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		memcpy(w->ip, &in->sin_addr, 4);
+		w->port = ntohs(in->sin_port);
+		w->family = 4;
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+		memcpy(w->ip, &in6->sin6_addr, 16);
+		w->port = ntohs(in6->sin6_port);
+		w->family = 6;
+	} else {
+		return EAFNOSUPPORT;
+	}
+	return 0;
+}
+
+static void sock_addr(struct sockaddr_storage *ss, const struct xrnic_sockaddr *w)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (w->family == 4) {
+		struct sockaddr_in *in = (struct sockaddr_in *)ss;
+		in->sin_family = AF_INET;
+		memcpy(&in->sin_addr, w->ip, 4);
+		in->sin_port = htons(w->port);
+	} else if (w->family == 6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+		in6->sin6_family = AF_INET6;
+		memcpy(&in6->sin6_addr, w->ip, 16);
+		in6->sin6_port = htons(w->port);
+	}
+}
+
+static socklen_t addr_len(const struct sockaddr *sa)
+{
+	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+/* Event channels. */
+
+XR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	struct xrnic_handle_rep r;
+	int fd;
+	struct xr_chan *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (call(XRNIC_OP_CM_CREATE_CHANNEL, NULL, 0, &r, sizeof(r), &fd)) {
+		free(c);
+		return NULL;
+	}
+	c->ch.fd = fd;
+	c->handle = r.handle;
+	return &c->ch;
+}
+
+XR_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	struct xr_chan *c = (struct xr_chan *)channel;
+	struct xrnic_destroy req = {.kind = XRNIC_KIND_CM_CHANNEL, .handle = c->handle};
+	call(XRNIC_OP_DESTROY, &req, sizeof(req), NULL, 0, NULL);
+	close(channel->fd);
+	free(c);
+}
+
+/* IDs. */
+
+static struct xr_id *new_id(uint32_t handle, struct rdma_event_channel *ch, void *context, enum rdma_port_space ps)
+{
+	struct xr_id *x = calloc(1, sizeof(*x));
+	if (!x)
+		return NULL;
+	x->handle = handle;
+	x->id.verbs = dev;
+	x->id.channel = ch;
+	x->id.context = context;
+	x->id.ps = ps;
+	x->id.port_num = 1;
+	x->id.qp_type = ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+	x->id.route.path_rec = &x->path;
+	track(x);
+	return x;
+}
+
+XR_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+			     enum rdma_port_space ps)
+{
+	struct xr_chan *own = NULL;
+	if (!channel) { /* synchronous: a channel of the ID's own */
+		if (!(channel = rdma_create_event_channel()))
+			return -1;
+		own = (struct xr_chan *)channel;
+	}
+	struct xrnic_cm_id_req req = {.id = ((struct xr_chan *)channel)->handle, .arg = ps};
+	struct xrnic_handle_rep r;
+	if (call(XRNIC_OP_CM_CREATE_ID, &req, sizeof(req), &r, sizeof(r), NULL)) {
+		if (own)
+			rdma_destroy_event_channel(channel);
+		return -1;
+	}
+	struct xr_id *x = new_id(r.handle, channel, context, ps);
+	if (!x) {
+		struct xrnic_destroy d = {.kind = XRNIC_KIND_CM_ID, .handle = r.handle};
+		call(XRNIC_OP_DESTROY, &d, sizeof(d), NULL, 0, NULL);
+		if (own)
+			rdma_destroy_event_channel(channel);
+		return fail(ENOMEM);
+	}
+	x->own = own;
+	*id = &x->id;
+	return 0;
+}
+
+XR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct xr_id *x = xid(id);
+	struct xrnic_destroy req = {.kind = XRNIC_KIND_CM_ID, .handle = x->handle};
+	if (call(XRNIC_OP_DESTROY, &req, sizeof(req), NULL, 0, NULL))
+		return -1;
+	untrack(x);
+	if (x->own)
+		rdma_destroy_event_channel(&x->own->ch);
+	free(x);
+	return 0;
+}
+
+XR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct xrnic_cm_id_req req = {.id = xid(id)->handle, .arg = ((struct xr_chan *)channel)->handle};
+	if (call(XRNIC_OP_CM_MIGRATE_ID, &req, sizeof(req), NULL, 0, NULL))
+		return -1;
+	id->channel = channel;
+	return 0;
+}
+
+XR_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct xrnic_cm_addr req = {.id = xid(id)->handle};
+	int err = wire_addr(&req.src, addr);
+	if (err)
+		return fail(err);
+	if (call(XRNIC_OP_CM_BIND_ADDR, &req, sizeof(req), NULL, 0, NULL))
+		return -1;
+	memcpy(&id->route.addr.src_storage, addr, addr_len(addr));
+	return 0;
+}
+
+XR_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int timeout_ms)
+{
+	struct xrnic_cm_addr req = {.id = xid(id)->handle};
+	(void)timeout_ms;
+	int err = wire_addr(&req.src, src);
+	if (!err)
+		err = dst ? wire_addr(&req.dst, dst) : EINVAL;
+	if (err)
+		return fail(err);
+	if (call(XRNIC_OP_CM_RESOLVE_ADDR, &req, sizeof(req), NULL, 0, NULL))
+		return -1;
+	memcpy(&id->route.addr.dst_storage, dst, addr_len(dst));
+	return 0;
+}
+
+static int simple(struct rdma_cm_id *id, uint32_t op, uint32_t arg)
+{
+	struct xrnic_cm_id_req req = {.id = xid(id)->handle, .arg = arg};
+	return call(op, &req, sizeof(req), NULL, 0, NULL);
+}
+
+XR_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	(void)timeout_ms;
+	return simple(id, XRNIC_OP_CM_RESOLVE_ROUTE, 0);
+}
+
+XR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	return simple(id, XRNIC_OP_CM_LISTEN, backlog < 0 ? 0 : (uint32_t)backlog);
+}
+
+XR_EXPORT int rdma_establish(struct rdma_cm_id *id) { return simple(id, XRNIC_OP_CM_ESTABLISH, 0); }
+
+XR_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
+{
+	struct xrnic_cm_id_req req = {.id = xid(id)->handle, .arg = attr->qp_state};
+	struct xrnic_cm_init_qp_attr_rep r;
+	if (call(XRNIC_OP_CM_INIT_QP_ATTR, &req, sizeof(req), &r, sizeof(r), NULL))
+		return -1;
+	const struct xrnic_qp_attr *w = &r.attr;
+	memset(attr, 0, sizeof(*attr));
+	attr->qp_state = w->qp_state;
+	attr->qkey = w->qkey;
+	attr->rq_psn = w->rq_psn;
+	attr->sq_psn = w->sq_psn;
+	attr->dest_qp_num = w->dest_qp_num;
+	attr->qp_access_flags = w->qp_access_flags;
+	attr->pkey_index = w->pkey_index;
+	attr->path_mtu = w->path_mtu;
+	attr->port_num = w->port_num;
+	attr->timeout = w->timeout;
+	attr->retry_cnt = w->retry_cnt;
+	attr->rnr_retry = w->rnr_retry;
+	attr->min_rnr_timer = w->min_rnr_timer;
+	attr->max_rd_atomic = w->max_rd_atomic;
+	attr->max_dest_rd_atomic = w->max_dest_rd_atomic;
+	memcpy(attr->ah_attr.grh.dgid.raw, w->ah_attr.dgid, 16);
+	attr->ah_attr.grh.flow_label = w->ah_attr.flow_label;
+	attr->ah_attr.grh.sgid_index = w->ah_attr.sgid_index;
+	attr->ah_attr.grh.hop_limit = w->ah_attr.hop_limit;
+	attr->ah_attr.grh.traffic_class = w->ah_attr.traffic_class;
+	attr->ah_attr.is_global = 1;
+	attr->ah_attr.port_num = w->ah_attr.port_num ? w->ah_attr.port_num : 1;
+	*mask = (int)r.mask;
+	return 0;
+}
+
+/* modify moves the ID's QP to state with the daemon's attributes; depth
+ * and resources, when not negative, override the read depths (librdmacm's
+ * ucma_modify_qp_rtr and _rts take the consumer's). */
+static int modify(struct rdma_cm_id *id, enum ibv_qp_state state, int resources, int depth)
+{
+	struct ibv_qp_attr a = {.qp_state = state};
+	int mask, err;
+	if (rdma_init_qp_attr(id, &a, &mask))
+		return -1;
+	if (state == IBV_QPS_RTR && resources >= 0)
+		a.max_dest_rd_atomic = (uint8_t)resources;
+	if (state == IBV_QPS_RTS && depth >= 0)
+		a.max_rd_atomic = (uint8_t)depth;
+	if ((err = ibv_modify_qp(id->qp, &a, mask)))
+		return fail(err);
+	return 0;
+}
+
+static void qp_to_err(struct rdma_cm_id *id)
+{
+	if (id->qp) {
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+		ibv_modify_qp(id->qp, &a, IBV_QP_STATE);
+	}
+}
+
+XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	if (!pd)
+		pd = id->pd;
+	if (!pd || id->qp)
+		return fail(EINVAL);
+	attr->qp_type = id->qp_type;
+	/* Without CQs of the consumer's, the ID's own (librdmacm's
+	 * ucma_create_cqs). */
+	if (!attr->send_cq || !attr->recv_cq) {
+		if (!id->recv_cq) {
+			id->recv_cq_channel = ibv_create_comp_channel(pd->context);
+			id->recv_cq = id->recv_cq_channel ? ibv_create_cq(pd->context, attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1,
+									  id, id->recv_cq_channel, 0)
+							  : NULL;
+			id->send_cq_channel = ibv_create_comp_channel(pd->context);
+			id->send_cq = id->send_cq_channel ? ibv_create_cq(pd->context, attr->cap.max_send_wr ? attr->cap.max_send_wr : 1,
+									  id, id->send_cq_channel, 0)
+							  : NULL;
+			if (!id->recv_cq || !id->send_cq)
+				return -1;
+		}
+		if (!attr->send_cq)
+			attr->send_cq = id->send_cq;
+		if (!attr->recv_cq)
+			attr->recv_cq = id->recv_cq;
+	}
+	struct ibv_qp *qp = ibv_create_qp(pd, attr);
+	if (!qp)
+		return -1;
+	id->qp = qp;
+	int err = modify(id, IBV_QPS_INIT, -1, -1);
+	if (!err && id->qp_type == IBV_QPT_UD) {
+		err = modify(id, IBV_QPS_RTR, -1, -1);
+		if (!err)
+			err = modify(id, IBV_QPS_RTS, -1, -1);
+	}
+	if (err) {
+		int e = errno;
+		ibv_destroy_qp(qp);
+		id->qp = NULL;
+		return fail(e);
+	}
+	id->pd = pd;
+	return 0;
+}
+
+XR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
+				     .srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type,
+				     .sq_sig_all = attr->sq_sig_all};
+	if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD)
+		return fail(ENOSYS);
+	int err = rdma_create_qp(id, (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	if (!err)
+		attr->cap = a.cap;
+	return err;
+}
+
+XR_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	if (id->qp)
+		ibv_destroy_qp(id->qp);
+	id->qp = NULL;
+}
+
+static int conn(struct rdma_cm_id *id, uint32_t op, struct rdma_conn_param *p)
+{
+	struct xrnic_cm_conn req = {.id = xid(id)->handle};
+	if (p) {
+		if (p->private_data_len > sizeof(req.param.private_data))
+			return fail(EINVAL);
+		req.param.qp_num = p->qp_num;
+		req.param.responder_resources = p->responder_resources;
+		req.param.initiator_depth = p->initiator_depth;
+		req.param.flow_control = p->flow_control;
+		req.param.retry_count = p->retry_count;
+		req.param.rnr_retry_count = p->rnr_retry_count;
+		req.param.srq = p->srq;
+		req.param.private_data_len = p->private_data_len;
+		if (p->private_data_len)
+			memcpy(req.param.private_data, p->private_data, p->private_data_len);
+	} else { /* librdmacm's defaults */
+		req.param.responder_resources = req.param.initiator_depth = 1;
+		req.param.retry_count = req.param.rnr_retry_count = 7;
+	}
+	if (id->qp)
+		req.param.qp_num = id->qp->qp_num; /* the daemon checks it is ours */
+	if (id->qp_type == IBV_QPT_UD)
+		req.param.qkey = UDP_QKEY;
+	return call(op, &req, sizeof(req), NULL, 0, NULL);
+}
+
+XR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p) { return conn(id, XRNIC_OP_CM_CONNECT, p); }
+
+XR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
+{
+	/* librdmacm's rdma_accept: an RC ID's QP to RTR and RTS first. */
+	if (id->qp && id->qp_type != IBV_QPT_UD) {
+		int res = p ? p->responder_resources : 1, depth = p ? p->initiator_depth : 1;
+		if (modify(id, IBV_QPS_RTR, res, -1) || modify(id, IBV_QPS_RTS, -1, depth)) {
+			int e = errno;
+			rdma_reject(id, NULL, 0);
+			return fail(e);
+		}
+	}
+	return conn(id, XRNIC_OP_CM_ACCEPT, p);
+}
+
+XR_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t len)
+{
+	struct rdma_conn_param p = {.private_data = private_data, .private_data_len = len};
+	struct xrnic_cm_conn req = {.id = xid(id)->handle};
+	if (len > sizeof(req.param.private_data))
+		return fail(EINVAL);
+	req.param.private_data_len = len;
+	if (len)
+		memcpy(req.param.private_data, p.private_data, len);
+	return call(XRNIC_OP_CM_REJECT, &req, sizeof(req), NULL, 0, NULL);
+}
+
+XR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
+{
+	qp_to_err(id); /* its posted work requests complete, flushed */
+	return simple(id, XRNIC_OP_CM_DISCONNECT, 0);
+}
+
+XR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	(void)id, (void)optval, (void)optlen;
+	if (level == RDMA_OPTION_ID &&
+	    (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR || optname == RDMA_OPTION_ID_AFONLY))
+		return 0; /* accepted; the daemon's defaults stand (TOS 0, addresses reusable after TIME_WAIT) */
+	return fail(ENOSYS);
+}
+
+XR_EXPORT uint16_t rdma_get_src_port(struct rdma_cm_id *id)
+{
+	const struct sockaddr *sa = &id->route.addr.src_addr;
+	return sa->sa_family == AF_INET6 ? id->route.addr.src_sin6.sin6_port : id->route.addr.src_sin.sin_port;
+}
+
+XR_EXPORT uint16_t rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	const struct sockaddr *sa = &id->route.addr.dst_addr;
+	return sa->sa_family == AF_INET6 ? id->route.addr.dst_sin6.sin6_port : id->route.addr.dst_sin.sin_port;
+}
+
+/* Events: one datagram each on the channel's socket. */
+
+static void fill_route(struct xr_id *x, const struct xrnic_cm_event *w)
+{
+	struct sockaddr_storage ss;
+	if (w->src.family) {
+		sock_addr(&ss, &w->src);
+		memcpy(&x->id.route.addr.src_storage, &ss, sizeof(ss));
+	}
+	if (w->dst.family) {
+		sock_addr(&ss, &w->dst);
+		memcpy(&x->id.route.addr.dst_storage, &ss, sizeof(ss));
+	}
+	/* The path of RoCE's route: the GIDs of the addresses. */
+	struct ibv_sa_path_rec *p = &x->path;
+	const struct xrnic_sockaddr *a[2] = {&w->src, &w->dst};
+	union ibv_gid *g[2] = {&p->sgid, &p->dgid};
+	for (int i = 0; i < 2; i++) {
+		if (a[i]->family == 4) {
+			memset(g[i]->raw, 0, 10);
+			g[i]->raw[10] = g[i]->raw[11] = 0xff;
+			memcpy(g[i]->raw + 12, a[i]->ip, 4);
+		} else if (a[i]->family == 6) {
+			memcpy(g[i]->raw, a[i]->ip, 16);
+		}
+	}
+	p->pkey = htons(0xffff);
+	p->hop_limit = 64;
+	x->id.route.num_paths = 1;
+}
+
+XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	uint8_t buf[XRNIC_MAX_MESSAGE];
+	struct xrnic_hdr h;
+	struct xrnic_cm_event w;
+	for (;;) {
+		ssize_t n = recv(channel->fd, buf, sizeof(buf), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1; /* EAGAIN for a non-blocking channel, as librdmacm */
+		if (n == 0)
+			return fail(ENODEV); /* the daemon is gone */
+		if ((size_t)n != sizeof(h) + sizeof(w))
+			continue;
+		memcpy(&h, buf, sizeof(h));
+		memcpy(&w, buf + sizeof(h), sizeof(w));
+		if (h.op != XRNIC_OP_CM_EVENT || h.len != sizeof(w))
+			continue;
+		struct xr_id *x = id_of(w.id), *l = NULL;
+		if (w.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			if (!(l = id_of(w.listen_id)))
+				continue; /* its listener was destroyed */
+			x = new_id(w.id, l->id.channel, l->id.context, l->id.ps);
+			if (!x)
+				return fail(ENOMEM);
+		}
+		if (!x)
+			continue; /* an ID destroyed meanwhile */
+		struct xr_event *e = calloc(1, sizeof(*e));
+		if (!e)
+			return fail(ENOMEM);
+		fill_route(x, &w);
+		e->ev.id = &x->id;
+		e->ev.listen_id = l ? &l->id : NULL;
+		e->ev.event = w.event;
+		e->ev.status = w.status;
+		uint32_t plen = w.param.private_data_len < sizeof(w.param.private_data) ? w.param.private_data_len
+											 : sizeof(w.param.private_data);
+		memcpy(e->private_data, w.param.private_data, plen);
+		if (x->id.ps == RDMA_PS_UDP) {
+			struct rdma_ud_param *u = &e->ev.param.ud;
+			u->private_data = plen ? e->private_data : NULL;
+			u->private_data_len = (uint8_t)plen;
+			u->qp_num = w.param.qp_num;
+			u->qkey = w.param.qkey;
+			memcpy(u->ah_attr.grh.dgid.raw, w.ah_attr.dgid, 16);
+			u->ah_attr.grh.flow_label = w.ah_attr.flow_label;
+			u->ah_attr.grh.sgid_index = w.ah_attr.sgid_index;
+			u->ah_attr.grh.hop_limit = w.ah_attr.hop_limit;
+			u->ah_attr.grh.traffic_class = w.ah_attr.traffic_class;
+			u->ah_attr.is_global = 1;
+			u->ah_attr.port_num = 1;
+		} else {
+			struct rdma_conn_param *c = &e->ev.param.conn;
+			c->private_data = plen ? e->private_data : NULL;
+			c->private_data_len = (uint8_t)plen;
+			c->responder_resources = w.param.responder_resources;
+			c->initiator_depth = w.param.initiator_depth;
+			c->flow_control = w.param.flow_control;
+			c->retry_count = w.param.retry_count;
+			c->rnr_retry_count = w.param.rnr_retry_count;
+			c->srq = w.param.srq;
+			c->qp_num = w.param.qp_num;
+		}
+		switch (e->ev.event) {
+		case RDMA_CM_EVENT_CONNECT_RESPONSE:
+			/* librdmacm's ucma_process_conn_resp, for an ID with a QP. */
+			if (x->id.qp) {
+				if (modify(&x->id, IBV_QPS_RTR, -1, -1) || modify(&x->id, IBV_QPS_RTS, -1, -1) ||
+				    rdma_establish(&x->id)) {
+					qp_to_err(&x->id);
+					rdma_reject(&x->id, NULL, 0);
+					e->ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
+					e->ev.status = -1;
+				} else {
+					e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
+				}
+			}
+			break;
+		case RDMA_CM_EVENT_REJECTED:
+		case RDMA_CM_EVENT_UNREACHABLE:
+		case RDMA_CM_EVENT_CONNECT_ERROR:
+			qp_to_err(&x->id);
+			break;
+		default:
+			break;
+		}
+		*event = &e->ev;
+		return 0;
+	}
+}
+
+XR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	free(event);
+	return 0;
+}
+
+XR_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
 {
 	static const char *const names[] = {
-		"RDMA_CM_EVENT_ADDR_RESOLVED",	  "RDMA_CM_EVENT_ADDR_ERROR",	    "RDMA_CM_EVENT_ROUTE_RESOLVED",
-		"RDMA_CM_EVENT_ROUTE_ERROR",	  "RDMA_CM_EVENT_CONNECT_REQUEST",  "RDMA_CM_EVENT_CONNECT_RESPONSE",
-		"RDMA_CM_EVENT_CONNECT_ERROR",	  "RDMA_CM_EVENT_UNREACHABLE",	    "RDMA_CM_EVENT_REJECTED",
-		"RDMA_CM_EVENT_ESTABLISHED",	  "RDMA_CM_EVENT_DISCONNECTED",	    "RDMA_CM_EVENT_DEVICE_REMOVAL",
-		"RDMA_CM_EVENT_MULTICAST_JOIN",	  "RDMA_CM_EVENT_MULTICAST_ERROR",  "RDMA_CM_EVENT_ADDR_CHANGE",
+		"RDMA_CM_EVENT_ADDR_RESOLVED",	 "RDMA_CM_EVENT_ADDR_ERROR",	   "RDMA_CM_EVENT_ROUTE_RESOLVED",
+		"RDMA_CM_EVENT_ROUTE_ERROR",	 "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+		"RDMA_CM_EVENT_CONNECT_ERROR",	 "RDMA_CM_EVENT_UNREACHABLE",	   "RDMA_CM_EVENT_REJECTED",
+		"RDMA_CM_EVENT_ESTABLISHED",	 "RDMA_CM_EVENT_DISCONNECTED",	   "RDMA_CM_EVENT_DEVICE_REMOVAL",
+		"RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
 		"RDMA_CM_EVENT_TIMEWAIT_EXIT",
 	};
 	if ((unsigned)event < sizeof(names) / sizeof(names[0]))
 		return names[event];
 	return "UNKNOWN EVENT";
+}
+
+/* Devices and addresses. */
+
+XR_EXPORT struct ibv_context **rdma_get_devices(int *num)
+{
+	struct ibv_context **list = calloc(2, sizeof(*list));
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	list[0] = device();
+	if (num)
+		*num = list[0] ? 1 : 0;
+	return list;
+}
+
+XR_EXPORT void rdma_free_devices(struct ibv_context **list) { free(list); }
+
+XR_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
+			       struct rdma_addrinfo **res)
+{
+	struct addrinfo h = {.ai_socktype = SOCK_STREAM}, *ai;
+	int passive = hints && (hints->ai_flags & RAI_PASSIVE);
+	if (hints) {
+		h.ai_family = hints->ai_family;
+		if (hints->ai_flags & RAI_NUMERICHOST)
+			h.ai_flags |= AI_NUMERICHOST;
+	}
+	if (passive)
+		h.ai_flags |= AI_PASSIVE;
+	int err = getaddrinfo(node, service, &h, &ai);
+	if (err)
+		return fail(err == EAI_SYSTEM ? errno : ENODEV);
+	struct rdma_addrinfo *first = NULL, **tail = &first;
+	for (struct addrinfo *a = ai; a; a = a->ai_next) {
+		if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+			continue;
+		struct rdma_addrinfo *r = calloc(1, sizeof(*r));
+		struct sockaddr *sa = malloc(a->ai_addrlen);
+		if (!r || !sa) {
+			free(r);
+			free(sa);
+			break;
+		}
+		memcpy(sa, a->ai_addr, a->ai_addrlen);
+		r->ai_flags = hints ? hints->ai_flags : 0;
+		r->ai_family = a->ai_family;
+		r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+		r->ai_qp_type = r->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+		if (passive) {
+			r->ai_src_addr = sa;
+			r->ai_src_len = a->ai_addrlen;
+		} else {
+			r->ai_dst_addr = sa;
+			r->ai_dst_len = a->ai_addrlen;
+		}
+		*tail = r;
+		tail = &r->ai_next;
+	}
+	freeaddrinfo(ai);
+	if (!first)
+		return fail(ENOMEM);
+	*res = first;
+	return 0;
+}
+
+XR_EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
+{
+	while (res) {
+		struct rdma_addrinfo *next = res->ai_next;
+		free(res->ai_src_addr);
+		free(res->ai_dst_addr);
+		free(res);
+		res = next;
+	}
 }

@@ -898,3 +898,16 @@ XR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 	(void)qp;
 	return NULL; /* no extended QPs: IBV_QP_INIT_ATTR_SEND_OPS_FLAGS is refused */
 }
+
+/* xrnic_call is a request on the context's session, for xrnic's librdmacm
+ * (its CM IDs live in the session that holds the QPs they name). rfd, when
+ * not NULL, receives the reply's descriptor. Version XRNIC_PRIVATE_1. */
+XR_EXPORT int xrnic_call(struct ibv_context *ctx, uint32_t op, const void *req, uint32_t reqlen, void *rep,
+			 uint32_t replen, int *rfd)
+{
+	int got = 0;
+	int err = xr_call(&xr_ctx(ctx)->conn, op, req, reqlen, rep, replen, -1, rfd, rfd ? 1 : 0, rfd ? &got : NULL);
+	if (!err && rfd && got != 1)
+		err = EPROTO;
+	return err;
+}
