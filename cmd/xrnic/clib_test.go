@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strconv"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -11,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/testenv"
 )
 
 // buildCLib builds clib's libraries into a folder of the test's, as `make
 // clib` does (clib/build.sh, warnings as errors).
-func buildCLib(t *testing.T) string {
+func buildCLib(t testing.TB) string {
 	t.Helper()
 	testutil.RequireCommand(t, "gcc")
 	dir := t.TempDir()
@@ -30,7 +32,7 @@ func buildCLib(t *testing.T) string {
 
 // xrnicExec runs `xrnic exec --attach SOCK --lib LIB -- PROGRAM ARGS` in the
 // end's namespace (this test binary is xrnic for XRNIC_TEST_MAIN).
-func xrnicExec(t *testing.T, end *testenv.Endpoint, d *testDaemon, lib string, prog ...string) *benchProc {
+func xrnicExec(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, prog ...string) *benchProc {
 	t.Helper()
 	testutil.RequireCommand(t, prog[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -103,6 +105,25 @@ func TestCLibrary(t *testing.T) {
 			checkBoth(t, srv, cli, c.row, c.prog[0] != "ib_read_lat") // READ's responder measures nothing
 		})
 	}
+	// A program killed mid-transfer: its daemon frees its session, and
+	// serves the next programs (the subtests after this one).
+	t.Run("killed", func(t *testing.T) {
+		args := []string{"ib_write_bw", "-x", "1", "-s", "65536", "-D", "30", "-p", "18601"}
+		srv := xrnicExec(t, &p.B, b, lib, args...)
+		waitListening(t, &p.B, "18601", srv)
+		cli := xrnicExec(t, &p.A, a, lib, append(args, p.B.IPv4.String())...)
+		if out, ok := cli.waitFor("#bytes", 30*time.Second); !ok {
+			t.Fatalf("the client did not start:\n%s", out)
+		}
+		time.Sleep(500 * time.Millisecond) // mid-transfer
+		cli.cmd.Process.Kill()
+		cli.wait(10 * time.Second)
+		srv.cmd.Process.Kill()
+		srv.wait(10 * time.Second)
+		for _, d := range []*testDaemon{a, b} {
+			waitDetached(t, d)
+		}
+	})
 	t.Run("rping", func(t *testing.T) {
 		srv := xrnicExec(t, &p.B, b, lib, "rping", "-s", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v")
 		waitCMListener(t, b, srv)
@@ -111,17 +132,23 @@ func TestCLibrary(t *testing.T) {
 		checkBoth(t, srv, cli, "ping data: rdma-ping-9: JKLMNOPQRSTUVWXYZ", true)
 	})
 	for _, d := range []*testDaemon{a, b} {
-		for end := time.Now().Add(5 * time.Second); !strings.Contains(d.cmd(t, "resource"), " attached 0\n"); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("after the programs: %q", d.cmd(t, "resource"))
-			}
+		waitDetached(t, d)
+	}
+}
+
+// waitDetached waits until no process is attached to the daemon.
+func waitDetached(t *testing.T, d *testDaemon) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(d.cmd(t, "resource"), " attached 0\n"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("processes still attached: %q", d.cmd(t, "resource"))
 		}
 	}
 }
 
 // startDaemonProc runs `xrnic -i IFACE` as a process of its own in the end's
 // namespace (this test binary is xrnic for XRNIC_TEST_MAIN).
-func startDaemonProc(t *testing.T, end *testenv.Endpoint) *testDaemon {
+func startDaemonProc(t testing.TB, end *testenv.Endpoint) *testDaemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &testDaemon{sock: filepath.Join(dir, "xrnic.sock"), attach: filepath.Join(dir, "xrnic.attach"), done: make(chan error, 1)}
@@ -216,5 +243,118 @@ func TestCLibraryMemory(t *testing.T) {
 	}
 	if out, err := exec.Command(bin).CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
 		t.Fatalf("mem_test: %v\n%s", err, out)
+	}
+}
+
+// BenchmarkCLibrary is Debian's ib_write_bw and ib_send_lat on xrnic's
+// libibverbs (through A's daemon) against bench with its engine in-process
+// on A, in the same run on the same veth pair, both against the bench
+// servers of a daemon on B. Rounds alternate the two; it reports bandwidth
+// (64 KiB WRITEs) and t_typical (2-byte SENDs), and the ratios, medians of
+// the rounds' (the C library issue asks for >= 0.8 and <= 1.3).
+//
+//	go test -run '^$' -bench CLibrary -benchtime 1x ./cmd/xrnic/
+func BenchmarkCLibrary(b *testing.B) {
+	lib := buildCLib(b)
+	p := testenv.NewTestPair(b, testenv.PairOptions{})
+	const nBW, nLat = "4000", "3000"
+	startDaemonOn(b, p, &p.B, "--bench-port", "19001", "--bench-opts", "-s 65536 -n "+nBW,
+		"--bench-server", "send_lat:19002:-s 2 -n "+nLat)
+	field := func(out string, i int) float64 {
+		f := resultRow(out)
+		if len(f) <= i {
+			b.Fatalf("no result row:\n%s", out)
+		}
+		v, _ := strconv.ParseFloat(f[i], 64)
+		return v
+	}
+	inProcess := func(test, port, size, n string, col int) float64 {
+		pp, err := perftest.Parse(test, []string{"-d", p.A.Name, "-p", port, "-s", size, "-n", n, p.B.IPv4.String()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out testutil.SyncBuffer
+		res := make(chan error, 1)
+		if err := p.A.NS.Go(func() { res <- perftest.Run(context.Background(), pp, &out, &out) }); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-res; err != nil {
+			b.Fatalf("%v\n%s", err, out.String())
+		}
+		return field(out.String(), col)
+	}
+	library := func(d *testDaemon, prog, port, size, n string, col int) float64 {
+		c := xrnicExec(b, &p.A, d, lib, prog, "-x", "1", "-p", port, "-s", size, "-n", n, p.B.IPv4.String())
+		if err := c.wait(2 * time.Minute); err != nil {
+			b.Fatalf("%s: %v\n%s", prog, err, c.out.String())
+		}
+		return field(c.out.String(), col)
+	}
+	const rounds = 3
+	var bwIn, bwLib, latIn, latLib []float64
+	for range rounds {
+		bwIn = append(bwIn, inProcess("write_bw", "19001", "65536", nBW, 3))
+		latIn = append(latIn, inProcess("send_lat", "19002", "2", nLat, 4))
+		d := startDaemonProc(b, &p.A)
+		bwLib = append(bwLib, library(d, "ib_write_bw", "19001", "65536", nBW, 3))
+		latLib = append(latLib, library(d, "ib_send_lat", "19002", "2", nLat, 4))
+		if err := d.stop(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	median := func(x []float64) float64 {
+		y := slices.Clone(x)
+		slices.Sort(y)
+		return y[len(y)/2]
+	}
+	ratios := func(num, den []float64) []float64 {
+		r := make([]float64, len(num))
+		for i := range num {
+			r[i] = num[i] / den[i]
+		}
+		return r
+	}
+	b.ReportMetric(median(bwIn), "MB/s_inprocess")
+	b.ReportMetric(median(bwLib), "MB/s_libibverbs")
+	b.ReportMetric(median(ratios(bwLib, bwIn)), "x_bw")
+	b.ReportMetric(median(latIn), "us_inprocess")
+	b.ReportMetric(median(latLib), "us_libibverbs")
+	b.ReportMetric(median(ratios(latLib, latIn)), "x_lat")
+}
+
+// An unprivileged program on xrnic (`xrnic exec` as uid 65534): refused by a
+// daemon that serves root and its own user only, served by one started with
+// --attach-group naming the program's group (Debian's nogroup, 65534).
+func TestAttachGroup(t *testing.T) {
+	lib := buildCLib(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	for _, c := range []struct {
+		args   []string
+		served bool
+	}{
+		{nil, false},
+		{[]string{"--attach-group", "65534"}, true},
+	} {
+		d := startDaemon(t, p, append([]string{"--bench-port", "0"}, c.args...)...)
+		// The folders on the way must let the other user through.
+		for _, dir := range []string{lib, filepath.Dir(lib), filepath.Dir(d.attach), filepath.Dir(filepath.Dir(d.attach))} {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path, argv, env, err := execCommand([]string{"--attach", d.attach, "--lib", lib, "--", "ibv_devinfo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(path, argv[1:]...)
+		cmd.Env = env
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, _ := cmd.CombinedOutput()
+		if got := strings.Contains(string(out), "hca_id:"); got != c.served {
+			t.Errorf("daemon %q: uid 65534 served %v, want %v:\n%s", c.args, got, c.served, out)
+		}
+		if err := d.stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -135,11 +135,17 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		cl.add(func() { ctl.Close() })
 	}
 	var attachLn *net.UnixListener
+	attachCfg := server.Config{Logf: d.lg.printf}
 	if c.attach != "" {
 		if attachLn, err = listenUnix("unixpacket", c.attach); err != nil {
 			return fmt.Errorf("attach socket: %w", err)
 		}
 		cl.add(func() { attachLn.Close() })
+		if c.attachGrp != "" {
+			if attachCfg.Allow, err = openToGroup(c.attach, c.attachGrp); err != nil {
+				return fmt.Errorf("--attach-group: %w", err)
+			}
+		}
 	}
 
 	// The link and the device.
@@ -183,7 +189,7 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 	})
 
 	if attachLn != nil { // before the control socket's goroutine reads it
-		d.attach = server.New(dev, server.Config{Logf: d.lg.printf})
+		d.attach = server.New(dev, attachCfg)
 	}
 
 	// The goroutines. A fatal condition (the interface removed) ends the daemon

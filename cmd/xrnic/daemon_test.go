@@ -856,7 +856,7 @@ func benchChildIn(t *testing.T, end *testenv.Endpoint, test string, args ...stri
 }
 
 // startProc starts cmd; the test's end kills it if it still runs.
-func startProc(t *testing.T, cmd *exec.Cmd) *benchProc {
+func startProc(t testing.TB, cmd *exec.Cmd) *benchProc {
 	t.Helper()
 	b := &benchProc{cmd: cmd, done: make(chan error, 1)}
 	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out

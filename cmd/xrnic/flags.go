@@ -39,6 +39,7 @@ type config struct {
 	servers   []benchCfg // --bench-server: more bench servers, each on its own port
 	control   string     // unix socket path; "" = none
 	attach    string     // the attach socket's path; "" = none
+	attachGrp string     // --attach-group: a group whose processes may attach too
 	interval  time.Duration
 	pcap      string // --pcap: record the device's frames here; "" = no
 
@@ -81,6 +82,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.BoolVar(&c.benchAnyGID, "bench-any-gid", false, "let a bench client announce GIDs other than its own address (its test traffic then goes wherever it says)")
 	fs.StringVar(&c.control, "control", "", `control socket, mode 0600, for root and the daemon's user only: it shows every session's keys and addresses (default `+controlDir+`/IFACE.sock; "" turns it off)`)
 	fs.StringVar(&c.attach, "attach", "", `attach socket, mode 0600, where processes of root and the daemon's user attach to the device (default `+controlDir+`/IFACE.attach; "" turns it off)`)
+	fs.StringVar(&c.attachGrp, "attach-group", "", `a group (name or number) whose processes may attach too, as /dev/infiniband's group: the attach socket becomes mode 0660 in that group, and a peer whose groups include it is served (each process still sees only its own objects)`)
 	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
 	fs.StringVar(&c.pcap, "pcap", "", "record every frame the device sends and receives to this pcap file, as ibdump does (tcpdump on the interface misses what XDP redirects)")
 	fs.BoolP("help", "h", false, "show this help")
