@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"os"
-	"strconv"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
