@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,6 +64,14 @@ func TestInterop(t *testing.T) {
 				t.Run("rping_peer_gone_mid_handshake/xrnic_server", func(t *testing.T) { rpingPeerGone(t, g) })
 				t.Run("daemon/two_ib_write_bw_clients", func(t *testing.T) { daemon(t, g) })
 				t.Run("soak", func(t *testing.T) { soak(t, g) })
+			}
+			for _, c := range clibCases {
+				if mtu != 1024 && c.prog != "ibv_rc_pingpong" && c.prog != "ib_write_bw" {
+					continue // the rest once, at MTU 1024
+				}
+				n := "libibverbs/" + caseName(c.prog, c.args)
+				t.Run(n+"/xrnic_server", func(t *testing.T) { clibPair(t, g, c.prog, c.args, true) })
+				t.Run(n+"/xrnic_client", func(t *testing.T) { clibPair(t, g, c.prog, c.args, false) })
 			}
 			for _, c := range perftestCases {
 				n := caseName(c.test, c.args)
@@ -455,9 +464,26 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 			t.Logf("attempt %d: %s stopped sending and stalled with nothing of xrnic's left to answer (%s.pcap): again", attempt, tool, name)
 			continue
 		}
+		if gErr != nil && rpingTeardownRace(tool, gOut) {
+			t.Logf("%s exited %v after its test: rdma-core 44's rping teardown race (fixed upstream in f3ae6534a), not a failure", tool, gErr)
+			gErr = nil
+		}
+		if xErr != nil && slices.Contains(bench, "rping") && rpingTeardownRace("rping", xOut) {
+			t.Logf("xrnic's side exited %v after its test: rping's teardown race, not a failure", xErr)
+			xErr = nil
+		}
 		if xErr != nil || gErr != nil {
 			t.Fatalf("bench: %v, %s: %v\n--- bench:\n%s\n--- %s:\n%s", xErr, tool, gErr, xOut, tool, gOut)
 		}
 		return c, xOut, gOut
 	}
+}
+
+// rpingTeardownRace reports whether a failed rping's output is rdma-core
+// 44's teardown race: its CM thread calls rdma_get_cm_event once more after
+// the main thread destroyed the channel, and exits 255 with EBADF, the test
+// done (rdma-core commit f3ae6534a, "rping: terminate CM event thread before
+// exiting"). The callers still check every ping's data.
+func rpingTeardownRace(tool, out string) bool {
+	return tool == "rping" && strings.Contains(out, "rdma_get_cm_event: Bad file descriptor")
 }

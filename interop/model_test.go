@@ -218,3 +218,20 @@ func TestGuestStalled(t *testing.T) {
 		}
 	}
 }
+
+// The teardown race of the guest's rping (rdma-core 44) is told from other
+// failures by its line.
+func TestRpingTeardownRace(t *testing.T) {
+	race := "server ping data: rdma-ping-9: JKL\nrdma_get_cm_event: Bad file descriptor\n"
+	if !rpingTeardownRace("rping", race) {
+		t.Error("the race not recognized")
+	}
+	for _, c := range []struct{ tool, out string }{
+		{"rping", "rdma_resolve_addr: Invalid argument\n"},
+		{"ib_write_bw", race},
+	} {
+		if rpingTeardownRace(c.tool, c.out) {
+			t.Errorf("%s %q taken for the race", c.tool, c.out)
+		}
+	}
+}

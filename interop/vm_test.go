@@ -45,7 +45,8 @@ const (
 
 // Needed on the host: qemu and the image builder for the guest, tcpdump for the
 // captures, python3 for the independent ICRC checker.
-var hostCommands = []string{"qemu-system-x86_64", "mmdebstrap", "cpio", "bc", "tcpdump", "python3", "ip"}
+var hostCommands = []string{"qemu-system-x86_64", "mmdebstrap", "cpio", "bc", "tcpdump", "python3", "ip", "gcc",
+	"ibv_rc_pingpong", "ib_write_bw", "rping"}
 
 // suite is what TestMain prepared; nil fields mean it could not.
 var suite struct {
@@ -53,6 +54,7 @@ var suite struct {
 	icrcCheck string // icrc-check.py
 	cache     string // RXE_VM_CACHE
 	bench     string // bench, built for this run
+	lib       string // xrnic's libibverbs.so.1 and librdmacm.so.1 (clib/), built for this run
 	artifacts string
 	err       error // why the suite cannot run; every test fails with it
 	skip      string
@@ -125,6 +127,10 @@ func prepare() (tmp string, err error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return tmp, fmt.Errorf("go build ./cmd/bench ./cmd/xrnic: %v: %s", err, bytes.TrimSpace(out))
 	}
+	suite.lib = filepath.Join(tmp, "lib")
+	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "clib", "build.sh"), suite.lib).CombinedOutput(); err != nil {
+		return tmp, fmt.Errorf("clib/build.sh: %v: %s", err, bytes.TrimSpace(out))
+	}
 	if err := sweepStale(); err != nil {
 		return tmp, err
 	}
@@ -141,7 +147,7 @@ func prepare() (tmp string, err error) {
 func checkHost() error {
 	for _, c := range hostCommands {
 		if _, err := exec.LookPath(c); err != nil {
-			return fmt.Errorf("%s not found: install qemu-system-x86 mmdebstrap cpio bc tcpdump python3 iproute2 (.ci/run does)", c)
+			return fmt.Errorf("%s not found: install qemu-system-x86 mmdebstrap cpio bc tcpdump python3 iproute2 gcc libibverbs-dev librdmacm-dev perftest ibverbs-utils rdmacm-utils (.ci/run does)", c)
 		}
 	}
 	return nil

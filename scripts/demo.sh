@@ -5,7 +5,8 @@
 #
 #   sudo scripts/demo.sh        (or: sudo make demo)
 #
-# It needs root, Go, and iproute2 (installed with apt-get when `ip` is missing).
+# It needs root, Go, iproute2, and for its C part gcc, libibverbs-dev,
+# librdmacm-dev and perftest (each installed with apt-get when missing).
 # Everything it creates (namespaces, veth pair, processes, binaries) is removed on
 # exit, failure or interrupt included. It exits non-zero on any failure.
 set -euo pipefail
@@ -19,11 +20,16 @@ die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 [[ $EUID -eq 0 ]] || die "run as root (sudo scripts/demo.sh): it creates namespaces and a veth pair and attaches XDP"
 command -v go >/dev/null || die "go not found in PATH or /usr/local/go/bin"
 command -v timeout >/dev/null || die "timeout (coreutils) not found"
-if ! command -v ip >/dev/null; then
-	say "installing iproute2"
+missing=()
+for p in iproute2 gcc libc6-dev libibverbs-dev librdmacm-dev perftest; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	say "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	timeout 120 apt-get update -qq >/dev/null || die "apt-get update failed"
-	timeout 180 apt-get install -y -qq --no-install-recommends iproute2 >/dev/null || die "apt-get install iproute2 failed"
+	timeout 300 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+		die "apt-get install ${missing[*]} failed"
 fi
 
 id=$(printf '%05d' $((($$ + RANDOM) % 100000)))
@@ -59,9 +65,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "building xrnic and bench"
+say "building xrnic, bench, and xrnic's libibverbs and librdmacm"
 timeout 300 go build -o "$tmp/xrnic" ./cmd/xrnic || die "go build ./cmd/xrnic failed"
 timeout 300 go build -o "$tmp/bench" ./cmd/bench || die "go build ./cmd/bench failed"
+timeout 300 bash clib/build.sh "$tmp/lib" || die "clib/build.sh failed"
 
 say "namespaces $nsA, $nsB; veth $vethA ($ipA) <-> $vethB ($ipB), MTU 4200"
 ip netns add "$nsA"
@@ -122,6 +129,16 @@ timeout 60 ip netns exec "$nsA" "$tmp/bench" write_bw -d "$vethA" --daemon "$tmp
 wait "$server" || { cat "$tmp/s3.out" >&2; die "the bench server on $vethB failed"; }
 grep -E '^ +#bytes|^ +65536 ' "$tmp/c3.out" || die "bench --daemon printed no result"
 grep 'attached (uid' "$tmp/xrnic.log" | tail -n 1 | sed 's/^/    /'
+
+say "an unmodified C program on the daemon's device: Debian's ib_write_bw through xrnic's libibverbs"
+echo "    xrnic exec -i $vethA -- ib_write_bw -x 1 -s 65536 -n 2000 $ipB (in $nsA), against a bench server on $vethB"
+timeout 60 ip netns exec "$nsB" "$tmp/bench" write_bw -d "$vethB" -x 1 -s 65536 -n 2000 >"$tmp/s4.out" 2>&1 &
+server=$!
+sleep 0.5
+timeout 60 ip netns exec "$nsA" "$tmp/xrnic" exec --attach "$tmp/xrnic.attach" --lib "$tmp/lib" -- \
+	ib_write_bw -x 1 -s 65536 -n 2000 "$ipB" >"$tmp/c4.out" 2>&1 || { cat "$tmp/c4.out" >&2; die "ib_write_bw through xrnic exec failed"; }
+wait "$server" || { cat "$tmp/s4.out" >&2; die "the bench server on $vethB failed"; }
+grep -E 'Device +:|^ +#bytes|^ +65536 ' "$tmp/c4.out" || die "ib_write_bw printed no result"
 
 say "xrnic statistic -d"
 timeout 10 "$tmp/xrnic" statistic -s "$sock" -d

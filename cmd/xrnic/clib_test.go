@@ -178,7 +178,15 @@ func startDaemonProc(t testing.TB, end *testenv.Endpoint) *testDaemon {
 func checkBoth(t *testing.T, srv, cli *benchProc, row string, srvRow bool) {
 	t.Helper()
 	for _, c := range []*benchProc{cli, srv} {
-		if err := c.wait(60 * time.Second); err != nil {
+		err := c.wait(60 * time.Second)
+		if err != nil && strings.Contains(c.out.String(), "rdma_get_cm_event: Bad file descriptor") {
+			// rdma-core 44's rping: its CM thread reads the channel once
+			// more after the main thread destroyed it, the test done (fixed
+			// upstream in f3ae6534a). The rows below are still checked.
+			t.Logf("rping's teardown race (%v)", err)
+			err = nil
+		}
+		if err != nil {
 			t.Fatalf("%v\nserver:\n%s\nclient:\n%s", err, srv.out.String(), cli.out.String())
 		}
 	}

@@ -1,0 +1,118 @@
+//go:build interop
+
+package interop
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The C library leg: Debian's programs, unmodified, on the host through
+// xrnic's libibverbs and librdmacm (`xrnic exec`, the daemon on vb0), against
+// the same programs on rxe in the guest, both roles. Each program checks its
+// data where it does (the pingpongs' -c, rping's -V); the capture's ICRCs are
+// verified as for bench.
+var clibCases = []struct {
+	prog, args string
+}{
+	{"ibv_rc_pingpong", "-g 1 -s 4096 -n 200 -c"},
+	{"ibv_uc_pingpong", "-g 1 -s 4096 -n 200 -c"},
+	{"ibv_ud_pingpong", "-g 1 -s 512 -n 200 -c"},
+	{"ibv_srq_pingpong", "-g 1 -s 4096 -n 200 -q 4 -c"},
+	{"ib_write_bw", "-x 1 -s 65536 -n 200"},
+	{"ib_read_bw", "-x 1 -s 65536 -n 200"},
+	{"ib_send_bw", "-x 1 -s 65536 -n 200"},
+	{"ib_atomic_bw", "-x 1 -n 200"},
+	{"ib_write_lat", "-x 1 -s 64 -n 200"},
+	{"ib_read_lat", "-x 1 -s 64 -n 200"},
+	{"ib_send_lat", "-x 1 -s 64 -n 200"},
+	{"ib_write_bw", "-x 1 -R -s 65536 -n 200"},
+	{"ib_send_lat", "-x 1 -R -s 64 -n 200"},
+	{"ib_send_bw", "-x 1 -R -c UD -n 200"},
+	{"rping", ""}, // rpingPair's options
+}
+
+func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
+	name := artifactName(t)
+	sock := filepath.Join(t.TempDir(), "xrnic.attach")
+	xrnic := filepath.Join(filepath.Dir(suite.bench), "xrnic")
+	startHost(t, 4*runTimeout, "ready:", xrnic, "-i", ifXrnic, "--metrics", "", "--control", "", "--bench-port", "0",
+		"--attach", sock)
+	host := []string{xrnic, "exec", "--attach", sock, "--lib", suite.lib, "--", prog}
+	guestCmd := prog + " -d " + guestDev + " " + args
+	ready := "Waiting for client to connect" // perftest, after it listens
+	guestReady := func(j *job) { g.waitListen(t, 18515, j) }
+	switch {
+	case prog == "rping":
+		// rping -d prints rdma_listen once it listens.
+		args = fmt.Sprintf("-v -V -C %d -S %d", rpingCount, rpingSize)
+		if xrnicServer {
+			host = append(host, "-s", "-d", "-a", ipXrnic)
+			guestCmd = "rping -c " + args + " -a"
+		} else {
+			host = append(host, "-c")
+			guestCmd = "rping -s " + args + " -a " + ipGuest
+		}
+		host = append(host, strings.Fields(args)...)
+		if !xrnicServer {
+			host = append(host, "-a")
+		}
+		ready = "rdma_listen"
+		guestReady = func(j *job) {
+			g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:7174'", "rdma_cm listener on 7174", j)
+		}
+	case strings.HasPrefix(prog, "ibv_"):
+		host = append(host, strings.Fields(args)...)
+		if prog != "ibv_ud_pingpong" {
+			host = append(host, "-m", strconv.Itoa(g.mtu))
+			guestCmd += fmt.Sprintf(" -m %d", g.mtu)
+		}
+		ready = "" // the examples print nothing before their client: the TCP port
+	default:
+		host = append(host, strings.Fields(args)...)
+		if strings.Contains(args, "-R") {
+			guestReady = func(j *job) {
+				g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:18515'", "rdma_cm listener on 18515", j)
+			}
+		}
+	}
+	lat := strings.HasSuffix(prog, "_lat")
+	c, xOut, gOut := playWith(t, g, name, host, guestCmd, xrnicServer, ready,
+		func(gOut string) bool { return strings.HasPrefix(prog, "ib_") && clockMisread(gOut) }, guestReady)
+	for who, out := range map[string]string{"xrnic's " + prog: xOut, "rxe's " + prog: gOut} {
+		switch {
+		case strings.Contains(out, "invalid data") || strings.Contains(out, "data mismatch"):
+			t.Errorf("%s found bad data:\n%s", who, out)
+		case prog == "rping":
+		case strings.HasPrefix(prog, "ibv_"):
+			if !strings.Contains(out, " 200 iters in ") {
+				t.Errorf("%s printed no result:\n%s", who, out)
+			}
+		}
+	}
+	client, server := xOut, gOut
+	if xrnicServer {
+		client, server = gOut, xOut
+	}
+	switch {
+	case prog == "rping":
+		if got, want := dataLines(client, "ping data: "), rpingData("ping data: "); got != want {
+			t.Errorf("the client's ping data differ from rping's (%d bytes, want %d): see %s", len(got), len(want), name)
+		}
+		if got, want := dataLines(server, "server ping data: "), rpingData("server ping data: "); got != want {
+			t.Errorf("the server's ping data differ from rping's (%d bytes, want %d): see %s", len(got), len(want), name)
+		}
+	case lat:
+		if latResult.FindStringSubmatch(client) == nil {
+			t.Errorf("the client printed no latency result:\n%s", client)
+		}
+	case strings.HasPrefix(prog, "ib_"):
+		if r := parseBW(t, "the client", client); r.iters != 200 || !r.sane() {
+			t.Errorf("result not sane: %q", r.text)
+		}
+	}
+	checkICRC(t, c, name, frames(t, c.path))
+}
