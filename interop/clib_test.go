@@ -41,7 +41,9 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 	xrnic := filepath.Join(filepath.Dir(suite.bench), "xrnic")
 	startHost(t, 4*runTimeout, "ready:", xrnic, "-i", ifXrnic, "--metrics", "", "--control", "", "--bench-port", "0",
 		"--attach", sock)
-	host := []string{xrnic, "exec", "--attach", sock, "--lib", suite.lib, "--", prog}
+	// stdbuf: the programs' stdout is a pipe here, and what they print before
+	// they wait (perftest's banner, rping -d's rdma_listen) must arrive then.
+	host := []string{xrnic, "exec", "--attach", sock, "--lib", suite.lib, "--", "stdbuf", "-oL", "-eL", prog}
 	guestCmd := prog + " -d " + guestDev + " " + args
 	ready := "Waiting for client to connect" // perftest, after it listens
 	guestReady := func(j *job) { g.waitListen(t, 18515, j) }
@@ -88,7 +90,7 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 			t.Errorf("%s found bad data:\n%s", who, out)
 		case prog == "rping":
 		case strings.HasPrefix(prog, "ibv_"):
-			if !strings.Contains(out, " 200 iters in ") {
+			if !strings.Contains(out, "\n200 iters in ") {
 				t.Errorf("%s printed no result:\n%s", who, out)
 			}
 		}

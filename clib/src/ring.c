@@ -76,6 +76,10 @@ int xr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 	struct xr_qp *q = container_of(qp, struct xr_qp, qp);
 	int err = 0;
 	uint32_t k = 0;
+	if (qp->state < IBV_QPS_RTS) { /* as rxe: a send queue not yet running takes nothing */
+		*bad = wr;
+		return EINVAL;
+	}
 	pthread_spin_lock(&q->sqlock);
 	int64_t room = xrnic_ring_free(&q->sq);
 	for (; wr; wr = wr->next, k++) {
@@ -128,7 +132,7 @@ static int post_recv(struct xr_conn *c, struct xrnic_ring *r, pthread_spinlock_t
 int xr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct xr_qp *q = container_of(qp, struct xr_qp, qp);
-	if (!q->rq.n) { /* its receives come from an SRQ */
+	if (!q->rq.n || qp->state == IBV_QPS_RESET) { /* an SRQ's receives; or RESET, as rxe refuses */
 		*bad = wr;
 		return EINVAL;
 	}

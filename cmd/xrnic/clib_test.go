@@ -105,6 +105,21 @@ func TestCLibrary(t *testing.T) {
 			checkBoth(t, srv, cli, c.row, c.prog[0] != "ib_read_lat") // READ's responder measures nothing
 		})
 	}
+	// A program that passes bad pointers, wrong handles and too many SGEs
+	// gets libibverbs' errnos (clib/test/badinput.c), and the daemon serves
+	// it on.
+	t.Run("bad input", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "badinput")
+		out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin,
+			filepath.Join(testutil.RepoRoot(t), "clib", "test", "badinput.c"), "-libverbs").CombinedOutput()
+		if err != nil {
+			t.Fatalf("gcc: %v\n%s", err, out)
+		}
+		c := xrnicExec(t, &p.A, a, lib, bin)
+		if err := c.wait(30 * time.Second); err != nil || !strings.Contains(c.out.String(), "ok") {
+			t.Fatalf("badinput: %v\n%s", err, c.out.String())
+		}
+	})
 	// A program killed mid-transfer: its daemon frees its session, and
 	// serves the next programs (the subtests after this one).
 	t.Run("killed", func(t *testing.T) {

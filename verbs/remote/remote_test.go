@@ -423,7 +423,8 @@ func TestRemoteCleanupOnExit(t *testing.T) {
 	}
 }
 
-// A process sees only its own objects: another's handles are ENOENT, and an
+// A process sees only its own objects: another's handles name nothing (a
+// create naming one is EINVAL, a destroy ENOENT, as uverbs answers), and an
 // lkey of another's region fails the PD check (a local protection error),
 // never reaching its memory.
 func TestRemoteIsolation(t *testing.T) {
@@ -443,7 +444,7 @@ func TestRemoteIsolation(t *testing.T) {
 		last = pd
 	}
 	stolen := &PD{d: d2, h: last.h}
-	if _, err := stolen.CreateAH(verbs.AV{DGID: gidB}); !errors.Is(err, verbs.ErrNotFound) {
+	if _, err := stolen.CreateAH(verbs.AV{DGID: gidB}); !errors.Is(err, verbs.ErrInvalid) {
 		t.Fatalf("another process's PD: %v", err)
 	}
 	if err := (&MR{pd: &PD{d: d2}, h: last.h}).Dereg(); !errors.Is(err, verbs.ErrNotFound) {

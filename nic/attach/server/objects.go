@@ -84,7 +84,7 @@ func (ss *session) allocPD() (any, int, error) {
 }
 
 func (ss *session) regMR(req *attach.RegMRReq, fd int) (any, int, error) {
-	pd, err := get[*pdObj](ss, attach.KindPD, req.PD)
+	pd, err := ref[*pdObj](ss, attach.KindPD, req.PD)
 	if err != nil {
 		unix.Close(fd)
 		return nil, -1, err
@@ -123,7 +123,7 @@ func (ss *session) createChannel() (any, int, error) {
 }
 
 func (ss *session) createAH(req *attach.CreateAHReq) (any, int, error) {
-	pd, err := get[*pdObj](ss, attach.KindPD, req.PD)
+	pd, err := ref[*pdObj](ss, attach.KindPD, req.PD)
 	if err != nil {
 		return nil, -1, err
 	}
@@ -167,7 +167,7 @@ func (ss *session) createCQ(req *attach.CreateCQReq) (any, int, error) {
 	var ch *chanObj
 	if req.Channel != 0 {
 		var err error
-		if ch, err = get[*chanObj](ss, attach.KindCompChannel, req.Channel); err != nil {
+		if ch, err = ref[*chanObj](ss, attach.KindCompChannel, req.Channel); err != nil {
 			return nil, -1, err
 		}
 	}
@@ -252,7 +252,7 @@ func (ss *session) createQP(req *attach.CreateQPReq) (any, int, error) {
 	ss.mu.Unlock()
 	for _, err := range []error{err1, err2, err3, err4} {
 		if err != nil {
-			return nil, -1, err
+			return nil, -1, refErr(err)
 		}
 	}
 	o := &qpObj{objBase: objBase{kind: attach.KindQP, ss: ss}, typ: verbs.QPType(req.Type),
@@ -323,7 +323,7 @@ func (o *srqObj) release() {
 }
 
 func (ss *session) createSRQ(req *attach.CreateSRQReq) (any, int, error) {
-	pd, err := get[*pdObj](ss, attach.KindPD, req.PD)
+	pd, err := ref[*pdObj](ss, attach.KindPD, req.PD)
 	if err != nil {
 		return nil, -1, err
 	}

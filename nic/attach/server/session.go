@@ -441,6 +441,24 @@ func (ss *session) lookup(kind, h uint32) (obj, error) {
 	return o, nil
 }
 
+// ref is get for an object a create names (a QP's PD and CQs, an MR's
+// PD): one the session has not is EINVAL, as uverbs answers when a create's
+// handle finds nothing; a destroy or modify of a missing handle stays ENOENT.
+func ref[T obj](ss *session, kind, h uint32) (T, error) {
+	o, err := get[T](ss, kind, h)
+	return o, refErr(err)
+}
+
+// errNoRef is a create naming an object the session has not.
+var errNoRef = fmt.Errorf("names no object of the process's: %w", verbs.ErrInvalid)
+
+func refErr(err error) error {
+	if errors.Is(err, errNoHandle) {
+		return fmt.Errorf("%w (%v)", errNoRef, err)
+	}
+	return err
+}
+
 func get[T obj](ss *session, kind, h uint32) (T, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
