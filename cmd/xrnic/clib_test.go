@@ -127,8 +127,11 @@ func TestCLibrary(t *testing.T) {
 		srv := xrnicExec(t, &p.B, b, lib, args...)
 		waitListening(t, &p.B, "18601", srv)
 		cli := xrnicExec(t, &p.A, a, lib, append(args, p.B.IPv4.String())...)
-		if out, ok := cli.waitFor("#bytes", 30*time.Second); !ok {
-			t.Fatalf("the client did not start:\n%s", out)
+		// Its QP in RTS at its daemon: the transfer runs.
+		for end := time.Now().Add(30 * time.Second); !strings.Contains(a.cmd(t, "resource", "show", "qp"), "state RTS"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("the client's QP never reached RTS:\n%s", cli.out.String())
+			}
 		}
 		time.Sleep(500 * time.Millisecond) // mid-transfer
 		cli.cmd.Process.Kill()
