@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
 #include <stdlib.h>
@@ -545,6 +546,13 @@ static void fill_route(struct xr_id *x, const struct xrnic_cm_event *w)
 	x->id.route.num_paths = 1;
 }
 
+/* daemon_gone reports whether the device's control socket has hung up. */
+static int daemon_gone(void)
+{
+	struct pollfd p = {.fd = dev ? dev->cmd_fd : -1, .events = POLLIN};
+	return !dev || (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)));
+}
+
 XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	uint8_t buf[XRNIC_MAX_MESSAGE];
@@ -556,8 +564,16 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			continue;
 		if (n < 0)
 			return -1; /* EAGAIN for a non-blocking channel, as librdmacm */
-		if (n == 0)
-			return fail(ENODEV); /* the daemon is gone */
+		if (n == 0) {
+			if (daemon_gone())
+				return fail(ENODEV);
+			/* The process destroyed the channel while this thread
+			 * waited on it: librdmacm's read stays blocked in the
+			 * kernel then (the close does not wake it), and so does
+			 * this one. rping's threads rely on it. */
+			for (;;)
+				pause();
+		}
 		if ((size_t)n != sizeof(h) + sizeof(w))
 			continue;
 		memcpy(&h, buf, sizeof(h));
