@@ -441,13 +441,44 @@ static void *map_fd(int fd, size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* create_mapped is a create whose reply carries the memfd of the object's
+ * rings: it maps len_of(rep) bytes of it into *mem, or, failing, destroys
+ * the new object (each such reply starts with its handle). It returns 0 or
+ * an errno. */
+static int create_mapped(struct xr_conn *c, uint32_t op, uint32_t kind, const void *req, uint32_t reqlen, void *rep,
+			 uint32_t replen, size_t (*len_of)(const void *), void **mem, size_t *len)
+{
+	int fd = -1, got = 0;
+	int err = xr_call(c, op, req, reqlen, rep, replen, -1, &fd, 1, &got);
+	if (err)
+		return err;
+	uint32_t handle;
+	memcpy(&handle, rep, sizeof(handle));
+	*len = len_of(rep);
+	if (got != 1)
+		err = EPROTO;
+	else if (!(*mem = map_fd(fd, *len)))
+		err = errno;
+	if (err)
+		xr_destroy(c, kind, handle);
+	return err;
+}
+
+static size_t cq_len(const void *rep)
+{
+	return XRNIC_RING_HEADER + (size_t)((const struct xrnic_create_cq_rep *)rep)->entries * sizeof(struct xrnic_cqe);
+}
+
+static size_t qp_len(const void *rep) { return ((const struct xrnic_create_qp_rep *)rep)->mem_len; }
+
+static size_t srq_len(const void *rep) { return ((const struct xrnic_create_srq_rep *)rep)->mem_len; }
+
 XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 				       struct ibv_comp_channel *channel, int comp_vector)
 {
 	struct xr_context *x = xr_ctx(ctx);
 	struct xrnic_create_cq req = {.cqe = cqe < 0 ? 0 : (uint32_t)cqe};
 	struct xrnic_create_cq_rep r;
-	int fd, got;
 	(void)comp_vector;
 	struct xr_channel *ch = channel ? container_of(channel, struct xr_channel, ch) : NULL;
 	if (ch)
@@ -457,18 +488,9 @@ XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *c
 		errno = ENOMEM;
 		return NULL;
 	}
-	int err = xr_call(&x->conn, XRNIC_OP_CREATE_CQ, &req, sizeof(req), &r, sizeof(r), -1, &fd, 1, &got);
-	if (!err && got != 1)
-		err = EPROTO;
+	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_CQ, XRNIC_KIND_CQ, &req, sizeof(req), &r, sizeof(r), cq_len,
+				&q->mem, &q->memlen);
 	if (err) {
-		free(q);
-		errno = err;
-		return NULL;
-	}
-	q->memlen = XRNIC_RING_HEADER + (size_t)r.entries * sizeof(struct xrnic_cqe);
-	if (!(q->mem = map_fd(fd, q->memlen))) {
-		err = errno;
-		xr_destroy(&x->conn, XRNIC_KIND_CQ, r.handle);
 		free(q);
 		errno = err;
 		return NULL;
@@ -577,7 +599,6 @@ XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 				      .max_send_sge = a->cap.max_send_sge, .max_recv_sge = a->cap.max_recv_sge,
 				      .max_inline_data = a->cap.max_inline_data};
 	struct xrnic_create_qp_rep r;
-	int fd, got;
 	if (!a->send_cq || !a->recv_cq) {
 		errno = EINVAL;
 		return NULL;
@@ -591,18 +612,9 @@ XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 		errno = ENOMEM;
 		return NULL;
 	}
-	int err = xr_call(&x->conn, XRNIC_OP_CREATE_QP, &req, sizeof(req), &r, sizeof(r), -1, &fd, 1, &got);
-	if (!err && got != 1)
-		err = EPROTO;
+	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_QP, XRNIC_KIND_QP, &req, sizeof(req), &r, sizeof(r), qp_len,
+				&q->mem, &q->memlen);
 	if (err) {
-		free(q);
-		errno = err;
-		return NULL;
-	}
-	q->memlen = r.mem_len;
-	if (!(q->mem = map_fd(fd, q->memlen))) {
-		err = errno;
-		xr_destroy(&x->conn, XRNIC_KIND_QP, r.handle);
 		free(q);
 		errno = err;
 		return NULL;
@@ -683,24 +695,14 @@ XR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	struct xrnic_create_srq req = {.pd = pd->handle, .max_wr = a->attr.max_wr, .max_sge = a->attr.max_sge,
 				       .srq_limit = a->attr.srq_limit};
 	struct xrnic_create_srq_rep r;
-	int fd, got;
 	struct xr_srq *s = calloc(1, sizeof(*s));
 	if (!s) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	int err = xr_call(&x->conn, XRNIC_OP_CREATE_SRQ, &req, sizeof(req), &r, sizeof(r), -1, &fd, 1, &got);
-	if (!err && got != 1)
-		err = EPROTO;
+	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_SRQ, XRNIC_KIND_SRQ, &req, sizeof(req), &r, sizeof(r), srq_len,
+				&s->mem, &s->memlen);
 	if (err) {
-		free(s);
-		errno = err;
-		return NULL;
-	}
-	s->memlen = r.mem_len;
-	if (!(s->mem = map_fd(fd, s->memlen))) {
-		err = errno;
-		xr_destroy(&x->conn, XRNIC_KIND_SRQ, r.handle);
 		free(s);
 		errno = err;
 		return NULL;

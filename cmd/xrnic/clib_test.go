@@ -219,56 +219,35 @@ func checkBoth(t *testing.T, srv, cli *benchProc, row string, srvRow bool) {
 // resource show cm_id`), or the server's process ends.
 func waitCMListener(t *testing.T, d *testDaemon, srv *benchProc) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.cmd(t, "resource", "show", "cm_id"), "LISTEN"); time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-srv.done:
-			srv.done <- err
-			t.Fatalf("the server ended: %v\n%s", err, srv.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no CM listener:\n%s", srv.out.String())
-		}
-	}
+	waitServer(t, srv, "a CM listener", func() bool {
+		return strings.Contains(d.cmd(t, "resource", "show", "cm_id"), "LISTEN")
+	})
 }
 
 // waitListening waits until a TCP socket listens on port in the end's
 // namespace (the server's exchange), or its process ends.
 func waitListening(t *testing.T, end *testenv.Endpoint, port string, srv *benchProc) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	waitServer(t, srv, "a listener on TCP "+port, func() bool {
 		out, _ := exec.Command("ip", "netns", "exec", end.NS.Name, "ss", "-Hltn", "sport = :"+port).Output()
-		if strings.TrimSpace(string(out)) != "" {
-			return
-		}
+		return strings.TrimSpace(string(out)) != ""
+	})
+}
+
+// waitServer polls ready until it holds, failing the test if the server's
+// process ends first or 20 s pass.
+func waitServer(t *testing.T, srv *benchProc, what string, ready func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !ready(); time.Sleep(20 * time.Millisecond) {
 		select {
 		case err := <-srv.done:
 			srv.done <- err
-			t.Fatalf("the server ended: %v\n%s", err, srv.out.String())
+			t.Fatalf("the server ended before %s: %v\n%s", what, err, srv.out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %s:\n%s", port, srv.out.String())
+			t.Fatalf("no %s after 20 s:\n%s", what, srv.out.String())
 		}
-	}
-}
-
-// The library's registered-memory arena on its own (clib/test/mem_test.c):
-// contents kept across the move, one memory seen from the daemon's mapping
-// and the program's, regions over moved and fresh pages at once, EFAULT for
-// addresses the process does not have, protections kept.
-func TestCLibraryMemory(t *testing.T) {
-	gcc := testutil.RequireCommand(t, "gcc")
-	root := testutil.RepoRoot(t)
-	bin := filepath.Join(t.TempDir(), "mem_test")
-	out, err := exec.Command(gcc, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(root, "clib", "include"),
-		"-o", bin, filepath.Join(root, "clib", "test", "mem_test.c"), filepath.Join(root, "clib", "src", "mem.c"),
-		"-lpthread").CombinedOutput()
-	if err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	if out, err := exec.Command(bin).CombinedOutput(); err != nil || !strings.Contains(string(out), "ok") {
-		t.Fatalf("mem_test: %v\n%s", err, out)
 	}
 }
 
@@ -328,24 +307,12 @@ func BenchmarkCLibrary(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	median := func(x []float64) float64 {
-		y := slices.Clone(x)
-		slices.Sort(y)
-		return y[len(y)/2]
-	}
-	ratios := func(num, den []float64) []float64 {
-		r := make([]float64, len(num))
-		for i := range num {
-			r[i] = num[i] / den[i]
-		}
-		return r
-	}
 	b.ReportMetric(median(bwIn), "MB/s_inprocess")
 	b.ReportMetric(median(bwLib), "MB/s_libibverbs")
-	b.ReportMetric(median(ratios(bwLib, bwIn)), "x_bw")
+	b.ReportMetric(medianRatio(bwLib, bwIn), "x_bw")
 	b.ReportMetric(median(latIn), "us_inprocess")
 	b.ReportMetric(median(latLib), "us_libibverbs")
-	b.ReportMetric(median(ratios(latLib, latIn)), "x_lat")
+	b.ReportMetric(medianRatio(latLib, latIn), "x_lat")
 }
 
 // An unprivileged program on xrnic (`xrnic exec` as uid 65534): refused by a

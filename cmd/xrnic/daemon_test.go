@@ -952,25 +952,29 @@ func BenchmarkBenchDaemon(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	ratio := func(at, in []float64) float64 {
-		r := make([]float64, len(at))
-		for i := range at {
-			r[i] = at[i] / in[i]
-		}
-		slices.Sort(r)
-		return (r[len(r)/2-1] + r[len(r)/2]) / 2
+	b.ReportMetric(median(bwIn), "MB/s_inprocess")
+	b.ReportMetric(median(bwAt), "MB/s_daemon")
+	b.ReportMetric(medianRatio(bwAt, bwIn), "x_bw")
+	b.ReportMetric(median(rateIn), "Mpps_inprocess")
+	b.ReportMetric(median(rateAt), "Mpps_daemon")
+	b.ReportMetric(medianRatio(rateAt, rateIn), "x_rate")
+}
+
+// median is the median of x (the mean of the middle two for an even count).
+func median(x []float64) float64 {
+	y := slices.Clone(x)
+	slices.Sort(y)
+	if n := len(y); n%2 == 0 {
+		return (y[n/2-1] + y[n/2]) / 2
 	}
-	mean := func(x []float64) float64 {
-		s := 0.0
-		for _, v := range x {
-			s += v
-		}
-		return s / float64(len(x))
+	return y[len(y)/2]
+}
+
+// medianRatio is the median of the rounds' ratios num[i]/den[i].
+func medianRatio(num, den []float64) float64 {
+	r := make([]float64, len(num))
+	for i := range num {
+		r[i] = num[i] / den[i]
 	}
-	b.ReportMetric(mean(bwIn), "MB/s_inprocess")
-	b.ReportMetric(mean(bwAt), "MB/s_daemon")
-	b.ReportMetric(ratio(bwAt, bwIn), "x_bw")
-	b.ReportMetric(mean(rateIn), "Mpps_inprocess")
-	b.ReportMetric(mean(rateAt), "Mpps_daemon")
-	b.ReportMetric(ratio(rateAt, rateIn), "x_rate")
+	return median(r)
 }
