@@ -451,6 +451,18 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 			j := g.start(t, guestCmd)
 			guestReady(j)
 			xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
+			if xErr != nil && guestNotListening(xOut) && attempt < 3 {
+				// The guest's rdma_cm shows LISTEN (rdma_listen sets the
+				// state) before its IB CM listens (cma_ib_listen comes
+				// after), and a REQ in between is refused: REJ 8, invalid
+				// service ID. perftest 6.06's own retry then runs on the
+				// state it just freed and crashes.
+				j.kill()
+				j.wait(shortTimeout)
+				c.stop(t)
+				t.Logf("attempt %d: the guest's listener was not in its IB CM yet (REJ, invalid service ID): again", attempt)
+				continue
+			}
 			gOut, gErr = j.wait(runTimeout)
 		}
 		c.stop(t)
@@ -486,4 +498,10 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 // exiting"). The callers still check every ping's data.
 func rpingTeardownRace(tool, out string) bool {
 	return tool == "rping" && strings.Contains(out, "rdma_get_cm_event: Bad file descriptor")
+}
+
+// guestNotListening reports whether the client's output shows a REJ with
+// reason 8, invalid service ID: no listener for the service at the peer yet.
+func guestNotListening(out string) bool {
+	return strings.Contains(out, "RDMA_CM_EVENT_REJECTED; error: 8.") || strings.Contains(out, "RDMA_CM_EVENT_REJECTED, error 8")
 }
