@@ -93,6 +93,10 @@ func TestCLibrary(t *testing.T) {
 		{[]string{"ib_write_lat", "-R", "-s", "2", "-n", "300"}, " 2       300 "},
 	} {
 		t.Run(strings.Join(c.prog, " "), func(t *testing.T) {
+			// The last programs' sessions gone first: a listener of theirs
+			// left at B would pass for this server's (and REJ its client).
+			waitDetached(t, a)
+			waitDetached(t, b)
 			port := "18600"
 			args := append(append([]string(nil), c.prog...), "-p", port)
 			srv := xrnicExec(t, &p.B, b, lib, args...)
@@ -143,6 +147,8 @@ func TestCLibrary(t *testing.T) {
 		}
 	})
 	t.Run("rping", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
 		srv := xrnicExec(t, &p.B, b, lib, "rping", "-s", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v")
 		waitCMListener(t, b, srv)
 		cli := xrnicExec(t, &p.A, a, lib, "rping", "-c", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v")
