@@ -63,7 +63,9 @@ func TestCLibrary(t *testing.T) {
 		if err := c.wait(60 * time.Second); err != nil {
 			t.Fatalf("ibv_devinfo: %v\n%s", err, c.out.String())
 		}
-		for _, want := range []string{"PORT_ACTIVE", "link_layer:\t\tEthernet", "::ffff:" + p.A.IPv4.String() + ", RoCE v2"} {
+		// As ibv_devinfo shows rxe: IB transport, rxe's vendor_id, RoCE v2.
+		for _, want := range []string{"transport:\t\t\tInfiniBand (0)", "vendor_id:\t\t\t0xffffff", "PORT_ACTIVE",
+			"link_layer:\t\tEthernet", "::ffff:" + p.A.IPv4.String() + ", RoCE v2"} {
 			if !strings.Contains(c.out.String(), want) {
 				t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, c.out.String())
 			}

@@ -55,8 +55,12 @@ func WireDevice(a verbs.DeviceAttr, nodeGUID uint64) attach.DeviceRep {
 		MaxCQE: u32(a.MaxCQE), MaxMR: u32(a.MaxMR), MaxPD: u32(a.MaxPD), MaxQPRdAtom: u32(a.MaxQPRdAtom),
 		MaxQPInitRdAtm: u32(a.MaxQPInitRdAtom), MaxAH: u32(a.MaxAH), MaxSRQ: u32(a.MaxSRQ),
 		MaxSRQWR: u32(a.MaxSRQWR), MaxSRQSGE: u32(a.MaxSRQSGE), MaxInline: u32(a.MaxInlineData),
-		AtomicCap: uint32(a.AtomicCap)}
+		AtomicCap: uint32(a.AtomicCap), VendorID: rxeVendorID}
 }
+
+// rxeVendorID is the vendor_id rxe reports (no OUI of its own), as ndk's
+// adapter does: ibv_devinfo shows xrnic as it shows rxe.
+const rxeVendorID = 0xffffff
 
 // VerbsDevice is WireDevice's inverse, for what the protocol carries (one
 // port; the read SGE limit is the SGE limit).
