@@ -175,6 +175,11 @@ func untrack(id *ID) {
 // deviceRemoved is the client's Remove: every ID on the device hears
 // DEVICE_REMOVAL and loses its CM state; the QPs are their owners' to destroy.
 func deviceRemoved(d *verbs.Device) {
+	if c := attachedCM(d); c != nil { // its daemon's IDs went with its session
+		attachedDevs.Lock()
+		delete(attachedDevs.m, c)
+		attachedDevs.Unlock()
+	}
 	reg.Lock()
 	ids := reg.ids[d]
 	delete(reg.ids, d)
