@@ -455,12 +455,13 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 				// The guest's rdma_cm shows LISTEN (rdma_listen sets the
 				// state) before its IB CM listens (cma_ib_listen comes
 				// after), and a REQ in between is refused: REJ 8, invalid
-				// service ID. perftest 6.06's own retry then runs on the
-				// state it just freed and crashes.
+				// service ID (a SIDR_REQ: SIDR_REP status 1). perftest
+				// 6.06's own retry then runs on the state it just freed and
+				// crashes.
 				j.kill()
 				j.wait(shortTimeout)
 				c.stop(t)
-				t.Logf("attempt %d: the guest's listener was not in its IB CM yet (REJ, invalid service ID): again", attempt)
+				t.Logf("attempt %d: the guest's listener was not in its IB CM yet (REJ invalid service ID, or SIDR unsupported): again", attempt)
 				continue
 			}
 			gOut, gErr = j.wait(runTimeout)
@@ -500,8 +501,11 @@ func rpingTeardownRace(tool, out string) bool {
 	return tool == "rping" && strings.Contains(out, "rdma_get_cm_event: Bad file descriptor")
 }
 
-// guestNotListening reports whether the client's output shows a REJ with
-// reason 8, invalid service ID: no listener for the service at the peer yet.
+// guestNotListening reports whether the client's output shows that the
+// peer had no listener for the service yet: a REJ with reason 8 (invalid
+// service ID), or for UD a SIDR_REP with status 1 (service ID not supported),
+// which librdmacm reports as UNREACHABLE.
 func guestNotListening(out string) bool {
-	return strings.Contains(out, "RDMA_CM_EVENT_REJECTED; error: 8.") || strings.Contains(out, "RDMA_CM_EVENT_REJECTED, error 8")
+	return strings.Contains(out, "RDMA_CM_EVENT_REJECTED; error: 8.") || strings.Contains(out, "RDMA_CM_EVENT_REJECTED, error 8") ||
+		strings.Contains(out, "RDMA_CM_EVENT_UNREACHABLE; error: 1.")
 }

@@ -240,10 +240,12 @@ func TestRpingTeardownRace(t *testing.T) {
 // told from other failures (perftest's and rping's wording).
 func TestGuestNotListening(t *testing.T) {
 	for out, want := range map[string]bool{
-		"RDMA CM event error:\nEvent: RDMA_CM_EVENT_REJECTED; error: 8.\n":  true,
-		"cma event RDMA_CM_EVENT_REJECTED, error 8\n":                       true,
-		"RDMA CM event error:\nEvent: RDMA_CM_EVENT_REJECTED; error: 28.\n": false,
-		"Failed to create QP.\n":                                            false,
+		"RDMA CM event error:\nEvent: RDMA_CM_EVENT_REJECTED; error: 8.\n":       true,
+		"cma event RDMA_CM_EVENT_REJECTED, error 8\n":                            true,
+		"RDMA CM event error:\nEvent: RDMA_CM_EVENT_UNREACHABLE; error: 1.\n":    true,
+		"RDMA CM event error:\nEvent: RDMA_CM_EVENT_REJECTED; error: 28.\n":      false,
+		"RDMA CM event error:\nEvent: RDMA_CM_EVENT_UNREACHABLE; error: -110.\n": false,
+		"Failed to create QP.\n": false,
 	} {
 		if guestNotListening(out) != want {
 			t.Errorf("%q: %v, want %v", out, !want, want)
