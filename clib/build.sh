@@ -11,4 +11,4 @@ flags=(-std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -I"$her
 "$cc" "${flags[@]}" -Wl,-soname,libibverbs.so.1 -Wl,--version-script="$here/src/libibverbs.map" \
 	-o "$out/libibverbs.so.1" "$here"/src/{conn,conv,mem,ring,verbs,strings,private}.c -lpthread
 "$cc" "${flags[@]}" -Wl,-soname,librdmacm.so.1 -Wl,--version-script="$here/src/librdmacm.map" \
-	-o "$out/librdmacm.so.1" "$here"/src/{rdmacm,rdmacm_stubs}.c -L"$out" -l:libibverbs.so.1 -lpthread
+	-o "$out/librdmacm.so.1" "$here"/src/{rdmacm,rdmacm_stubs,conv}.c -L"$out" -l:libibverbs.so.1 -lpthread

@@ -52,7 +52,6 @@ struct xr_obj {
 struct xr_context {
 	struct verbs_context vctx; /* its ibv_context is the last member */
 	struct xr_conn conn;
-	struct xr_device *xdev;
 	pthread_mutex_t chmu; /* the channels' CQ lists, and objs */
 	struct xr_obj *objs;  /* CQs, QPs and SRQs, for their events */
 };

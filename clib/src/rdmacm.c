@@ -21,9 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "xrnic/attach.h"
-
-#define XR_EXPORT __attribute__((visibility("default")))
+#include "internal.h" /* XR_EXPORT, and conv.c's conversions, linked in here too */
 
 /* libibverbs' (xrnic's): a request on the context's session. */
 int xrnic_call(struct ibv_context *ctx, uint32_t op, const void *req, uint32_t reqlen, void *rep, uint32_t replen,
@@ -312,30 +310,9 @@ XR_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr,
 	struct xrnic_cm_init_qp_attr_rep r;
 	if (call(XRNIC_OP_CM_INIT_QP_ATTR, &req, sizeof(req), &r, sizeof(r), NULL))
 		return -1;
-	const struct xrnic_qp_attr *w = &r.attr;
-	memset(attr, 0, sizeof(*attr));
-	attr->qp_state = w->qp_state;
-	attr->qkey = w->qkey;
-	attr->rq_psn = w->rq_psn;
-	attr->sq_psn = w->sq_psn;
-	attr->dest_qp_num = w->dest_qp_num;
-	attr->qp_access_flags = w->qp_access_flags;
-	attr->pkey_index = w->pkey_index;
-	attr->path_mtu = w->path_mtu;
-	attr->port_num = w->port_num;
-	attr->timeout = w->timeout;
-	attr->retry_cnt = w->retry_cnt;
-	attr->rnr_retry = w->rnr_retry;
-	attr->min_rnr_timer = w->min_rnr_timer;
-	attr->max_rd_atomic = w->max_rd_atomic;
-	attr->max_dest_rd_atomic = w->max_dest_rd_atomic;
-	memcpy(attr->ah_attr.grh.dgid.raw, w->ah_attr.dgid, 16);
-	attr->ah_attr.grh.flow_label = w->ah_attr.flow_label;
-	attr->ah_attr.grh.sgid_index = w->ah_attr.sgid_index;
-	attr->ah_attr.grh.hop_limit = w->ah_attr.hop_limit;
-	attr->ah_attr.grh.traffic_class = w->ah_attr.traffic_class;
-	attr->ah_attr.is_global = 1;
-	attr->ah_attr.port_num = w->ah_attr.port_num ? w->ah_attr.port_num : 1;
+	xr_ibv_qp_attr(attr, &r.attr);
+	if (!attr->ah_attr.port_num)
+		attr->ah_attr.port_num = 1; /* the device's one port */
 	*mask = (int)r.mask;
 	return 0;
 }
@@ -607,12 +584,7 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			u->private_data_len = (uint8_t)plen;
 			u->qp_num = w.param.qp_num;
 			u->qkey = w.param.qkey;
-			memcpy(u->ah_attr.grh.dgid.raw, w.ah_attr.dgid, 16);
-			u->ah_attr.grh.flow_label = w.ah_attr.flow_label;
-			u->ah_attr.grh.sgid_index = w.ah_attr.sgid_index;
-			u->ah_attr.grh.hop_limit = w.ah_attr.hop_limit;
-			u->ah_attr.grh.traffic_class = w.ah_attr.traffic_class;
-			u->ah_attr.is_global = 1;
+			xr_ibv_av(&u->ah_attr, &w.ah_attr);
 			u->ah_attr.port_num = 1;
 		} else {
 			struct rdma_conn_param *c = &e->ev.param.conn;

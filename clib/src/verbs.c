@@ -164,7 +164,6 @@ XR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 		errno = err;
 		return NULL;
 	}
-	x->xdev = d;
 	pthread_mutex_init(&x->chmu, NULL);
 	struct ibv_context *c = &x->vctx.context;
 	c->device = dev;

@@ -7,13 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/testenv"
 )
@@ -291,35 +289,15 @@ func BenchmarkCLibrary(b *testing.B) {
 	const nBW, nLat = "4000", "3000"
 	startDaemonOn(b, p, &p.B, "--bench-port", "19001", "--bench-opts", "-s 65536 -n "+nBW,
 		"--bench-server", "send_lat:19002:-s 2 -n "+nLat)
-	field := func(out string, i int) float64 {
-		f := resultRow(out)
-		if len(f) <= i {
-			b.Fatalf("no result row:\n%s", out)
-		}
-		v, _ := strconv.ParseFloat(f[i], 64)
-		return v
-	}
 	inProcess := func(test, port, size, n string, col int) float64 {
-		pp, err := perftest.Parse(test, []string{"-d", p.A.Name, "-p", port, "-s", size, "-n", n, p.B.IPv4.String()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var out testutil.SyncBuffer
-		res := make(chan error, 1)
-		if err := p.A.NS.Go(func() { res <- perftest.Run(context.Background(), pp, &out, &out) }); err != nil {
-			b.Fatal(err)
-		}
-		if err := <-res; err != nil {
-			b.Fatalf("%v\n%s", err, out.String())
-		}
-		return field(out.String(), col)
+		return resultField(b, benchIn(b, &p.A, test, "-d", p.A.Name, "-p", port, "-s", size, "-n", n, p.B.IPv4.String()), col)
 	}
 	library := func(d *testDaemon, prog, port, size, n string, col int) float64 {
 		c := xrnicExec(b, &p.A, d, lib, prog, "-x", "1", "-p", port, "-s", size, "-n", n, p.B.IPv4.String())
 		if err := c.wait(2 * time.Minute); err != nil {
 			b.Fatalf("%s: %v\n%s", prog, err, c.out.String())
 		}
-		return field(c.out.String(), col)
+		return resultField(b, c.out.String(), col)
 	}
 	const rounds = 3
 	var bwIn, bwLib, latIn, latLib []float64

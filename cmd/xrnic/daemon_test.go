@@ -918,25 +918,8 @@ func BenchmarkBenchDaemon(b *testing.B) {
 		if attach != "" {
 			args = append(args, "--daemon", attach)
 		}
-		pp, err := perftest.Parse("write_bw", append(args, p.B.IPv4.String()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var out testutil.SyncBuffer
-		res := make(chan error, 1)
-		if err := p.A.NS.Go(func() { res <- perftest.Run(context.Background(), pp, &out, &out) }); err != nil {
-			b.Fatal(err)
-		}
-		if err := <-res; err != nil {
-			b.Fatalf("%v\n%s", err, out.String())
-		}
-		f := resultRow(out.String())
-		if len(f) < 5 {
-			b.Fatalf("no result row:\n%s", out.String())
-		}
-		bw, _ = strconv.ParseFloat(f[3], 64)
-		rate, _ = strconv.ParseFloat(f[4], 64)
-		return bw, rate
+		out := benchIn(b, &p.A, "write_bw", append(args, p.B.IPv4.String())...)
+		return resultField(b, out, 3), resultField(b, out, 4)
 	}
 	const rounds = 4
 	var bwIn, bwAt, rateIn, rateAt []float64
@@ -958,6 +941,36 @@ func BenchmarkBenchDaemon(b *testing.B) {
 	b.ReportMetric(median(rateIn), "Mpps_inprocess")
 	b.ReportMetric(median(rateAt), "Mpps_daemon")
 	b.ReportMetric(medianRatio(rateAt, rateIn), "x_rate")
+}
+
+// benchIn runs `bench TEST ARGS` in this process, in the end's namespace,
+// and returns its output.
+func benchIn(b testing.TB, end *testenv.Endpoint, test string, args ...string) string {
+	b.Helper()
+	pp, err := perftest.Parse(test, args)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out testutil.SyncBuffer
+	res := make(chan error, 1)
+	if err := end.NS.Go(func() { res <- perftest.Run(context.Background(), pp, &out, &out) }); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		b.Fatalf("%v\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// resultField is field i of perftest's result row in out, as a number.
+func resultField(b testing.TB, out string, i int) float64 {
+	b.Helper()
+	f := resultRow(out)
+	if len(f) <= i {
+		b.Fatalf("no result row:\n%s", out)
+	}
+	v, _ := strconv.ParseFloat(f[i], 64)
+	return v
 }
 
 // median is the median of x (the mean of the middle two for an even count).

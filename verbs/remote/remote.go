@@ -47,7 +47,7 @@ var (
 // (AsyncFD) until read: GetAsyncEvent, Events or SetEventHandler.
 type Device struct {
 	c     *net.UnixConn
-	async *net.UnixConn // the async event socket, read by asyncReader
+	async *net.UnixConn // the async event socket: GetAsyncEvent, Events or SetEventHandler read it
 	bell  int           // the doorbell eventfd
 	name  string
 	guid  uint64
