@@ -32,7 +32,12 @@ var clibCases = []struct {
 	{"ib_atomic_lat", "-x 1 -n 200"},
 	{"ib_write_bw", "-x 1 -R -s 65536 -n 200"},
 	{"ib_read_bw", "-x 1 -R -s 65536 -n 200"},
+	{"ib_send_bw", "-x 1 -R -s 65536 -n 200"},
+	{"ib_atomic_bw", "-x 1 -R -n 200"},
+	{"ib_write_lat", "-x 1 -R -s 64 -n 200"},
+	{"ib_read_lat", "-x 1 -R -s 64 -n 200"},
 	{"ib_send_lat", "-x 1 -R -s 64 -n 200"},
+	{"ib_atomic_lat", "-x 1 -R -n 200"},
 	{"ib_send_bw", "-x 1 -R -c UD -n 200"},
 	{"rping", ""}, // rpingPair's options
 }
