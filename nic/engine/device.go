@@ -551,11 +551,15 @@ func (d *Device) routineEngine() {
 		if !e.runControl() {
 			return
 		}
-		busy := e.receive()
-		e.fireTimers()
-		if e.poll() {
+		// The pollers first: a receive an attached process posted before
+		// these frames arrived is on its QP's queue when they are taken
+		// (rxe's receive queue is the posted one itself); a UD or UC
+		// message otherwise finds none and is dropped.
+		busy := e.poll()
+		if e.receive() {
 			busy = true
 		}
+		e.fireTimers()
 		e.drainDoorbells()
 		blocked := e.transmit()
 		for _, op := range e.syncs {
