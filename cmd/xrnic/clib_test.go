@@ -104,14 +104,31 @@ func TestCLibrary(t *testing.T) {
 			t.Cleanup(func() { logCounters(t, a, b) })
 			port := "18600"
 			args := append(append([]string(nil), c.prog...), "-p", port)
-			srv := xrnicExec(t, &p.B, b, lib, args...)
-			if slices.Contains(c.prog, "-R") {
-				waitCMListener(t, b, srv)
-			} else {
-				waitListening(t, &p.B, port, srv)
+			for attempt := 1; ; attempt++ {
+				srv := xrnicExec(t, &p.B, b, lib, args...)
+				if slices.Contains(c.prog, "-R") {
+					waitCMListener(t, b, srv)
+				} else {
+					waitListening(t, &p.B, port, srv)
+				}
+				cli := xrnicExec(t, &p.A, a, lib, append(args, p.B.IPv4.String())...)
+				// A REQ refused for want of a listener (REJ 8, or SIDR
+				// status 1) though B showed it LISTEN: the cause is not
+				// known yet (see the C library issue's note), and
+				// perftest 6.06's own retry then crashes. Once more.
+				if err := cli.wait(60 * time.Second); err != nil && attempt < 3 &&
+					(strings.Contains(cli.out.String(), "RDMA_CM_EVENT_REJECTED; error: 8.") ||
+						strings.Contains(cli.out.String(), "RDMA_CM_EVENT_UNREACHABLE; error: 1.")) {
+					t.Logf("attempt %d: the client's REQ found no listener at B: again", attempt)
+					srv.cmd.Process.Kill()
+					srv.wait(10 * time.Second)
+					waitDetached(t, a)
+					waitDetached(t, b)
+					continue
+				}
+				checkBoth(t, srv, cli, c.row, c.prog[0] != "ib_read_lat") // READ's responder measures nothing
+				break
 			}
-			cli := xrnicExec(t, &p.A, a, lib, append(args, p.B.IPv4.String())...)
-			checkBoth(t, srv, cli, c.row, c.prog[0] != "ib_read_lat") // READ's responder measures nothing
 		})
 	}
 	// A program that passes bad pointers, wrong handles and too many SGEs
