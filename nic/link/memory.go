@@ -192,6 +192,13 @@ func (l *Memory) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	return n, nil
 }
 
+// Pending reports how many frames wait to be read (a test's view of the wire).
+func (l *Memory) Pending() int {
+	l.rx.mu.Lock()
+	defer l.rx.mu.Unlock()
+	return len(l.rx.q)
+}
+
 // WriteBatch implements Link.
 func (l *Memory) WriteBatch(frames [][]byte) (int, error) {
 	if l.closed.Load() {
