@@ -222,31 +222,42 @@ func newRecvRing(ring *shm.Ring, maxSGE int) *recvRing {
 	return r
 }
 
-// drain hands a batch of the ring's receive WRs to post. A corrupted index, a
+// drain hands every receive WR on the ring to post, a batch at a time, until
+// the ring is empty or the device's queue full. Every one, not a batch: the
+// engine takes up to a batch of frames after each pass, and a UD message
+// that finds a receive still on the ring is dropped (rxe's receive queue is
+// the posted one: a receive posted before the message arrived takes it).
+// A corrupted index, a
 // malformed entry (more SGEs than the queue takes) or a device error other
 // than a full queue is returned: the receive side has no completion to give
 // such an entry that its consumer would match.
 func (r *recvRing) drain(post func([]verbs.RecvWR) (int, error)) (bool, error) {
-	avail, err := r.ring.Available()
-	if err != nil || avail == 0 {
-		return false, err
-	}
-	n := min(avail, batch)
-	for k := range n {
-		e, _ := r.ring.Peek(k)
-		wrid, nsge := shm.GetRecvWQE(e)
-		sgl, err := readSGL(shm.RecvTail(e), nsge, r.scratch, r.sgls[k])
-		if err != nil {
-			return false, err
+	moved := false
+	for {
+		avail, err := r.ring.Available()
+		if err != nil || avail == 0 {
+			return moved, err
 		}
-		r.wrs[k] = verbs.RecvWR{WRID: wrid, SGL: sgl}
+		n := min(avail, batch)
+		for k := range n {
+			e, _ := r.ring.Peek(k)
+			wrid, nsge := shm.GetRecvWQE(e)
+			sgl, err := readSGL(shm.RecvTail(e), nsge, r.scratch, r.sgls[k])
+			if err != nil {
+				return moved, err
+			}
+			r.wrs[k] = verbs.RecvWR{WRID: wrid, SGL: sgl}
+		}
+		posted, err := post(r.wrs[:n])
+		r.ring.Release(posted)
+		moved = moved || posted > 0
+		if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
+			return moved, err
+		}
+		if posted < n {
+			return moved, nil // the device's queue is full
+		}
 	}
-	posted, err := post(r.wrs[:n])
-	r.ring.Release(posted)
-	if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
-		return posted > 0, err
-	}
-	return posted > 0, nil
 }
 
 // postRecvs drains a QP's receive ring; a bad one puts the QP in error.

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/xrnic/xrnic/nic/shm"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// TestDrainMovesEveryReceive: one pass hands the device every receive on the
+// ring, not one batch of them. The engine takes up to 64 frames after each
+// pass; a pump that moved 16 receives a pass let a burst of UD messages find
+// receives still on the ring, dropped them (rcvd_dropped) and left
+// perftest's UD server waiting forever. A full device queue stops the pass
+// and leaves the rest on the ring.
+func TestDrainMovesEveryReceive(t *testing.T) {
+	const n, esize = 256, 64
+	mem := make([]byte, shm.RingSize(n, esize))
+	prod, err := shm.NewRing(mem, 0, n, esize, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := shm.NewRing(mem, 0, n, esize, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(k int) {
+		for i := range k {
+			e, err := prod.Reserve(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := shm.PutRecvWQE(e, uint64(i), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prod.Commit(k)
+	}
+	r := newRecvRing(cons, 1)
+	var got []uint64
+	room := 1 << 30
+	device := func(wrs []verbs.RecvWR) (int, error) {
+		k := min(len(wrs), room)
+		for _, w := range wrs[:k] {
+			got = append(got, w.WRID)
+		}
+		room -= k
+		if k < len(wrs) {
+			return k, verbs.ErrQueueFull
+		}
+		return k, nil
+	}
+
+	post(200)
+	if moved, err := r.drain(device); !moved || err != nil || len(got) != 200 {
+		t.Fatalf("one pass moved %d of 200 receives (%v, %v)", len(got), moved, err)
+	}
+	for i, id := range got {
+		if id != uint64(i) {
+			t.Fatalf("receive %d has wr_id %d: out of order", i, id)
+		}
+	}
+	if left, _ := cons.Available(); left != 0 {
+		t.Fatalf("%d left on the ring", left)
+	}
+
+	got, room = nil, 40
+	post(100)
+	if moved, err := r.drain(device); !moved || err != nil || len(got) != 40 {
+		t.Fatalf("a device with room for 40 took %d (%v, %v)", len(got), moved, err)
+	}
+	if left, _ := cons.Available(); left != 60 {
+		t.Fatalf("%d left on the ring, want 60", left)
+	}
+}
