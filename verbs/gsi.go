@@ -43,6 +43,16 @@ const (
 	gsiMaxAHs  = 1024          // address handles kept for peers; past it the cache starts over
 )
 
+// CMCounters returns the counters of the device's CM, if it runs.
+func (d *Device) CMCounters() (cm.Counters, bool) {
+	d.gsiMu.Lock()
+	defer d.gsiMu.Unlock()
+	if d.gsi == nil {
+		return cm.Counters{}, false
+	}
+	return d.gsi.cm.Counters(), true
+}
+
 // CM returns the device's connection manager, starting it and QP1 on first use
 // (rdma_cm and ndk's connectors call it) on an in-process device. The CA GUID is the EUI-64 of the
 // interface's MAC, as rxe's node GUID. cfg tunes a CM that is not started yet

@@ -30,6 +30,7 @@ import (
 
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/nic/cm"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/rdmacm"
@@ -56,8 +57,9 @@ type snapshot struct {
 	PortState string               `json:"port_state"`
 	PID       int                  `json:"pid"`
 	Comm      string               `json:"comm"`
-	Counters  []namedValue         `json:"counters"`        // in the order of verbs.Counter
-	Engine    []namedValue         `json:"engine_counters"` // in the order of verbs.EngineCounter
+	Counters  []namedValue         `json:"counters"`              // in the order of verbs.Counter
+	Engine    []namedValue         `json:"engine_counters"`       // in the order of verbs.EngineCounter
+	CM        []namedValue         `json:"cm_counters,omitempty"` // the IB CM's on QP1, once it runs
 	LinkStats link.Stats           `json:"link_stats"`
 	XDP       *bpf.Counters        `json:"xdp,omitempty"` // AF_XDP links only
 	Resources verbs.Resources      `json:"resources"`
@@ -99,6 +101,11 @@ func (d *daemon) snapshot() (snapshot, error) {
 	}
 	for i, v := range d.dev.EngineCounters() {
 		s.Engine = append(s.Engine, namedValue{verbs.EngineCounter(i).String(), v})
+	}
+	if c, ok := d.dev.CMCounters(); ok {
+		for i, v := range c {
+			s.CM = append(s.CM, namedValue{cm.Counter(i).String(), v})
+		}
 	}
 	if x, ok := d.l.(*link.AFXDP); ok {
 		s.XDPMode = d.cfg.mode.String()

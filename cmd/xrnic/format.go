@@ -46,6 +46,13 @@ func formatStatistic(w io.Writer, s *snapshot, details bool) {
 			}
 			b.WriteString("\n")
 		}
+		if len(s.CM) > 0 {
+			b.WriteString("    cm") // ib_cm's counters (sysfs infiniband_cm), and its drops
+			for _, c := range s.CM {
+				fmt.Fprintf(&b, " %s %d", c.Name, c.Value)
+			}
+			b.WriteString("\n")
+		}
 		fmt.Fprintf(&b, "    bench sessions %d ended-ok %d ended-failed %d\n", len(s.Sessions), s.Ended[0], s.Ended[1])
 	}
 	io.WriteString(w, b.String())
@@ -65,15 +72,16 @@ type owner struct {
 	attached *server.SessionInfo
 }
 
-// owners maps QPNs, CQNs and PD handles to their owners.
+// owners maps QPNs, CQNs, PD handles and cm-idns to their owners.
 type owners struct {
 	qp map[uint32]owner
 	cq map[uint32]owner
 	pd map[uint32]owner
+	cm map[uint32]owner
 }
 
 func ownersOf(s *snapshot) owners {
-	o := owners{qp: map[uint32]owner{}, cq: map[uint32]owner{}, pd: map[uint32]owner{}}
+	o := owners{qp: map[uint32]owner{}, cq: map[uint32]owner{}, pd: map[uint32]owner{}, cm: map[uint32]owner{}}
 	for i := range s.Sessions {
 		for _, q := range s.Sessions[i].QPNs {
 			o.qp[q] = owner{bench: &s.Sessions[i]}
@@ -82,6 +90,9 @@ func ownersOf(s *snapshot) owners {
 	for i := range s.Attached {
 		for _, q := range s.Attached[i].QPNs {
 			o.qp[q] = owner{attached: &s.Attached[i]}
+		}
+		for _, n := range s.Attached[i].CMIDs {
+			o.cm[n] = owner{attached: &s.Attached[i]}
 		}
 	}
 	for _, q := range s.Resources.QPs {
@@ -137,16 +148,21 @@ func formatQPs(w io.Writer, s *snapshot) {
 	io.WriteString(w, b.String())
 }
 
-// formatCMIDs is `rdma resource show cm_id`: the device's RDMA CM IDs (in
-// the daemon's process).
+// formatCMIDs is `rdma resource show cm_id`: the device's RDMA CM IDs, each
+// with its process (an attached one's, or the daemon's).
 func formatCMIDs(w io.Writer, s *snapshot) {
+	o := ownersOf(s)
 	var b strings.Builder
 	for _, c := range s.CMIDs {
+		pid, cmd := s.PID, s.Comm
+		if a := o.cm[c.N].attached; a != nil {
+			pid, cmd = a.PID, a.Comm
+		}
 		fmt.Fprintf(&b, "link %s/%d cm-idn %d", s.Device, s.Port, c.N)
 		if c.HasQP {
 			fmt.Fprintf(&b, " lqpn %d qp-type %s", c.QPN, c.QPType)
 		}
-		fmt.Fprintf(&b, " state %s ps %s pid %d comm %s", c.State, c.PS, s.PID, s.Comm)
+		fmt.Fprintf(&b, " state %s ps %s pid %d comm %s", c.State, c.PS, pid, cmd)
 		if c.Src.IsValid() {
 			fmt.Fprintf(&b, " src-addr %s:%d", c.Src.Addr(), c.Src.Port())
 		}

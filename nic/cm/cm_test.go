@@ -236,6 +236,9 @@ func TestTransitionREJInvalidServiceID(t *testing.T) {
 	if n := p.b.NumIDs(); n != 1 {
 		t.Fatalf("the passive side kept %d IDs", n)
 	}
+	if n := p.b.Counters()[CntNoListener]; n != 1 {
+		t.Fatalf("no_listener %d, want 1", n)
+	}
 	p.f.advance(time.Hour)
 	wantSent(t, p.f, mad.AttrREQ, mad.AttrREJ)
 }
@@ -602,6 +605,9 @@ func TestSIDRNoListenerAndTimeout(t *testing.T) {
 	p.f.deliver()
 	if rep := p.ra.expect(EventSIDRREPReceived).Msg.(*mad.SIDRREP); rep.Status != SIDRUnsupported {
 		t.Fatalf("status %d", rep.Status)
+	}
+	if n := p.b.Counters()[CntNoListener]; n != 1 {
+		t.Fatalf("no_listener %d, want 1", n)
 	}
 	id, _ := p.a.NewID(p.ra.handle)
 	p.f.drop = func(frame) bool { return true }

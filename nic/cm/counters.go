@@ -19,12 +19,13 @@ const (
 	CntRejectedLimit                // REQs and SIDR_REQs refused past MaxIDs
 	CntTimeouts                     // requests that ran out of retries
 	CntStale                        // stale connections rejected
+	CntNoListener                   // REQs (REJ 8) and SIDR_REQs (status 1) for a service ID nobody listens on
 	NumCounters
 )
 
 var counterNames = [NumCounters]string{"sent", "send_errors", "retransmits", "received",
 	"malformed", "unknown_attr", "unknown_comm_id", "wrong_state", "duplicates", "bad_qpn",
-	"rejected_limit", "timeouts", "stale"}
+	"rejected_limit", "timeouts", "stale", "no_listener"}
 
 func (n Counter) String() string { return counterNames[n] }
 

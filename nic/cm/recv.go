@@ -98,6 +98,7 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	}
 	l := c.listeners[req.ServiceID]
 	if l == nil {
+		c.inc(CntNoListener)
 		c.reply(dst, src, tid, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ,
 			Reason: RejInvalidServiceID})
 		return
@@ -306,7 +307,9 @@ func (c *CM) onSIDRREQ(src, dst GID, tid uint64, m *mad.SIDRREQ) {
 	l := c.listeners[m.ServiceID]
 	if l == nil || len(c.ids) >= c.cfg.MaxIDs {
 		status := uint8(SIDRUnsupported)
-		if l != nil {
+		if l == nil {
+			c.inc(CntNoListener)
+		} else {
 			c.inc(CntRejectedLimit)
 			status = SIDRReject
 		}

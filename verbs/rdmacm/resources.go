@@ -22,6 +22,9 @@ type IDInfo struct {
 
 var idSeq atomic.Uint32
 
+// N is the ID's cm-idn, as Resources shows it.
+func (id *ID) N() uint32 { return id.n }
+
 // stateNames are iproute2's names of rdma_cm's states; an established
 // connection is CONNECT there, as in the kernel.
 var stateNames = map[state]string{stIdle: "IDLE", stAddrBound: "ADDR_BOUND", stAddrResolved: "ADDR_RESOLVED",

@@ -81,6 +81,7 @@ type SessionInfo struct {
 	Comm    string   `json:"comm"`
 	Objects int      `json:"objects"`
 	QPNs    []uint32 `json:"qpns"`
+	CMIDs   []uint32 `json:"cm_ids"` // their cm-idn (rdmacm.IDInfo.N)
 }
 
 // Sessions lists the attached processes.
@@ -94,6 +95,11 @@ func (s *Server) Sessions() []SessionInfo {
 			Objects: len(ss.objs)}
 		for _, q := range ss.qps {
 			si.QPNs = append(si.QPNs, q.qp.QPN())
+		}
+		for _, o := range ss.objs {
+			if c, ok := o.(*cmObj); ok {
+				si.CMIDs = append(si.CMIDs, c.id.N())
+			}
 		}
 		ss.mu.Unlock()
 		out = append(out, si)
