@@ -16,7 +16,7 @@ FUZZTIME  ?= 100000x
 # The tests of different packages each build namespaces and veth pairs; two cores here.
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 2
 
-.PHONY: all build clib test test-unit fuzz lint generate generate-check demo bench interop clean
+.PHONY: all build clib test test-unit fuzz lint generate generate-check demo bench bench-compare interop clean
 
 all: build
 
@@ -66,6 +66,10 @@ generate-check:
 # Captures, both sides' output and ICRC reports land in artifacts/interop/.
 interop:
 	$(GO) test -tags interop -count=1 -timeout 40m -v ./interop/
+
+# xrnic against its baselines in one run on one veth pair (root; iperf3).
+bench-compare:
+	$(GO) build -o build/bench ./cmd/bench && ./build/bench compare
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./nic/...

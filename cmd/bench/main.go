@@ -23,6 +23,13 @@
 // both ends (the two ways xrnic can be deployed), and reports what the receiver got,
 // in the same run. It needs root (namespaces, veth, XDP).
 //
+//	bench compare [--duration 2s] [--scale 1]
+//
+// measures, in one run on one veth pair, the baselines (raw AF_XDP with a
+// pinned, busy-polling receiver in native and generic XDP, UDP sockets, kernel
+// TCP with iperf3, ping-pong round trips) and xrnic's perftest figures, and
+// prints each figure as a ratio to its baseline (make bench-compare).
+//
 // Every failure is one line on stderr, "bench: ...", and a non-zero exit.
 package main
 
@@ -67,7 +74,7 @@ func main() {
 
 var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw, read_bw, send_bw, atomic_bw, " +
 	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong [options] [server], bench rping -s|-c [options], bench udaddy [-s server] [options], " +
-	"or bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]")
+	"bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native], or bench compare [--duration 2s] [--scale 1]")
 
 // helpText is what bench, bench -h and bench --help print: the tests.
 const helpText = `Usage: bench TEST [options] [server]
@@ -85,6 +92,7 @@ rdma-core's examples:
 xrnic's own:
   link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native]
                                                the raw data path's baseline
+  compare [--duration 2s] [--scale 1]          xrnic against its baselines, one run
 `
 
 // run runs one command: a perftest test, an rdma-core example or the link
@@ -101,6 +109,8 @@ func run(ctx context.Context, args []string, out, errw io.Writer) error {
 		return err
 	case "link":
 		return runLink(args, out)
+	case "compare":
+		return runCompare(ctx, args, out)
 	case "rc_pingpong", "uc_pingpong", "ud_pingpong", "srq_pingpong":
 		return runPingpong(ctx, pingpong.Kind(args[0]), args[1:], out, errw)
 	case "rping":

@@ -1,0 +1,516 @@
+package main
+
+// bench compare: xrnic's figures against the baselines they are judged by,
+// all measured in one run on one veth pair, so that the shared host's mood of
+// the moment weighs on both sides of every ratio. The baselines are made as
+// fast as they honestly go: the raw AF_XDP receiver busy-polls on a core of
+// its own (pinned; the sender on the other, where veth does its receive work,
+// PLATFORM 11), with large rings; the UDP sockets use recvmmsg/sendmmsg;
+// kernel TCP is iperf3.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	flag "github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/xsk"
+	"github.com/xrnic/xrnic/testenv"
+)
+
+// compareMTU is the veth's: room for 4 KiB frames and RoCE MTU 4096.
+const compareMTU = 4200
+
+func runCompare(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dur := fs.Duration("duration", 2*time.Second, "time per baseline measurement")
+	scale := fs.Float64("scale", 1, "multiplies xrnic's iteration counts (0.1 for a quick look)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("%v (%w)", err, errUsage)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("bench compare needs root: it creates namespaces, a veth pair and attaches XDP")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	p, err := testenv.NewVethPair(testenv.PairOptions{Label: "cmp", MTU: compareMTU})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	c := &comparison{p: p, dur: *dur, exe: exe, dir: os.TempDir()}
+	fmt.Fprintf(out, "veth pair %s (%s) <-> %s (%s), MTU %d, %d CPUs; baselines %v each\n",
+		p.A.Name, p.A.NS.Name, p.B.Name, p.B.NS.Name, compareMTU, runtime.NumCPU(), *dur)
+	return c.run(ctx, out, *scale)
+}
+
+type comparison struct {
+	p   *testenv.Pair
+	dur time.Duration
+	exe string
+	dir string
+}
+
+func (c *comparison) run(ctx context.Context, out io.Writer, scale float64) error {
+	row := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	row("%-44s %14s", "baseline", "value")
+
+	// The baselines.
+	raw := map[string]link.ReceiveResult{}
+	for _, m := range []struct {
+		name string
+		mode bpf.AttachMode
+	}{{"native", bpf.AttachNative}, {"generic", bpf.AttachGeneric}} {
+		for _, size := range []int{4096, 64} {
+			r, err := c.flood(link.KindAFXDP, m.mode, size)
+			if err != nil {
+				return fmt.Errorf("raw AF_XDP, %s XDP, %d B: %w", m.name, size, err)
+			}
+			raw[fmt.Sprint(m.name, size)] = r
+			row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("raw AF_XDP %s XDP, %d B payload", m.name, size),
+				payloadGbps(r, size), r.FramesPerSecond()/1e6)
+		}
+	}
+	for _, size := range []int{4096, 64} {
+		r, err := c.flood(link.KindUDP, bpf.AttachGeneric, size)
+		if err != nil {
+			return fmt.Errorf("UDP sockets, %d B: %w", size, err)
+		}
+		raw[fmt.Sprint("udp", size)] = r
+		row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("UDP sockets (mmsg), %d B payload", size), payloadGbps(r, size),
+			r.FramesPerSecond()/1e6)
+	}
+	tcp, err := c.iperf3(ctx)
+	if err != nil {
+		return fmt.Errorf("kernel TCP (iperf3): %w", err)
+	}
+	row("%-44s %10.3f Gb/s %8.2f CPU s/GB", "kernel TCP, iperf3, one stream", tcp.gbps, tcp.cpuPerGB)
+	rtt := map[string]time.Duration{}
+	for _, k := range []string{"afxdp-busy", "udp-busy", "udp-blocking"} {
+		d, err := c.pingPong(k)
+		if err != nil {
+			return fmt.Errorf("ping-pong %s: %w", k, err)
+		}
+		rtt[k] = d
+		row("%-44s %10.2f us RTT p50 (%.2f one way)", "ping-pong 64 B, "+k, us(d), us(d)/2)
+	}
+
+	// The best raw figures are the bars.
+	bestBW := max(payloadGbps(raw["native4096"], 4096), payloadGbps(raw["generic4096"], 4096)) * 1000 / 8 // MB/s
+	bestRate := max(raw["native64"].FramesPerSecond(), raw["generic64"].FramesPerSecond()) / 1e6
+	oneWay := us(rtt["afxdp-busy"]) / 2
+	udpOneWay := us(rtt["udp-blocking"]) / 2
+
+	// xrnic, each test a server in A's namespace and a client in B's.
+	n := func(k int) string { return fmt.Sprint(max(int(float64(k)*scale), 10)) }
+	row("")
+	row("%-44s %14s %10s %s", "xrnic (bench, AF_XDP generic, RoCE MTU 4096)", "value", "ratio", "against")
+	var oneQP float64
+	for _, t := range []struct {
+		test string
+		args []string
+	}{
+		{"write_bw", []string{"-s", "65536", "-n", n(8000)}},
+		{"read_bw", []string{"-s", "65536", "-n", n(8000)}},
+		{"send_bw", []string{"-s", "65536", "-n", n(3000)}},
+		{"write_bw", []string{"-s", "4096", "-n", n(60000)}},
+		{"read_bw", []string{"-s", "4096", "-n", n(60000)}},
+		{"send_bw", []string{"-s", "4096", "-n", n(30000)}},
+		{"write_bw", []string{"-s", "65536", "-q", "16", "-n", n(500)}},
+		{"write_bw", []string{"-s", "65536", "-q", "256", "-n", n(40)}},
+	} {
+		r, err := c.xrnic(ctx, t.test, t.args)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", t.test, strings.Join(t.args, " "), err)
+		}
+		name := t.test + " " + strings.Join(t.args[:2], " ")
+		if i := slices.Index(t.args, "-q"); i >= 0 {
+			name += " -q " + t.args[i+1]
+			row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/oneQP, "one QP")
+			continue
+		}
+		if t.test == "write_bw" && t.args[1] == "65536" {
+			oneQP = r.res["BW_average"]
+		}
+		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/bestBW, "raw AF_XDP 4 KiB")
+		if t.args[1] == "65536" {
+			row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcp.cpuPerGB, "kernel TCP")
+		}
+	}
+	r, err := c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000)})
+	if err != nil {
+		return fmt.Errorf("write_bw -s 64: %w", err)
+	}
+	row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 (message rate)", r.res["MsgRate"], r.res["MsgRate"]/bestRate,
+		"raw AF_XDP 64 B")
+	for _, test := range []string{"write_lat", "send_lat", "read_lat"} {
+		r, err := c.xrnic(ctx, test, []string{"-s", "2", "-n", n(20000)})
+		if err != nil {
+			return fmt.Errorf("%s: %w", test, err)
+		}
+		typ := r.res["t_typical"]
+		row("%-44s %10.2f us %9.2fx %s; %.2fx UDP blocking one way", test+" -s 2, t_typical", typ, typ/oneWay,
+			"raw AF_XDP one way", typ/udpOneWay)
+		row("%-44s %10.2f us %9.2fx %s", "  99 %", r.res["percentile_99"], r.res["percentile_99"]/typ, "typical")
+		row("%-44s %10.2f us %9.2fx %s", "  99.9 %", r.res["percentile_99.9"], r.res["percentile_99.9"]/typ, "typical")
+	}
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// payloadGbps is r's RoCE payload rate.
+func payloadGbps(r link.ReceiveResult, size int) float64 {
+	return r.FramesPerSecond() * float64(size) * 8 / 1e9
+}
+
+// pinned runs fn on a thread of its own bound to cpu (taken modulo the CPUs).
+func pinned(cpu int, fn func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set, all unix.CPUSet
+	unix.SchedGetaffinity(0, &all)
+	set.Set(cpu % runtime.NumCPU())
+	unix.SchedSetaffinity(0, &set)
+	defer unix.SchedSetaffinity(0, &all)
+	fn()
+}
+
+// openLink opens a link of kind k on e; AF_XDP links get large rings and
+// UMEMs (PLATFORM 9).
+func openLink(e *testenv.Endpoint, k link.Kind, am bpf.AttachMode) (l link.Link, err error) {
+	err = e.Do(func() (err error) {
+		if k == link.KindAFXDP {
+			o := xsk.DefaultOptions()
+			o.NumFrames = 16384
+			l, err = link.NewAFXDP(link.AFXDPOptions{Interface: e.Name, Mode: am, Socket: o})
+			return err
+		}
+		l, err = link.Open(link.Options{Kind: k, Interface: e.Name, Mode: am})
+		return err
+	})
+	return l, err
+}
+
+// flood sends RoCE SEND-only frames of size bytes of payload from B to A for
+// c.dur, the sender pinned to CPU 0 and the receiver, busy-polling, to CPU 1,
+// and reports what A received.
+func (c *comparison) flood(k link.Kind, am bpf.AttachMode, size int) (link.ReceiveResult, error) {
+	tx, err := openLink(&c.p.B, k, am)
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	defer tx.Close()
+	rx, err := openLink(&c.p.A, k, am)
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	defer rx.Close()
+	frame, err := testenv.RoCESendOnly(&c.p.B, &c.p.A, false, 0, bytes.Repeat([]byte{'x'}, size))
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go pinned(0, func() {
+		defer wg.Done()
+		batch := make([][]byte, 64)
+		for i := range batch {
+			batch[i] = frame
+		}
+		for !stop.Load() {
+			tx.WriteBatch(batch)
+		}
+	})
+	defer func() { stop.Store(true); wg.Wait() }()
+	var r link.ReceiveResult
+	var rerr error
+	pinned(1, func() {
+		bufs, sizes := make([][]byte, 64), make([]int, 64)
+		for i := range bufs {
+			bufs[i] = make([]byte, len(frame)+64)
+		}
+		warm := time.Now().Add(5 * time.Second)
+		for {
+			n, err := rx.ReadBatch(bufs, sizes)
+			if err != nil {
+				rerr = err
+				return
+			}
+			if n > 0 {
+				break
+			}
+			if time.Now().After(warm) {
+				rerr = fmt.Errorf("no frame reached the %s link within 5 s", k)
+				return
+			}
+		}
+		start := time.Now()
+		end := start.Add(c.dur)
+		for i := 0; ; i++ {
+			n, err := rx.ReadBatch(bufs, sizes)
+			if err != nil {
+				rerr = err
+				return
+			}
+			r.Frames += n
+			for _, s := range sizes[:n] {
+				r.Bytes += s
+			}
+			if i&0xff == 0 && time.Now().After(end) {
+				break
+			}
+		}
+		r.Elapsed = time.Since(start)
+	})
+	return r, rerr
+}
+
+// pingPong measures the round trip of a 64-byte message between the ends:
+// raw AF_XDP frames with both ends busy-polling ("afxdp-busy"), or UDP
+// sockets read without blocking ("udp-busy") or blocking in recv.
+func (c *comparison) pingPong(kind string) (time.Duration, error) {
+	const rounds = 20000
+	var send, recv [2]func() error // index 0: A, the initiator; 1: B, the echo
+	var closers []func()
+	defer func() {
+		for _, f := range closers {
+			f()
+		}
+	}()
+	if kind == "afxdp-busy" {
+		fa, err := testenv.RoCESendOnly(&c.p.A, &c.p.B, false, 0, make([]byte, 64))
+		if err != nil {
+			return 0, err
+		}
+		fb, err := testenv.RoCESendOnly(&c.p.B, &c.p.A, false, 0, make([]byte, 64))
+		if err != nil {
+			return 0, err
+		}
+		for i, e := range []*testenv.Endpoint{&c.p.A, &c.p.B} {
+			l, err := openLink(e, link.KindAFXDP, bpf.AttachNative)
+			if err != nil {
+				return 0, err
+			}
+			closers = append(closers, func() { l.Close() })
+			out := [][]byte{fa}
+			if i == 1 {
+				out = [][]byte{fb}
+			}
+			bufs, sizes := [][]byte{make([]byte, 256)}, []int{0}
+			send[i] = func() error {
+				for {
+					if n, err := l.WriteBatch(out); n == 1 || err != nil {
+						return err
+					}
+				}
+			}
+			recv[i] = func() error {
+				for {
+					if n, err := l.ReadBatch(bufs, sizes); n == 1 || err != nil {
+						return err
+					}
+				}
+			}
+		}
+	} else {
+		const port = 9000
+		flags := 0
+		if kind == "udp-busy" {
+			flags = unix.MSG_DONTWAIT
+		}
+		ends := []*testenv.Endpoint{&c.p.A, &c.p.B}
+		for i, e := range ends {
+			var fd int
+			if err := e.Do(func() (err error) {
+				fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				return unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: e.IPv4.As4()})
+			}); err != nil {
+				return 0, err
+			}
+			closers = append(closers, func() { unix.Close(fd) })
+			peer := &unix.SockaddrInet4{Port: port, Addr: ends[1-i].IPv4.As4()}
+			msg, buf := make([]byte, 64), make([]byte, 256)
+			send[i] = func() error { return unix.Sendto(fd, msg, 0, peer) }
+			recv[i] = func() error {
+				for {
+					_, _, err := unix.Recvfrom(fd, buf, flags)
+					if err == unix.EAGAIN || err == unix.EINTR {
+						continue
+					}
+					return err
+				}
+			}
+		}
+	}
+	errs := make(chan error, 1)
+	go pinned(1, func() {
+		for range rounds + 100 {
+			if err := recv[1](); err != nil {
+				errs <- err
+				return
+			}
+			if err := send[1](); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	})
+	rtts := make([]time.Duration, 0, rounds)
+	var err error
+	pinned(0, func() {
+		for i := range rounds + 100 {
+			t0 := time.Now()
+			if err = send[0](); err != nil {
+				return
+			}
+			if err = recv[0](); err != nil {
+				return
+			}
+			if i >= 100 { // a warm-up first
+				rtts = append(rtts, time.Since(t0))
+			}
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2], nil
+}
+
+// tcpResult is iperf3's figure and the CPU both its processes spent per GB.
+type tcpResult struct{ gbps, cpuPerGB float64 }
+
+func (c *comparison) iperf3(ctx context.Context) (tcpResult, error) {
+	srv := c.p.A.NS.Exec(ctx, "iperf3", "-s", "-1", "-B", c.p.A.IPv4.String())
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return tcpResult{}, err
+	}
+	defer srv.Process.Kill()
+	var out []byte
+	var cli *exec.Cmd
+	var err error
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		cli = c.p.B.NS.Exec(ctx, "iperf3", "-c", c.p.A.IPv4.String(), "-t", fmt.Sprint(max(int(c.dur.Seconds()), 1)), "-J")
+		if out, err = cli.Output(); err == nil || time.Now().After(end) {
+			break
+		}
+	}
+	if err != nil {
+		return tcpResult{}, fmt.Errorf("%v: %s", err, out)
+	}
+	srv.Wait()
+	var res struct {
+		End struct {
+			SumReceived struct {
+				Bytes         float64 `json:"bytes"`
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return tcpResult{}, err
+	}
+	cpu := cpuOf(cli) + cpuOf(srv)
+	return tcpResult{res.End.SumReceived.BitsPerSecond / 1e9, cpu / (res.End.SumReceived.Bytes / 1e9)}, nil
+}
+
+// cpuOf is the user and system time of an ended process.
+func cpuOf(c *exec.Cmd) float64 {
+	if c.ProcessState == nil {
+		return 0
+	}
+	return (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
+}
+
+// xrnicResult is a bench client's JSON results and the CPU its pair spent
+// per GB moved.
+type xrnicResult struct {
+	res      map[string]float64
+	cpuPerGB float64
+}
+
+// xrnic runs test with args, the server on A and the client on B, each a
+// bench process with its engine in it.
+func (c *comparison) xrnic(ctx context.Context, test string, args []string) (xrnicResult, error) {
+	const port = "18599"
+	js := filepath.Join(c.dir, fmt.Sprintf("xrnic-compare-%d.json", os.Getpid()))
+	defer os.Remove(js)
+	srvArgs := append([]string{test, "-d", c.p.A.Name, "-p", port}, args...)
+	srv := c.p.A.NS.Exec(ctx, c.exe, srvArgs...)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return xrnicResult{}, err
+	}
+	defer srv.Process.Kill()
+	var cli *exec.Cmd
+	var out []byte
+	var err error
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		cliArgs := append(append([]string{test, "-d", c.p.B.Name, "-p", port, "--out_json", "--out_json_file=" + js}, args...),
+			c.p.A.IPv4.String())
+		cli = c.p.B.NS.Exec(ctx, c.exe, cliArgs...)
+		out, err = cli.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "connection refused") || time.Now().After(end) {
+			break
+		}
+	}
+	if err != nil {
+		return xrnicResult{}, fmt.Errorf("%v: %s\nserver: %s", err, out, srvOut.String())
+	}
+	if err := srv.Wait(); err != nil {
+		return xrnicResult{}, fmt.Errorf("server: %v: %s", err, srvOut.String())
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		return xrnicResult{}, err
+	}
+	var doc struct {
+		Results map[string]float64 `json:"results"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return xrnicResult{}, fmt.Errorf("%v: %s", err, b)
+	}
+	r := xrnicResult{res: doc.Results}
+	// Bytes moved: iterations x size x QPs.
+	qps := 1.0
+	if i := slices.Index(args, "-q"); i >= 0 {
+		fmt.Sscan(args[i+1], &qps)
+	}
+	moved := doc.Results["MsgSize"] * doc.Results["n_iterations"] * qps
+	if moved > 0 {
+		r.cpuPerGB = (cpuOf(cli) + cpuOf(srv)) / (moved / 1e9)
+	}
+	return r, nil
+}
