@@ -104,12 +104,13 @@ const (
 	EngTxFrames                         // engine_tx_frames: frames WriteBatch took
 	EngIdleWaits                        // engine_idle_waits: waits for frames, a doorbell or a timer (link.Wait)
 	EngTimersFired                      // engine_timers_fired: retransmit and RNR timers that fired
+	EngDriven                           // engine_driven: passes a busy-polling thread ran (Drive)
 	NumEngineCounters
 )
 
 var engineCounterNames = [NumEngineCounters]string{
 	"engine_loops", "engine_rx_polls", "engine_rx_batches", "engine_rx_frames",
-	"engine_tx_batches", "engine_tx_frames", "engine_idle_waits", "engine_timers_fired",
+	"engine_tx_batches", "engine_tx_frames", "engine_idle_waits", "engine_timers_fired", "engine_driven",
 }
 
 func (c EngineCounter) String() string {

@@ -38,6 +38,16 @@ type CQ struct {
 	ctx any
 }
 
+// Poll takes up to len(wcs) completions (ibv_poll_cq). With Config.BusyPoll,
+// a poll that finds none drives the engine once (Drive) and looks again.
+func (c *CQ) Poll(wcs []cq.WC) int {
+	n := c.CQ.Poll(wcs)
+	if n == 0 && c.d.cfg.BusyPoll && c.d.Drive() {
+		n = c.CQ.Poll(wcs)
+	}
+	return n
+}
+
 // CreateCQ creates a completion queue for at least cqe completions
 // (ibv_create_cq). Its overflow is also reported to the device's event handler as
 // EventCQErr, after opts.OnError.

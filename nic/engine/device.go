@@ -53,6 +53,10 @@ type Config struct {
 	EventHandler func(AsyncEvent)
 	// Logf, if set, logs the start and stop of the device's goroutines.
 	Logf func(format string, args ...any)
+	// BusyPoll: a CQ poll that finds nothing runs a pass of the engine's loop
+	// itself when no other goroutine does (Drive): run to completion, for the
+	// latency of a thread that spins on its CQ.
+	BusyPoll bool
 }
 
 // DeviceAttr are the device attributes (struct ibv_device_attr), rxe's values. A
@@ -194,6 +198,12 @@ type Device struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// drive is held by whoever runs a pass of the engine's loop: the engine
+	// goroutine, or a busy poller (Drive). The engine's state is theirs.
+	drive    sync.Mutex
+	ended    bool        // guarded by drive: the engine goroutine returned
+	sleeping atomic.Bool // the engine goroutine waits in idle
 
 	// Doorbells: a lock-free stack of QPs with newly posted work.
 	dbHead  atomic.Pointer[QP]
@@ -540,46 +550,90 @@ func (d *Device) routineEngine() {
 	d.cfg.Logf("engine: RoutineEngine started on %s link %s", d.info.Kind, d.info.Name)
 	defer d.cfg.Logf("engine: RoutineEngine stopped")
 	e := &d.e
-	defer func() {
-		for _, op := range e.syncs {
-			op.finish(nil)
-		}
-	}()
 	for {
-		d.ecnt.inc(EngLoops)
-		e.now = d.since()
-		if !e.runControl() {
+		d.drive.Lock()
+		stop, more, blocked := e.step()
+		if stop {
+			for _, op := range e.syncs {
+				op.finish(nil)
+			}
+			d.ended = true
+			d.drive.Unlock()
 			return
 		}
-		// The pollers first: a receive an attached process posted before
-		// these frames arrived is on its QP's queue when they are taken
-		// (rxe's receive queue is the posted one itself); a UD or UC
-		// message otherwise finds none and is dropped.
-		busy := e.poll()
-		if e.receive() {
-			busy = true
+		if !more && len(e.pollers) > 0 && e.pollersIdle(true) {
+			e.pollersIdle(false) // work came as the pollers armed their wake-ups
+			more = true
 		}
-		e.fireTimers()
-		e.drainDoorbells()
-		blocked := e.transmit()
-		for _, op := range e.syncs {
-			op.finish(nil)
-		}
-		e.syncs = e.syncs[:0]
-		if busy || (len(e.active) > 0 && !blocked) {
+		if more {
+			d.drive.Unlock()
 			continue
 		}
+		timeout := e.sleepFor(blocked)
+		d.sleeping.Store(true)
+		d.drive.Unlock()
+		e.idle(timeout)
+		d.sleeping.Store(false)
 		if len(e.pollers) > 0 {
-			if e.pollersIdle(true) {
-				e.pollersIdle(false)
-				continue
-			}
-			e.idle(blocked)
+			d.drive.Lock()
 			e.pollersIdle(false)
-			continue
+			d.drive.Unlock()
 		}
-		e.idle(blocked)
 	}
+}
+
+// step is one pass of the engine's loop: control operations, the pollers,
+// the frames that came, the timers, the doorbells, and a turn of transmit. It
+// reports whether the engine stops, whether it has more work at once, and
+// whether the link refused frames. The caller holds d.drive: the engine
+// goroutine, or a busy poller (Drive).
+func (e *engine) step() (stop, more, blocked bool) {
+	d := e.d
+	d.ecnt.inc(EngLoops)
+	e.now = d.since()
+	if !e.runControl() {
+		return true, false, false
+	}
+	// The pollers first: a receive an attached process posted before
+	// these frames arrived is on its QP's queue when they are taken
+	// (rxe's receive queue is the posted one itself); a UD or UC
+	// message otherwise finds none and is dropped.
+	busy := e.poll()
+	if e.receive() {
+		busy = true
+	}
+	e.fireTimers()
+	e.drainDoorbells()
+	blocked = e.transmit()
+	for _, op := range e.syncs {
+		op.finish(nil)
+	}
+	e.syncs = e.syncs[:0]
+	return false, busy || (len(e.active) > 0 && !blocked), blocked
+}
+
+// Drive runs one pass of the engine's loop on the caller's goroutine when
+// no other goroutine runs one (run to completion: a thread busy-polling its
+// CQ moves its own frames, with no wake-up of the engine goroutine and no
+// second core in the way). It reports whether it ran one. Config.BusyPoll
+// makes CQ polls that find nothing call it.
+func (d *Device) Drive() bool {
+	// Only while the engine goroutine sleeps: an awake one runs the loop
+	// anyway, and a lock it had to wait for would cost it a wake-up.
+	if !d.sleeping.Load() || !d.drive.TryLock() {
+		return false
+	}
+	if d.ended { // the engine goroutine ended: nothing runs any more
+		d.drive.Unlock()
+		return false
+	}
+	e := &d.e
+	d.ecnt.inc(EngDriven)
+	if stop, _, _ := e.step(); stop {
+		d.wake() // the engine goroutine ends the device
+	}
+	d.drive.Unlock()
+	return true
 }
 
 // engine is the state RoutineEngine owns; nothing else touches it.
@@ -703,8 +757,13 @@ func (e *engine) linkFailed() {
 	e.d.evq.post(AsyncEvent{Type: EventPortErr, Port: 1})
 }
 
-// idle waits for frames, a doorbell, a control operation or the next timer.
-func (e *engine) idle(blocked bool) {
+// busyTick is the longest the engine goroutine sleeps with Config.BusyPoll.
+const busyTick = time.Millisecond
+
+// sleepFor is how long the engine may sleep: until its next timer, or a
+// short back-off when the link refused frames; -1 is until woken. The
+// caller holds d.drive.
+func (e *engine) sleepFor(blocked bool) time.Duration {
 	timeout := time.Duration(-1)
 	if when, ok := e.timers.next(); ok {
 		timeout = max(when-e.d.since(), 0)
@@ -712,6 +771,18 @@ func (e *engine) idle(blocked bool) {
 	if blocked && (timeout < 0 || timeout > blockedTxBackoff) {
 		timeout = blockedTxBackoff
 	}
+	// A busy poller may arm timers while the engine goroutine sleeps; it
+	// looks at them at least every busyTick rather than be woken for each
+	// (rxe's timers tick in jiffies, 4 ms at HZ 250).
+	if e.d.cfg.BusyPoll && (timeout < 0 || timeout > busyTick) {
+		timeout = busyTick
+	}
+	return timeout
+}
+
+// idle waits for frames, a doorbell, a control operation or timeout (-1:
+// none). It holds nothing: a busy poller may drive the engine meanwhile.
+func (e *engine) idle(timeout time.Duration) {
 	if timeout == 0 {
 		return
 	}

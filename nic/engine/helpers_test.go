@@ -39,6 +39,7 @@ type pairOpts struct {
 	txBudget int
 	wrapA    func(link.Link) link.Link // wraps A's link before Open
 	resolveA func(context.Context, netip.Addr) (net.HardwareAddr, error)
+	busy     bool // Config.BusyPoll on both
 }
 
 // pair is two devices joined by a memory link.
@@ -61,7 +62,7 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	open := func(l link.Link, g netdev.GID, ev func(AsyncEvent),
 		resolve func(context.Context, netip.Addr) (net.HardwareAddr, error)) *Device {
 		d, err := Open(l, Config{Clock: o.clock, GIDs: []netdev.GID{g}, MTU: o.mtu, EventHandler: ev,
-			Batch: o.batch, TxBudget: o.txBudget, ResolveMAC: resolve})
+			Batch: o.batch, TxBudget: o.txBudget, ResolveMAC: resolve, BusyPoll: o.busy})
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}

@@ -135,9 +135,11 @@ func OpenLoopbackDevices(pairs [][2]string) (srv, cli *Side, err error) {
 // file is closed after the device, when the device's Close is done: callers
 // close the device with closeDev. With daemon (--daemon), or when a daemon
 // serves iface (verbs.Open finds it), the device is the daemon's, attached.
-func OpenDevice(iface string, kind link.Kind, pcap, daemon string, errw io.Writer) (dev *verbs.Device, closeDev func(), err error) {
-	o := verbs.Options{Interface: iface, LinkKind: kind, Logf: linkLog(errw), Attach: daemon, InProcess: pcap != "",
-		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}}}
+// busyPoll (--busy-poll) runs the engine in the thread that polls a CQ
+// (verbs.EngineConfig.BusyPoll), and so wants an engine in this process.
+func OpenDevice(iface string, kind link.Kind, pcap, daemon string, busyPoll bool, errw io.Writer) (dev *verbs.Device, closeDev func(), err error) {
+	o := verbs.Options{Interface: iface, LinkKind: kind, Logf: linkLog(errw), Attach: daemon,
+		InProcess: pcap != "" || busyPoll, Engine: verbs.EngineConfig{Logf: func(string, ...any) {}, BusyPoll: busyPoll}}
 	var f *os.File
 	if pcap != "" {
 		if f, err = os.Create(pcap); err != nil {

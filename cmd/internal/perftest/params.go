@@ -194,6 +194,7 @@ type Params struct {
 	DumpBuffer  string // --dump_buffer: xrnic's own, the buffer written to a file at the end
 	Pcap        string // --pcap: xrnic's own, every frame of the device to a pcap file
 	Daemon      string // --daemon: xrnic's own, attach to the daemon on this socket
+	BusyPoll    bool   // --busy-poll: xrnic's own, the polling thread runs the engine
 	NoPeak      bool   // -N
 	AtomicType  int    // -A
 	OutReads    int    // -o, 0 = device maximum
@@ -330,6 +331,7 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.BoolVar(&p.OutJSON, "out_json", false, "also write the results to a JSON file")
 	fs.StringVar(&p.OutJSONFile, "out_json_file", defJSONFile, "name of the JSON report")
 	fs.StringVar(&p.DumpBuffer, "dump_buffer", "", "write the local buffer to this file when the test ends (xrnic's own, to check data against a capture; --local: the server's to FILE.server)")
+	fs.BoolVar(&p.BusyPoll, "busy-poll", false, "a CQ poll that finds nothing runs the engine in the polling thread: run to completion, one core doing the work of two (xrnic's own; not with --daemon)")
 	fs.StringVar(&p.Daemon, "daemon", "", "attach to the xrnic daemon serving this socket (its --attach; -d's daemon is found by itself, and -d is then not needed) instead of running an engine in this process (xrnic's own; not with --local or --pcap)")
 	fs.StringVar(&p.Pcap, "pcap", "", "record every frame this side sends and receives to a pcap file, as ibdump does (xrnic's own; not with --local)")
 	fs.StringVar(&p.Progress, "progress", "auto", "progress line on stderr during long runs: auto, on or off")
@@ -465,6 +467,9 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	}
 	if p.Local && p.Pcap != "" {
 		return errors.New("--pcap records one device: give -d <interface>, not --local")
+	}
+	if p.Daemon != "" && p.BusyPoll {
+		return errors.New("--busy-poll runs the engine in this process: not with --daemon")
 	}
 	if p.Daemon != "" && (p.Local || p.Pcap != "") {
 		return errors.New("--daemon uses the daemon's device: not with --local or --pcap (the daemon's own --pcap records it)")

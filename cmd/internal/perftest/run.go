@@ -36,7 +36,7 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, n := range p.Notes {
 		io.WriteString(errw, n)
 	}
-	dev, closeDev, err := oob.OpenDevice(p.Device, p.LinkKind, p.Pcap, p.Daemon, errw)
+	dev, closeDev, err := oob.OpenDevice(p.Device, p.LinkKind, p.Pcap, p.Daemon, p.BusyPoll, errw)
 	if err != nil {
 		return err
 	}
