@@ -65,9 +65,11 @@ var (
 	ErrUnavailable = fmt.Errorf("link unavailable: %w", errs.ErrUnsupported)
 )
 
-// Link moves frames in batches. ReadBatch and WriteBatch belong to one goroutine (the
-// engine's loop that owns the link); Wait belongs to that goroutine too. Wake, Info,
-// Stats and Close may be called from any goroutine. After Close, every method returns
+// Link moves frames in batches. ReadBatch and WriteBatch belong to one goroutine at a
+// time (whoever runs the engine's loop: its goroutine, or a busy poller holding the
+// engine's drive lock); Wait belongs to the engine goroutine, and may run while another
+// goroutine reads and writes (it touches none of their state). Wake, Info, Stats and
+// Close may be called from any goroutine. After Close, every method returns
 // ErrClosed (Close itself is idempotent).
 type Link interface {
 	// ReadBatch copies up to len(bufs) received frames into bufs and stores their

@@ -420,15 +420,15 @@ func (s *Socket) Counters() Counters {
 
 // Poll blocks until the RX ring has descriptors, Wake is called, or timeout
 // passes (negative: no timeout; zero: just look). It reports whether Receive
-// has something. It returns at once when descriptors are already waiting. In
-// copy mode the kernel's poll also pushes pending TX descriptors out. Poll does
-// not notice a vanished interface: use a finite timeout. Owner only.
+// has something. It returns at once when descriptors are already waiting (the
+// kernel's poll looks at the ring). In copy mode the kernel's poll also pushes
+// pending TX descriptors out. Poll does not notice a vanished interface: use a
+// finite timeout. It reads none of the rings' user-space state, so one
+// goroutine may sleep in it while another, holding ownership, receives and
+// transmits (the engine's busy pollers).
 func (s *Socket) Poll(timeout time.Duration) (readable bool, err error) {
 	if s.closed {
 		return false, ErrClosed
-	}
-	if s.rx.avail() > 0 {
-		return true, nil
 	}
 	ms := -1
 	if timeout >= 0 {

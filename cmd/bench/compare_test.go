@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/internal/testutil"
+)
+
+// TestCompare runs bench compare briefly and checks that it printed every
+// baseline and every xrnic figure, each a positive number with its ratio.
+func TestCompare(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "iperf3")
+	t.Setenv("BENCH_TEST_MAIN", "1") // the children bench runs are this binary
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	// 16 QPs, not 256: under -race's slowdown 256 QPs collapse even at two
+	// WRITEs each (retry exceeded: the performance issue's note).
+	if err := run(ctx, []string{"compare", "--duration", "300ms", "--scale", "0.01", "--qps", "16"}, &out, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	want := []string{"raw AF_XDP native XDP, 4096 B", "raw AF_XDP generic XDP, 64 B", "UDP sockets (mmsg), 4096 B",
+		"kernel TCP, iperf3", "ping-pong 64 B, afxdp-busy", "ping-pong 64 B, udp-blocking",
+		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 ",
+		"write_lat -s 2, typical", "send_lat -s 2 --busy-poll, typical", "read_lat -s 2, typical"}
+	lines := strings.Split(out.String(), "\n")
+	for _, w := range want {
+		found := false
+		for _, l := range lines {
+			if !strings.HasPrefix(l, w) {
+				continue
+			}
+			found = true
+			if firstNumber(strings.Fields(l[len(w):])) <= 0 {
+				t.Errorf("%q: no positive figure", l)
+			}
+		}
+		if !found {
+			t.Errorf("no row %q", w)
+		}
+	}
+	if t.Failed() {
+		t.Log(out.String())
+	}
+}
+
+// firstNumber is the first field of f that is a number (0 if none).
+func firstNumber(f []string) float64 {
+	for _, s := range f {
+		if v, err := strconv.ParseFloat(s, 64); err == nil {
+			return v
+		}
+	}
+	return 0
+}
