@@ -70,8 +70,47 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 			return fmt.Errorf("couldn't listen to port %d: %w", p.Port, oob.UnwrapOp(err))
 		}
 	}
-	return s.run(ctx, ln, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port)))
+	if err := s.run(ctx, ln, net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port))); err != nil {
+		return err
+	}
+	linger(dev)
+	return nil
 }
+
+// linger keeps the QPs up until the wire has been quiet for lingerQuiet (at
+// most lingerMax): the peer resends its last messages if our ACKs of them
+// were lost, and rxe reads the examples' retry count of 7 as "forever" (as
+// for RNR; rxe_completer's COMPST_ERROR_RETRY), so a peer whose last ACK was
+// lost on a lossy wire would wait forever for a side that had exited. The
+// examples themselves exit at once; the output is the same.
+func linger(dev *verbs.Device) {
+	lingerOn(func() uint64 {
+		c := dev.Counters()
+		for i := range c {
+			if verbs.Counter(i).String() == "rcvd_pkts" {
+				return c[i]
+			}
+		}
+		return 0
+	})
+}
+
+// lingerOn is linger on a count of received packets.
+func lingerOn(rcvd func() uint64) {
+	last, quiet := rcvd(), time.Now()
+	for end := time.Now().Add(lingerMax); time.Now().Before(end); time.Sleep(lingerQuiet / 10) {
+		if n := rcvd(); n != last {
+			last, quiet = n, time.Now()
+		} else if time.Since(quiet) >= lingerQuiet {
+			return
+		}
+	}
+}
+
+const (
+	lingerQuiet = 200 * time.Millisecond // three of the examples' ACK timeouts (timeout 14: 67 ms)
+	lingerMax   = 3 * time.Second
+)
 
 // side is one side of a run: rc_pingpong's struct pingpong_context and the
 // variables of its main. It belongs to the goroutine that runs it.
