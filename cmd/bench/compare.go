@@ -105,6 +105,18 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		return fmt.Errorf("kernel TCP (iperf3): %w", err)
 	}
 	row("%-44s %10.3f Gb/s %8.2f CPU s/GB", "kernel TCP, iperf3, one stream", tcp.gbps, tcp.cpuPerGB)
+	// What xrnic's XDP program costs the interface's other traffic: the
+	// same TCP stream with the program attached on both ends (PLATFORM 10).
+	for _, m := range []struct {
+		name string
+		mode bpf.AttachMode
+	}{{"generic", bpf.AttachGeneric}, {"native", bpf.AttachNative}} {
+		r, err := c.iperf3With(ctx, m.mode)
+		if err != nil {
+			return fmt.Errorf("kernel TCP beside XDP %s: %w", m.name, err)
+		}
+		row("%-44s %10.3f Gb/s %8.2fx alone", "  with xrnic's XDP program, "+m.name, r.gbps, r.gbps/tcp.gbps)
+	}
 	rtt := map[string]time.Duration{}
 	for _, k := range []string{"afxdp-busy", "udp-busy", "udp-blocking"} {
 		d, err := c.pingPong(k)
@@ -435,19 +447,33 @@ func (c *comparison) iperf3(ctx context.Context) (tcpResult, error) {
 		return tcpResult{}, err
 	}
 	defer srv.Process.Kill()
-	var out []byte
-	var cli *exec.Cmd
-	var err error
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		cli = c.p.B.NS.Exec(ctx, "iperf3", "-c", c.p.A.IPv4.String(), "-t", fmt.Sprint(max(int(c.dur.Seconds()), 1)), "-J")
-		if out, err = cli.Output(); err == nil || time.Now().After(end) {
+	// The server listening first (a loaded host starts it slowly).
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ss, _ := c.p.A.NS.Exec(ctx, "ss", "-Hltn", "sport = :5201").Output()
+		if len(bytes.TrimSpace(ss)) > 0 {
 			break
 		}
+		if time.Now().After(end) {
+			srv.Process.Kill()
+			srv.Wait()
+			return tcpResult{}, fmt.Errorf("iperf3 -s never listened: %s", srvOut.String())
+		}
 	}
+	cli := c.p.B.NS.Exec(ctx, "iperf3", "-c", c.p.A.IPv4.String(), "-t", fmt.Sprint(max(int(c.dur.Seconds()), 1)), "-J")
+	out, err := cli.Output()
 	if err != nil {
+		srv.Process.Kill()
+		srv.Wait()
 		return tcpResult{}, fmt.Errorf("%v: %s", err, out)
 	}
-	srv.Wait()
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case <-done: // -1: it ends after its one test
+	case <-time.After(10 * time.Second):
+		srv.Process.Kill()
+		<-done
+	}
 	var res struct {
 		End struct {
 			SumReceived struct {
@@ -470,6 +496,19 @@ func (c *comparison) iperf3(ctx context.Context) (tcpResult, error) {
 func tail(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return lines[len(lines)-1]
+}
+
+// iperf3With is iperf3 with an AF_XDP link (the XDP program attached in mode
+// am) open on both ends.
+func (c *comparison) iperf3With(ctx context.Context, am bpf.AttachMode) (tcpResult, error) {
+	for _, e := range []*testenv.Endpoint{&c.p.A, &c.p.B} {
+		l, err := openLink(e, link.KindAFXDP, am)
+		if err != nil {
+			return tcpResult{}, err
+		}
+		defer l.Close()
+	}
+	return c.iperf3(ctx)
 }
 
 // cpuOf is the user and system time of an ended process.
