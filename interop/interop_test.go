@@ -467,7 +467,7 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 				j.kill()
 				j.wait(shortTimeout)
 				c.stop(t)
-				t.Logf("attempt %d: the guest's listener was not in its IB CM yet (REJ invalid service ID, or SIDR unsupported): again", attempt)
+				t.Logf("attempt %d: the guest had no listener for the REQ yet (REJ invalid service ID, or SIDR unsupported): again", attempt)
 				continue
 			}
 			gOut, gErr = j.wait(runTimeout)

@@ -236,8 +236,9 @@ func TestRpingTeardownRace(t *testing.T) {
 	}
 }
 
-// A client refused because the guest's listener was not in its IB CM yet is
-// told from other failures (perftest's and rping's wording).
+// A client refused because the guest had no listener for its REQ yet (perftest
+// -R listens a second time late) is told from other failures (perftest's and
+// rping's wording).
 func TestGuestNotListening(t *testing.T) {
 	for out, want := range map[string]bool{
 		"RDMA CM event error:\nEvent: RDMA_CM_EVENT_REJECTED; error: 8.\n":       true,
