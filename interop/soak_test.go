@@ -36,7 +36,8 @@ var soakCases = []struct{ test, args string }{
 	{"write_bw", "-b -q 4 -s 16384 -n 200 -t 8 -u 17"},
 	{"read_bw", "-b -q 4 -s 16384 -n 200 -u 17"},
 	{"send_bw", "-q 4 -s 16384 -n 500 -u 17"},
-	{"send_bw", "-q 4 -t 128 -n 300 -u 17"}, // perftest's 64 KiB: rxe asks for an ACK mid-message (every 64 packets)
+	{"send_bw", "-q 4 -t 128 -n 300 -u 17"},      // perftest's 64 KiB: rxe asks for an ACK mid-message (every 64 packets)
+	{"send_bw", "-q 4 -t 128 -r 8 -n 300 -u 17"}, // the same with 8 receives a QP against 128 in flight
 }
 
 // impair puts the soak's impairment on both directions until the test ends.
