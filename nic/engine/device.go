@@ -544,7 +544,8 @@ func (d *Device) MRTable() *mr.Table { return d.mrs }
 // since returns the engine's time.
 func (d *Device) since() time.Duration { return d.clock.Now().Sub(d.epoch) }
 
-// routineEngine is the engine goroutine: the only one that touches transport state.
+// routineEngine is the engine goroutine: it runs the loop (step) holding d.drive,
+// which a busy poller may hold instead while the goroutine sleeps (Drive).
 func (d *Device) routineEngine() {
 	defer close(d.done)
 	d.cfg.Logf("engine: RoutineEngine started on %s link %s", d.info.Kind, d.info.Name)
@@ -636,7 +637,8 @@ func (d *Device) Drive() bool {
 	return true
 }
 
-// engine is the state RoutineEngine owns; nothing else touches it.
+// engine is the state of the engine's loop: only the holder of Device.drive
+// touches it (the engine goroutine, or a busy poller in Drive).
 type engine struct {
 	d       *Device
 	now     time.Duration
