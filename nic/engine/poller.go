@@ -8,8 +8,10 @@ import "github.com/xrnic/xrnic/nic/link"
 // transport moves the rings too).
 type Poller interface {
 	// Poll does a bounded amount of work and reports whether it did any. It
-	// runs on the engine goroutine: it must not block, and of the device's
-	// API it may post, poll and queue control operations, never wait for one.
+	// runs where the engine's loop runs (the engine goroutine, or a busy
+	// poller in Drive), one call at a time: it must not block, and of the
+	// device's API it may post, poll and queue control operations, never wait
+	// for one.
 	Poll() bool
 	// Idle(true) comes before the engine sleeps: the poller arms whatever
 	// wakes the engine (Device.Wake) when work comes, and reports whether
