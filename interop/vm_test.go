@@ -31,8 +31,10 @@ const (
 	ifCapture = "va0" // the guest side of the veth: no XDP program there, so tcpdump sees both ways
 	ipXrnic   = "192.0.2.2"
 	ipGuest   = "192.0.2.11"
-	guestDev  = "rxe0"
-	vmName    = "a"
+	// ipBroadcast is the bridge's /24 broadcast (rxe-vm net-up).
+	ipBroadcast = "192.0.2.255"
+	guestDev    = "rxe0"
+	vmName      = "a"
 )
 
 // Step timeouts: every external step is bounded, so the suite never hangs.
@@ -505,16 +507,18 @@ func hexBytes(h string) []byte {
 func (c *capture) stop(t *testing.T) {
 	t.Helper()
 	// tcpdump can lag behind on a busy machine, and SIGINT ends it without
-	// draining the kernel's ring. A ping from xrnic's side to the guest with a
-	// pattern of this capture's own is the barrier: frames are written in the
-	// order the interface saw them, so once the ping is in the file, all that
-	// came before it is too.
+	// draining the kernel's ring. A ping from xrnic's side with a pattern of
+	// this capture's own is the barrier: frames are written in the order the
+	// interface saw them, so once the ping is in the file, all that came
+	// before it is too. It is broadcast: a ping to the guest waits for ARP,
+	// which a stalled guest never answers, and then never leaves (a CI run's
+	// send_lat -e, whose stall then went unrecognised).
 	pattern := fmt.Sprintf("%016x", rand.Uint64())
 	deadline := time.Now().Add(shortTimeout)
 	for sent := false; ; {
 		if !sent || time.Now().After(deadline.Add(-shortTimeout/2)) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = exec.CommandContext(ctx, "ip", "netns", "exec", nsXrnic, "ping", "-c", "1", "-W", "2", "-p", pattern, ipGuest).Run()
+			_ = exec.CommandContext(ctx, "ip", "netns", "exec", nsXrnic, "ping", "-b", "-c", "1", "-W", "2", "-p", pattern, ipBroadcast).Run()
 			cancel()
 			sent = true
 		}
