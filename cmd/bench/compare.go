@@ -225,17 +225,16 @@ func pinned(cpu int, fn func()) {
 	fn()
 }
 
-// openLink opens a link of kind k on e; AF_XDP links get large rings and
-// UMEMs (PLATFORM 9).
+// openLink is bench link's open, with large rings and UMEMs for AF_XDP
+// links (PLATFORM 9).
 func openLink(e *testenv.Endpoint, k link.Kind, am bpf.AttachMode) (l link.Link, err error) {
+	if k != link.KindAFXDP {
+		return open(e, am, k)
+	}
 	err = e.Do(func() (err error) {
-		if k == link.KindAFXDP {
-			o := xsk.DefaultOptions()
-			o.NumFrames = 16384
-			l, err = link.NewAFXDP(link.AFXDPOptions{Interface: e.Name, Mode: am, Socket: o})
-			return err
-		}
-		l, err = link.Open(link.Options{Kind: k, Interface: e.Name, Mode: am})
+		o := xsk.DefaultOptions()
+		o.NumFrames = 16384
+		l, err = link.NewAFXDP(link.AFXDPOptions{Interface: e.Name, Mode: am, Socket: o})
 		return err
 	})
 	return l, err
