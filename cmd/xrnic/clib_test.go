@@ -86,13 +86,21 @@ func TestCLibrary(t *testing.T) {
 		{[]string{"ibv_srq_pingpong", "-g", "1", "-n", "200", "-c"}, "200 iters in"},
 		{[]string{"ib_write_bw", "-x", "1", "-s", "65536", "-n", "500"}, " 65536      500 "},
 		{[]string{"ib_send_lat", "-x", "1", "-s", "2", "-n", "500"}, " 2       500 "},
+		{[]string{"ib_read_bw", "-x", "1", "-s", "65536", "-n", "300"}, " 65536      300 "},
+		{[]string{"ib_send_bw", "-x", "1", "-s", "65536", "-n", "300"}, " 65536      300 "},
+		{[]string{"ib_atomic_bw", "-x", "1", "-n", "300"}, " 8          300 "},
+		{[]string{"ib_write_lat", "-x", "1", "-s", "2", "-n", "300"}, " 2       300 "},
+		{[]string{"ib_read_lat", "-x", "1", "-s", "2", "-n", "300"}, " 2       300 "},
+		{[]string{"ib_atomic_lat", "-x", "1", "-n", "300"}, " 8       300 "},
 		{[]string{"ib_write_bw", "-R", "-s", "65536", "-n", "500"}, " 65536      500 "},
 		{[]string{"ib_read_bw", "-R", "-s", "65536", "-n", "300"}, " 65536      300 "},
 		// UD: one MTU, the pair's 1024. A UD message lost on a loaded
 		// machine (as UD may be) leaves perftest's server waiting forever,
 		// so the sender's bursts stay small.
 		{[]string{"ib_send_bw", "-R", "-c", "UD", "-t", "16", "-n", "300"}, " 1024       300 "},
+		{[]string{"ib_send_bw", "-R", "-s", "65536", "-n", "300"}, " 65536      300 "},
 		{[]string{"ib_atomic_bw", "-R", "-n", "300"}, " 8          300 "},
+		{[]string{"ib_atomic_lat", "-R", "-n", "300"}, " 8       300 "},
 		{[]string{"ib_send_lat", "-R", "-s", "2", "-n", "300"}, " 2       300 "},
 		{[]string{"ib_read_lat", "-R", "-s", "2", "-n", "300"}, " 2       300 "},
 		{[]string{"ib_write_lat", "-R", "-s", "2", "-n", "300"}, " 2       300 "},
@@ -124,7 +132,7 @@ func TestCLibrary(t *testing.T) {
 					waitDetached(t, b)
 					continue
 				}
-				checkBoth(t, srv, cli, c.row, c.prog[0] != "ib_read_lat") // READ's responder measures nothing
+				checkBoth(t, srv, cli, c.row, c.prog[0] != "ib_read_lat" && c.prog[0] != "ib_atomic_lat") // a READ's or atomic's responder measures nothing
 				break
 			}
 		})
