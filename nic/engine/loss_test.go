@@ -84,8 +84,15 @@ func TestRCLossyLink(t *testing.T) {
 				ca, cb := p.a.Counters(), p.b.Counters()
 				t.Logf("a: retransmitted %d completer_retry_err %d rcvd_seq_err %d bad_icrc %d; b: duplicate_request %d out_of_seq_request %d bad_icrc %d",
 					ca[CntRetransmitted], ca[CntCompRetry], ca[CntRcvSeqErr], ca[CntRcvdBadICRC], cb[CntDupReq], cb[CntOutOfSeqReq], cb[CntRcvdBadICRC])
-				// With BusyPoll the polls drove the engine too (Drive); without,
-				// only the engine goroutine did.
+				// With BusyPoll an empty poll drives the engine (Drive) once its
+				// goroutine sleeps, which a fast run may never have caught: poll
+				// the idle device until one does. Without, none ever does.
+				wc := make([]cq.WC, 1)
+				for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+					if a.cq.Poll(wc); p.a.EngineCounters()[EngDriven] > 0 {
+						break
+					}
+				}
 				if d := p.a.EngineCounters()[EngDriven]; (d > 0) != busy {
 					t.Fatalf("busy=%v: %d passes driven by polls", busy, d)
 				}
