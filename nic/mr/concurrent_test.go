@@ -8,10 +8,12 @@ import (
 )
 
 // published is what a registrar tells the lookup goroutines: a key and the
-// registration it belongs to.
+// registration it belongs to. stale is set before the key dies (Deregister,
+// Reregister): a looker may still hold it then.
 type published struct {
-	key uint32
-	gen uint64
+	key   uint32
+	gen   uint64
+	stale atomic.Bool
 }
 
 const (
@@ -26,19 +28,22 @@ func concIOVA(gen uint64) uint64 { return (gen + 1) * concSpan }
 // exactly the memory of the registration its key came from (checked by content:
 // each generation's buffer holds its own pattern, at an IOVA range no other
 // generation uses) or fail with FaultInvalidKey; never another fault, never other
-// memory. After Deregister returns, the old key must fail at once.
+// memory. After Deregister returns, the old key must fail at once. A dead
+// key may come back: the table gives every registration at an index a random
+// key byte (1 in 255 that a stale key matches the index's next registration),
+// and then the new registration's bounds (another IOVA range) must refuse it.
 func TestConcurrentRegisterLookup(t *testing.T) {
 	const (
 		registrars = 2
 		lookers    = 3
-		rounds     = 2000 // per registrar; over 64 indices each key byte advances ~90 times, < 256
+		rounds     = 2000 // per registrar
 		pd         = 9
 	)
 	tb := NewTable(64)
 	var slots [registrars * 4]atomic.Pointer[published]
 	var gens atomic.Uint64
 	var stop atomic.Bool
-	var hits, misses atomic.Int64
+	var hits, misses, revived atomic.Int64
 
 	var lookWG sync.WaitGroup
 	for l := range lookers {
@@ -72,13 +77,19 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 					hits.Add(1)
 				case FaultInvalidKey:
 					misses.Add(1)
+				case FaultBounds:
+					if !p.stale.Load() {
+						t.Errorf("gen %d key %#x: out of bounds on a live key", p.gen, p.key)
+						return
+					}
+					revived.Add(1)
 				default:
 					t.Errorf("gen %d key %#x: %v, want success or invalid key", p.gen, p.key, f)
 					return
 				}
 				if w, f := tb.LookupAtomic(p.key, pd, testQP, concIOVA(p.gen)+off&^7); f == FaultNone {
 					Load(w) // read-only: the registrar never writes the buffer after publishing
-				} else if f != FaultInvalidKey {
+				} else if f != FaultInvalidKey && (f != FaultBounds || !p.stale.Load()) {
 					t.Errorf("LookupAtomic: %v", f)
 					return
 				}
@@ -91,12 +102,14 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 		regWG.Go(func() {
 			var live [4]*Region // each registrar keeps four regions alive, replacing the oldest
 			var liveGen [4]uint64
+			var pub [4]*published // what the lookers were told of live[i]
 			retire := func(i int) bool {
 				r := live[i]
 				if r == nil {
 					return true
 				}
 				key := r.RKey()
+				pub[i].stale.Store(true)
 				if err := tb.Deregister(r); err != nil {
 					t.Errorf("Deregister: %v", err)
 					return false
@@ -134,12 +147,13 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 					t.Errorf("register: %v", err)
 					return
 				}
-				live[i], liveGen[i] = r, gen
-				my.Store(&published{r.RKey(), gen})
+				live[i], liveGen[i], pub[i] = r, gen, &published{key: r.RKey(), gen: gen}
+				my.Store(pub[i])
 				runtime.Gosched() // let the lookers use it
 				switch round % 6 {
 				case 1, 4: // rights change: the old key dies at once, the new one works
 					old := r.RKey()
+					pub[i].stale.Store(true)
 					if _, err := tb.Reregister(r, ReregAccess, 0, nil, 0, acc|RemoteWrite); err != nil {
 						t.Errorf("Reregister: %v", err)
 						return
@@ -147,7 +161,8 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 					if _, f := tb.Lookup(old, pd, concIOVA(gen), 1, RemoteRead, testQP); f != FaultInvalidKey {
 						t.Errorf("old key after Reregister: %v", f)
 					}
-					my.Store(&published{r.RKey(), gen})
+					pub[i] = &published{key: r.RKey(), gen: gen}
+					my.Store(pub[i])
 				case 3: // fast-reg: invalidate, then the key fails at once
 					if f := tb.Invalidate(r.RKey(), pd, Local); f != FaultNone {
 						t.Errorf("Invalidate: %v", f)
@@ -165,7 +180,7 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 	if tb.Len() != 0 {
 		t.Errorf("Len() = %d after every region was deregistered", tb.Len())
 	}
-	t.Logf("%d lookups hit, %d found the key gone", hits.Load(), misses.Load())
+	t.Logf("%d lookups hit, %d found the key gone, %d found it at a later registration", hits.Load(), misses.Load(), revived.Load())
 	if hits.Load() == 0 {
 		t.Errorf("no lookup ever succeeded: the test exercised nothing")
 	}
