@@ -192,7 +192,9 @@ func (b *benchServer) routineSession(ctx context.Context, s *benchSession, c net
 	sctx, cancel := context.WithTimeout(ctx, d.cfg.benchLimit)
 	defer cancel()
 	err := perftest.RunConn(sctx, b.p, &rep, io.Discard, d.dev, d.cfg.iface, &keySniffer{Conn: c, s: s})
-	d.endSession(s, err == nil)
+	// The session counts as ended once its report is out: whoever sees it
+	// ended in a snapshot finds the report.
+	defer d.endSession(s, err == nil)
 	switch {
 	case ctx.Err() != nil:
 		d.lg.printf("bench session %d from %s: closed (the daemon is stopping)", s.id, s.peer)
