@@ -65,7 +65,7 @@ generate-check:
 # and ib_write_bw in the guest against bench, both roles, RoCE MTU 1024 and 4096.
 # Captures, both sides' output and ICRC reports land in artifacts/interop/.
 interop:
-	$(GO) test -tags interop -count=1 -timeout 40m -v ./interop/
+	$(GO) test -tags interop -count=1 -timeout 48m -v ./interop/
 
 # xrnic against its baselines in one run on one veth pair (root; iperf3).
 bench-compare:

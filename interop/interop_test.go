@@ -23,6 +23,7 @@ import (
 // TestInterop boots one rxe guest per RoCE MTU and plays the real rdma-core and
 // perftest tools against xrnic's bench in both roles.
 func TestInterop(t *testing.T) {
+	startBudget(t)
 	for _, mtu := range []int{1024, 4096} {
 		t.Run(fmt.Sprintf("mtu%d", mtu), func(t *testing.T) {
 			g := boot(t, mtu)
@@ -372,8 +373,8 @@ func ppAddrs(t *testing.T, who, out string) map[string]string {
 }
 
 // stallQuiet is how long a silent wire before the end of a capture counts as
-// a stalled guest: far beyond any retransmission timer of the runs (0.5 s).
-const stallQuiet = 60 * time.Second
+// a stalled guest: quietLimit, after which the run is ended.
+const stallQuiet = quietLimit
 
 // guestStalled tells a run in which the emulated guest stopped: its last RoCE
 // frame came after xrnic's last one (xrnic owed it nothing: any request of
@@ -439,18 +440,27 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 	tool := strings.Fields(guestCmd)[0]
 	for attempt := 1; ; attempt++ {
 		c = startCapture(t, name)
+		ended := began(name)
 		var xErr, gErr error
+		var h *host
+		var j *job
 		if xrnicServer {
-			h := startHost(t, runTimeout, ready, bench...)
+			h = startHost(t, runTimeout, ready, bench...)
 			if ready == "" {
 				waitHostListen(t, h, 18515)
 			}
-			gOut, gErr = g.exec(t, runTimeout, guestCmd+" "+ipXrnic)
+			j = g.start(t, guestCmd+" "+ipXrnic)
+		} else {
+			j = g.start(t, guestCmd)
+			guestReady(j)
+			h = startHost(t, runTimeout, "", append(bench, ipGuest)...)
+		}
+		quiet := watchQuiet(c.path, quietLimit, func() { j.kill(); h.cancel() })
+		if xrnicServer {
+			gOut, gErr = j.wait(runTimeout)
 			xOut, xErr = h.wait()
 		} else {
-			j := g.start(t, guestCmd)
-			guestReady(j)
-			xOut, xErr = runHost(t, runTimeout, append(bench, ipGuest)...)
+			xOut, xErr = h.wait()
 			if xErr != nil && guestNotListening(xOut) && attempt < 6 {
 				// A REQ the guest had no listener for: REJ 8, invalid
 				// service ID (a SIDR_REQ: SIDR_REP status 1). perftest -R
@@ -466,22 +476,33 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 				// crashes; hence the harness's.
 				j.kill()
 				j.wait(shortTimeout)
+				quiet()
 				c.stop(t)
+				ended("again: no listener")
 				t.Logf("attempt %d: the guest had no listener for the REQ yet (REJ invalid service ID, or SIDR unsupported): again", attempt)
 				continue
 			}
 			gOut, gErr = j.wait(runTimeout)
 		}
+		silent := quiet()
+		j.kill() // a guest side still up when its wait timed out
 		c.stop(t)
 		save(t, name+".xrnic.txt", []byte(xOut))
 		save(t, name+".guest.txt", []byte(gOut))
 		if again != nil && again(gOut) && attempt < 3 {
+			ended("again: clock misread")
 			t.Logf("attempt %d: %s misread its clock under emulation: again", attempt, tool)
 			continue
 		}
 		if gErr != nil && attempt < 3 && guestStalled(t, c.path) {
+			ended("again: guest stalled")
 			t.Logf("attempt %d: %s stopped sending and stalled with nothing of xrnic's left to answer (%s.pcap): again", attempt, tool, name)
 			continue
+		}
+		if silent {
+			ended("failed: wire quiet")
+			t.Fatalf("the wire stayed quiet for %v with both sides up, xrnic's frame last or no frame at all: both were ended\n--- bench (%v):\n%s\n--- %s (%v):\n%s",
+				quietLimit, xErr, xOut, tool, gErr, gOut)
 		}
 		if gErr != nil && rpingTeardownRace(tool, gOut) {
 			t.Logf("%s exited %v after its test: rdma-core 44's rping teardown race (fixed upstream in f3ae6534a), not a failure", tool, gErr)
@@ -492,8 +513,10 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 			xErr = nil
 		}
 		if xErr != nil || gErr != nil {
+			ended("failed")
 			t.Fatalf("bench: %v, %s: %v\n--- bench:\n%s\n--- %s:\n%s", xErr, tool, gErr, xOut, tool, gOut)
 		}
+		ended("ok")
 		return c, xOut, gOut
 	}
 }

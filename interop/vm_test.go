@@ -80,7 +80,9 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "interop: %v\n", err)
 		suite.err = err
 	}
-	return m.Run()
+	code := m.Run()
+	account(os.Stdout)
+	return code
 }
 
 // prepare checks the host, builds bench and the guest image if absent.
@@ -302,7 +304,7 @@ func boot(t *testing.T, roceMTU int) *guest {
 // exec runs cmd in the guest and returns its output; a non-zero exit is an error.
 func (g *guest) exec(t *testing.T, timeout time.Duration, cmd string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	ctx, cancel := runCtx(timeout + 10*time.Second)
 	defer cancel()
 	out, err := rxeVM(ctx, nil, "exec", vmName, "--timeout", strconv.Itoa(int(timeout.Seconds())), "--", cmd)
 	return out, err
@@ -316,7 +318,8 @@ type job struct {
 
 func (g *guest) start(t *testing.T, cmd string) *job {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), shortTimeout)
+	checkBudget(t)
+	ctx, cancel := runCtx(shortTimeout)
 	defer cancel()
 	out, err := rxeVM(ctx, nil, "exec", vmName, "--bg", "--", cmd)
 	if err != nil {
@@ -329,7 +332,7 @@ func (g *guest) start(t *testing.T, cmd string) *job {
 
 // wait returns the job's output and its exit status.
 func (j *job) wait(timeout time.Duration) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+10*time.Second)
+	ctx, cancel := runCtx(timeout + 10*time.Second)
 	defer cancel()
 	return rxeVM(ctx, nil, "wait", vmName, j.id, strconv.Itoa(int(timeout.Seconds())))
 }
@@ -363,6 +366,7 @@ func (g *guest) waitCount(t *testing.T, cmd, what string, j *job) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
+		checkBudget(t)
 		out, _ := g.exec(t, 10*time.Second, cmd)
 		if strings.TrimSpace(lastLine(out)) != "0" && strings.TrimSpace(lastLine(out)) != "" {
 			return
@@ -390,7 +394,8 @@ type host struct {
 // startHost runs args in netns rxevm-b; ready, if set, is waited for in its output.
 func startHost(t *testing.T, timeout time.Duration, ready string, args ...string) *host {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	checkBudget(t)
+	ctx, cancel := runCtx(timeout)
 	full := append([]string{"netns", "exec", nsXrnic}, args...)
 	h := &host{cmd: exec.CommandContext(ctx, "ip", full...), out: &testutil.SyncBuffer{}, done: make(chan struct{}), cancel: cancel}
 	h.cmd.Stdout, h.cmd.Stderr = h.out, h.out
@@ -457,7 +462,8 @@ type capture struct {
 func startCapture(t *testing.T, name string) *capture {
 	t.Helper()
 	c := &capture{path: filepath.Join(suite.artifacts, name+".pcap"), out: &testutil.SyncBuffer{}, done: make(chan error, 1)}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*runTimeout)
+	checkBudget(t)
+	ctx, cancel := runCtx(2 * runTimeout)
 	// -U: each packet written at once; -B: a large buffer, no kernel drops; -Z root
 	// keeps the file owned by root (tcpdump would drop privileges).
 	c.h = exec.CommandContext(ctx, "ip", "netns", "exec", nsGuest, "tcpdump", "-i", ifCapture, "-U", "-B", "16384",
@@ -515,7 +521,7 @@ func (c *capture) stop(t *testing.T) {
 	// send_lat -e, whose stall then went unrecognised).
 	pattern := fmt.Sprintf("%016x", rand.Uint64())
 	deadline := time.Now().Add(shortTimeout)
-	for sent := false; ; {
+	for sent := false; budget.ctx == nil || budget.ctx.Err() == nil; { // out of time, tcpdump is gone
 		if !sent || time.Now().After(deadline.Add(-shortTimeout/2)) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = exec.CommandContext(ctx, "ip", "netns", "exec", nsXrnic, "ping", "-b", "-c", "1", "-W", "2", "-p", pattern, ipBroadcast).Run()
