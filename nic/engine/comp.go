@@ -107,6 +107,7 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 		case compCompWQE:
 			if p != nil && w.state == wqePending {
 				if w.lastPSN.Sub(c.psn) >= 0 {
+					qp.req.cwndAcked(w.lastPSN.Next().Sub(c.psn))
 					c.psn = w.lastPSN.Next()
 					c.opcode = -1
 				}
@@ -120,6 +121,7 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 				c.opcode = int(p.Opcode)
 			}
 			if psn := p.BTH.PSN(); psn.Sub(c.psn) >= 0 {
+				qp.req.cwndAcked(psn.Next().Sub(c.psn))
 				c.psn = psn.Next()
 			}
 			e.reqWake(qp)
@@ -380,6 +382,7 @@ func (e *engine) compErrorRetry(qp *QP, w *sendWQE) compStep {
 		c.retryCnt--
 		if qp.req.psn.Sub(c.psn) > 0 {
 			e.d.cnt.inc(CntCompRetry)
+			qp.req.cwndLoss(c.timeoutRetry, c.psn)
 			qp.req.needRetry = true
 			c.startedRetry = true
 			e.schedule(qp)

@@ -33,7 +33,8 @@ const (
 	maxQPN           = 0x20000  // RXE_MAX_QP_INDEX
 	gsiQPN           = 1
 	maxPktPerAck     = 64  // RXE_MAX_PKT_PER_ACK: AckReq at least this often
-	maxUnackedPSNs   = 128 // RXE_MAX_UNACKED_PSNS: requester window
+	maxUnackedPSNs   = 128 // RXE_MAX_UNACKED_PSNS: requester window, and the most cwnd grows to
+	minCwnd          = 2   // the least a retry shrinks an RC requester's window to
 	defaultHopLimit  = 64
 	ipv4TTL          = 64
 	maxEthernetLen   = 18 // Ethernet header with an 802.1Q tag

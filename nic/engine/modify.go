@@ -258,7 +258,7 @@ func (e *engine) resetQP(qp *QP) {
 
 // resetTransport clears the requester, completer and responder.
 func (qp *QP) resetTransport() {
-	qp.req = reqState{opcode: -1, wqeIndex: qp.sendQ.cons.Load()}
+	qp.req = reqState{opcode: -1, wqeIndex: qp.sendQ.cons.Load(), cwnd: maxUnackedPSNs, ssthresh: maxUnackedPSNs}
 	qp.comp = compState{opcode: -1}
 	qp.resp.reset()
 	qp.mtu = 256

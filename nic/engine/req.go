@@ -22,6 +22,11 @@ type reqState struct {
 	needRdAtom  bool     // a READ or atomic waits for an initiator slot
 	waitRNRTime bool     // an RNR NAK's timer runs: send nothing
 	hiPSN       wire.PSN // one past the highest PSN sent: lower ones are retransmissions
+
+	// The RC congestion window, in packets sent and not acknowledged (cwnd.go).
+	cwnd, ssthresh, cwndAcc int32
+	recover                 wire.PSN // hiPSN at the last shrink: a NAK before it is the same loss
+	recovering              bool
 }
 
 // runRequester sends packets of qp's WQEs, at most budget of them; it reports
@@ -62,7 +67,7 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 			}
 			w.rt = rt
 		}
-		if qp.typ == qpattr.RC && req.psn.Sub(qp.comp.psn) > maxUnackedPSNs {
+		if qp.typ == qpattr.RC && req.psn.Sub(qp.comp.psn) >= req.cwnd {
 			req.waitPSN = true
 			return false
 		}
@@ -238,13 +243,14 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 	}
 
 	// BTH (IBTA 9.2): SE on the last packet of a SEND or WRITE with immediate;
-	// on RC, AckReq on every last packet and at least every maxPktPerAck packets
-	// (UC and UD send it clear, as rxe does).
+	// on RC, AckReq on every last packet, at least every maxPktPerAck packets,
+	// and on the packet that fills the window: the responder acknowledges
+	// nothing else in a message (UC and UD send it clear, as rxe does).
 	se := w.flags&SendSolicited != 0 && m&wire.MaskLast != 0 &&
 		(m&wire.MaskSend != 0 || m&(wire.MaskWrite|wire.MaskImmDt) == wire.MaskWrite|wire.MaskImmDt)
 	ackReq := false
 	if qp.typ == qpattr.RC {
-		ackReq = m&wire.MaskLast != 0 || req.noackPkts >= maxPktPerAck
+		ackReq = m&wire.MaskLast != 0 || req.noackPkts >= maxPktPerAck || req.psn.Sub(qp.comp.psn)+1 >= req.cwnd
 		req.noackPkts++
 		if ackReq {
 			req.noackPkts = 0
