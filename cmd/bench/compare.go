@@ -91,14 +91,20 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 				payloadGbps(r, size), r.FramesPerSecond()/1e6)
 		}
 	}
-	for _, size := range []int{4096, 64} {
-		r, err := c.flood(link.KindUDP, bpf.AttachGeneric, size)
-		if err != nil {
-			return fmt.Errorf("UDP sockets, %d B: %w", size, err)
+	for _, k := range []link.Kind{link.KindUDP, link.KindUDPGSO} {
+		for _, size := range []int{4096, 64} {
+			r, err := c.flood(k, bpf.AttachGeneric, size)
+			if err != nil {
+				return fmt.Errorf("UDP sockets (%s), %d B: %w", k, size, err)
+			}
+			raw[fmt.Sprint(k, size)] = r
+			how := "mmsg"
+			if k == link.KindUDPGSO {
+				how = "GSO and GRO"
+			}
+			row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("UDP sockets (%s), %d B payload", how, size), payloadGbps(r, size),
+				r.FramesPerSecond()/1e6)
 		}
-		raw[fmt.Sprint("udp", size)] = r
-		row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("UDP sockets (mmsg), %d B payload", size), payloadGbps(r, size),
-			r.FramesPerSecond()/1e6)
 	}
 	tcp, err := c.iperf3(ctx)
 	if err != nil {
@@ -184,6 +190,32 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	}
 	row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 (message rate)", r.res["MsgRate"], r.res["MsgRate"]/bestRate,
 		"raw AF_XDP 64 B")
+	// The UDP link with GSO and GRO (--link udp-gso), against the same
+	// sockets' raw figures and against kernel TCP.
+	udpBW := payloadGbps(raw[fmt.Sprint(link.KindUDPGSO, 4096)], 4096) * 1000 / 8
+	udpRate := raw[fmt.Sprint(link.KindUDPGSO, 64)].FramesPerSecond() / 1e6
+	for _, t := range []run{
+		{"write_bw", []string{"-s", "65536", "-n", n(8000)}},
+		{"read_bw", []string{"-s", "65536", "-n", n(8000)}},
+		{"send_bw", []string{"-s", "65536", "-n", n(3000)}},
+	} {
+		r, err := c.xrnic(ctx, t.test, append(t.args, "--link", "udp-gso"))
+		if err != nil {
+			return fmt.Errorf("%s --link udp-gso: %w", t.test, err)
+		}
+		bw := r.res["BW_average"]
+		row("%-44s %9.1f MB/s %9.2fx %s", t.test+" -s 65536 --link udp-gso", bw, bw/udpBW, "UDP GSO/GRO 4 KiB")
+		row("%-44s %9s %9.2fx %s", "", "", bw*8/1000/tcp.gbps, "kernel TCP")
+		if t.test == "write_bw" {
+			row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcp.cpuPerGB, "kernel TCP")
+		}
+	}
+	r, err = c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000), "--link", "udp-gso"})
+	if err != nil {
+		return fmt.Errorf("write_bw -s 64 --link udp-gso: %w", err)
+	}
+	row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 --link udp-gso", r.res["MsgRate"], r.res["MsgRate"]/udpRate,
+		"UDP GSO/GRO 64 B")
 	// Latency: the engine goroutine's (against kernel UDP blocking), and
 	// run to completion, --busy-poll (against raw AF_XDP busy-polling).
 	for _, busy := range []bool{false, true} {

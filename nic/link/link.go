@@ -25,6 +25,7 @@ const (
 	KindAFXDP              // XDP steering program + AF_XDP sockets
 	KindUDP                // a kernel UDP socket bound to port 4791
 	KindMemory             // an in-memory pair (tests)
+	KindUDPGSO             // KindUDP sending with GSO and receiving with GRO (UDPOptions.Offload)
 )
 
 func (k Kind) String() string {
@@ -37,13 +38,15 @@ func (k Kind) String() string {
 		return "udp"
 	case KindMemory:
 		return "memory"
+	case KindUDPGSO:
+		return "udp-gso"
 	}
 	return "kind(?)"
 }
 
 // ParseKind reads a kind as the daemon's and bench's flags spell it.
 func ParseKind(s string) (Kind, error) {
-	for k := KindAuto; k <= KindMemory; k++ {
+	for k := KindAuto; k <= KindUDPGSO; k++ {
 		if k.String() == s {
 			return k, nil
 		}
@@ -51,7 +54,7 @@ func ParseKind(s string) (Kind, error) {
 	if s == "xdp" || s == "afxdp" {
 		return KindAFXDP, nil
 	}
-	return 0, errors.Join(ErrBadOption, errors.New("unknown link kind "+s+" (want auto, af_xdp, udp or memory)"))
+	return 0, errors.Join(ErrBadOption, errors.New("unknown link kind "+s+" (want auto, af_xdp, udp, udp-gso or memory)"))
 }
 
 // RoCEv2Port is the IANA UDP destination port of RoCEv2 (IBTA Annex A17.2.3).

@@ -36,6 +36,8 @@ func Open(opts Options) (Link, error) {
 		return NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode})
 	case KindUDP:
 		return NewUDP(UDPOptions{Interface: opts.Interface, Addrs: opts.UDPAddrs})
+	case KindUDPGSO:
+		return NewUDP(UDPOptions{Interface: opts.Interface, Addrs: opts.UDPAddrs, Offload: true})
 	case KindAuto:
 		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode})
 		if errors.Is(err, bpf.ErrXDPOurs) {

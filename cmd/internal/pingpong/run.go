@@ -249,7 +249,7 @@ func (s *side) setup() error {
 	if port.State != verbs.PortActive {
 		return fmt.Errorf("port %d is %v", p.IBPort, port.State)
 	}
-	if s.errw != nil && p.Kind != UD && p.MTU > port.ActiveMTU && port.LinkKind != link.KindUDP {
+	if s.errw != nil && p.Kind != UD && p.MTU > port.ActiveMTU && port.LinkKind != link.KindUDP && port.LinkKind != link.KindUDPGSO {
 		fmt.Fprintf(s.errw, "bench: %s: warning: path MTU %d is above the port's active MTU %d; %s uses it anyway, and frames that do not fit the link are lost\n",
 			p.Kind, p.MTU.Bytes(), port.ActiveMTU.Bytes(), p.Kind)
 	}

@@ -1,0 +1,156 @@
+package link
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/wire"
+	"github.com/xrnic/xrnic/testenv"
+)
+
+// offloadFrames is a run of RoCE frames from A to B as an engine sends them
+// (IPv4 identification 0): n of size bytes of payload, then a shorter one.
+func offloadFrames(t *testing.T, p *testenv.Pair, v6 bool, n, size int) [][]byte {
+	var fs [][]byte
+	for i := range n + 1 {
+		pl := bytes.Repeat([]byte{byte(i)}, size)
+		if i == n {
+			pl = pl[:size/3]
+		}
+		fs = append(fs, roceFrame(t, &p.A, &p.B, v6, uint32(i), pl))
+	}
+	return fs
+}
+
+// readOffload reads n frames from l and checks each one's ICRC.
+func readOffload(t *testing.T, l *UDP, n int) [][]byte {
+	t.Helper()
+	got := readN(t, l, n)
+	var pkt wire.Packet
+	for i, f := range got {
+		if err := wire.ParseAndVerify(f, &pkt); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	return got
+}
+
+// TestUDPOffload: with Offload on both ends of a veth pair, a run of frames
+// to one peer goes as one GSO send and arrives as one coalesced datagram;
+// the receiver hands out every frame with the header the kernel would have
+// put on each segment (IPv4 identification i for segment i, whose ICRC the
+// sender recomputed), and every ICRC verifies.
+func TestUDPOffload(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4200})
+	for _, v6 := range []bool{false, true} {
+		testOffload(t, p, v6)
+	}
+}
+
+func testOffload(t *testing.T, p *testenv.Pair, v6 bool) {
+	{
+		var a, b *UDP
+		for _, e := range []struct {
+			ep *testenv.Endpoint
+			l  **UDP
+		}{{&p.A, &a}, {&p.B, &b}} {
+			if err := e.ep.Do(func() (err error) {
+				*e.l, err = NewUDP(UDPOptions{Interface: e.ep.Name, Offload: true})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer (*e.l).Close()
+		}
+		frames := offloadFrames(t, p, v6, 20, 4096)
+		if n, err := a.WriteBatch(frames); n != len(frames) || err != nil {
+			t.Fatalf("WriteBatch = %d, %v", n, err)
+		}
+		got := readOffload(t, b, len(frames))
+		ids := 0
+		for i := range frames {
+			if !sameFrame(got[i], frames[i]) {
+				t.Errorf("v6=%v frame %d differs from what was sent", v6, i)
+			}
+			if !v6 && binary.BigEndian.Uint16(got[i][wire.EthernetLen+4:]) != 0 {
+				ids++ // a segment after the first of its send
+			}
+		}
+		var co uint64
+		for _, s := range b.socks {
+			co += s.gro.coalesced
+		}
+		if co == 0 {
+			t.Errorf("v6=%v: nothing arrived coalesced: the run did not go as one GSO send", v6)
+		}
+		if !v6 && ids == 0 {
+			t.Errorf("no frame arrived with an identification but 0: the runs were not numbered")
+		}
+	}
+}
+
+// TestGROSplit: a coalesced datagram of RoCE packets is handed out one
+// frame per packet, each with the header its segment had: identification i
+// for segment i of a GSO send; identification 0 for packets sent one by one,
+// each with 0, that GRO coalesced on the way in (a peer without GSO behind a
+// receiver with GRO; veth's NAPI polls each datagram alone, so this test
+// stages the datagram itself).
+func TestGROSplit(t *testing.T) {
+	a := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.1")}
+	b := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.2")}
+	for _, gso := range []bool{true, false} {
+		var frames [][]byte
+		var staged []byte
+		for i := range 5 {
+			pl := bytes.Repeat([]byte{byte(i)}, 1024)
+			if i == 4 {
+				pl = pl[:100]
+			}
+			f, err := testenv.RoCESendOnly(a, b, false, uint32(i), pl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gso {
+				setIPv4ID(f, uint16(i))
+			}
+			frames = append(frames, f)
+			_, udp, _ := splitFrame(f)
+			staged = append(staged, udp...)
+		}
+		s := &udpSock{hdr: wire.EthernetLen + wire.IPv4Len + wire.UDPLen, local: b.IPv4, gro: newGROStage(42)}
+		g := s.gro
+		_, first, _ := splitFrame(frames[0])
+		g.n, g.lens[0], g.segs[0] = 1, len(staged), len(first)
+		copy(g.bufs[0], staged)
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&g.names[0]))
+		sa.Family, sa.Port, sa.Addr = unix.AF_INET, ntohs(RoCEv2Port), a.IPv4.As4()
+		bufs, sizes := make([][]byte, len(frames)), make([]int, len(frames))
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		var dropped atomic.Uint64
+		n, err := g.recv(s, bufs, sizes, &dropped)
+		if err != nil || n != len(frames) {
+			t.Fatalf("gso=%v: recv = %d, %v", gso, n, err)
+		}
+		var pkt wire.Packet
+		for i := range frames {
+			f := bufs[i][:sizes[i]]
+			if err := wire.ParseAndVerify(f, &pkt); err != nil {
+				t.Errorf("gso=%v frame %d: %v", gso, i, err)
+			}
+			if !sameFrame(f, frames[i]) {
+				t.Errorf("gso=%v frame %d differs from what was sent", gso, i)
+			}
+		}
+		if want := map[bool]uint64{true: 0, false: 4}[gso]; g.fixedID != want {
+			t.Errorf("gso=%v: %d segments given identification 0, want %d", gso, g.fixedID, want)
+		}
+	}
+}
