@@ -48,7 +48,7 @@ type UDP struct {
 	closed  atomic.Bool
 	stats   struct {
 		rxFrames, rxBytes, txFrames, txBytes, rxDropped, txDropped, txErrors atomic.Uint64
-		gsoOff                                                              atomic.Bool
+		gsoOff                                                               atomic.Bool
 	}
 }
 
