@@ -37,6 +37,10 @@ type UDPOptions struct {
 // check above it covers the real header fields (IBTA 17.3.4 masks TOS, TTL and the
 // checksum, but not the identification). Info reports FixedSourcePort and FixedIPv4ID
 // so the engine builds frames whose ICRC matches what the kernel puts on the wire.
+// The same holds on receive: a socket never shows the identification, so the link
+// verifies IPv4 frames only of peers that send 0 (xrnic's UDP link, without GSO the
+// first segment of each send). rxe numbers its packets (__ip_select_ident): towards
+// rxe, use IPv6 or the AF_XDP link.
 type UDP struct {
 	info  Info
 	socks []*udpSock
