@@ -38,8 +38,7 @@ type UDPOptions struct {
 // checksum, but not the identification). Info reports FixedSourcePort and FixedIPv4ID
 // so the engine builds frames whose ICRC matches what the kernel puts on the wire.
 // The same holds on receive: a socket never shows the identification, so the link
-// verifies IPv4 frames only of peers that send 0 (xrnic's UDP link, without GSO the
-// first segment of each send). rxe numbers its packets (__ip_select_ident): towards
+// verifies IPv4 frames only of peers that send 0, as xrnic's UDP link does. rxe numbers its packets (__ip_select_ident): towards
 // rxe, use IPv6 or the AF_XDP link.
 type UDP struct {
 	info  Info
@@ -50,10 +49,7 @@ type UDP struct {
 
 	closeMu sync.RWMutex // Close takes it exclusively so no syscall uses a closed fd
 	closed  atomic.Bool
-	stats   struct {
-		rxFrames, rxBytes, txFrames, txBytes, rxDropped, txDropped, txErrors atomic.Uint64
-		gsoOff                                                               atomic.Bool
-	}
+	stats   struct{ rxFrames, rxBytes, txFrames, txBytes, rxDropped, txDropped, txErrors atomic.Uint64 }
 }
 
 var _ Link = (*UDP)(nil)
@@ -398,7 +394,6 @@ func (l *UDP) WriteBatch(frames [][]byte) (int, error) {
 			// offload, EINVAL: an older kernel): send single datagrams from now
 			// on, and this run again.
 			s.gso = false
-			l.stats.gsoOff.Store(true)
 			continue
 		case e != 0:
 			// The first datagram was refused (EMSGSIZE, unreachable): count it, go on.
