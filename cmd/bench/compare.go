@@ -149,6 +149,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	}
 	runs := []run{
 		{"write_bw", []string{"-s", "65536", "-n", n(8000)}},
+		{"write_bw", []string{"-s", "65536", "-n", n(8000), "--busy-poll"}},
 		{"read_bw", []string{"-s", "65536", "-n", n(8000)}},
 		{"send_bw", []string{"-s", "65536", "-n", n(3000)}},
 		{"write_bw", []string{"-s", "4096", "-n", n(60000)}},
@@ -168,12 +169,15 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 			return fmt.Errorf("%s %s: %w", t.test, strings.Join(t.args, " "), err)
 		}
 		name := t.test + " " + strings.Join(t.args[:2], " ")
+		if slices.Contains(t.args, "--busy-poll") {
+			name += " --busy-poll"
+		}
 		if i := slices.Index(t.args, "-q"); i >= 0 {
 			name += " -q " + t.args[i+1]
 			row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/oneQP, "one QP")
 			continue
 		}
-		if t.test == "write_bw" && t.args[1] == "65536" {
+		if t.test == "write_bw" && t.args[1] == "65536" && oneQP == 0 {
 			oneQP = r.res["BW_average"]
 		}
 		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/bestBW, "raw AF_XDP 4 KiB")
