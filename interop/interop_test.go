@@ -372,16 +372,13 @@ func ppAddrs(t *testing.T, who, out string) map[string]string {
 	return m
 }
 
-// stallQuiet is how long a silent wire before the end of a capture counts as
-// a stalled guest: quietLimit, after which the run is ended.
-const stallQuiet = quietLimit
-
 // guestStalled tells a run in which the emulated guest stopped: its last RoCE
 // frame came after xrnic's last one (xrnic owed it nothing: any request of
 // the guest's unanswered would have been sent again on the guest's timer)
-// and then the wire stayed silent for stallQuiet until the capture ended. It
-// happens under TCG now and then, mid-message (an RDMA WRITE's MIDDLE, with
-// every AckReq before it acknowledged), and has nothing to do with xrnic.
+// and then the wire stayed silent for quietLimit (after which the run is
+// ended) until the capture ended. It happens under TCG now and then,
+// mid-message (an RDMA WRITE's MIDDLE, with every AckReq before it
+// acknowledged), and has nothing to do with xrnic.
 func guestStalled(t *testing.T, path string) bool {
 	t.Helper()
 	all := frames(t, path)
@@ -399,7 +396,7 @@ func guestStalled(t *testing.T, path string) bool {
 			lastXrnic = f.ts
 		}
 	}
-	return !lastGuest.IsZero() && !lastGuest.Before(lastXrnic) && end.Sub(lastGuest) >= stallQuiet
+	return !lastGuest.IsZero() && !lastGuest.Before(lastXrnic) && end.Sub(lastGuest) >= quietLimit
 }
 
 // waitHostListen waits until a TCP socket listens on port in xrnic's namespace.

@@ -171,7 +171,7 @@ func TestClockMisread(t *testing.T) {
 }
 
 // TestGuestStalled: only a capture whose last RoCE frame is the guest's, with
-// the wire silent after it for stallQuiet, is a stalled guest; silence after
+// the wire silent after it for quietLimit, is a stalled guest; silence after
 // xrnic's frame (xrnic owes the guest an answer it never sent) is not.
 func TestGuestStalled(t *testing.T) {
 	frame := func(src, dst string) []byte {

@@ -38,8 +38,8 @@ type UDPOptions struct {
 // checksum, but not the identification). Info reports FixedSourcePort and FixedIPv4ID
 // so the engine builds frames whose ICRC matches what the kernel puts on the wire.
 // The same holds on receive: a socket never shows the identification, so the link
-// verifies IPv4 frames only of peers that send 0, as xrnic's UDP link does. rxe numbers its packets (__ip_select_ident): towards
-// rxe, use IPv6 or the AF_XDP link.
+// verifies IPv4 frames only of peers that send 0, as xrnic's UDP link does. rxe
+// numbers its packets (__ip_select_ident): towards rxe, use IPv6 or the AF_XDP link.
 type UDP struct {
 	info  Info
 	socks []*udpSock
@@ -120,7 +120,7 @@ func NewUDP(opts UDPOptions) (*UDP, error) {
 		return nil, fmt.Errorf("%w: eventfd: %v", ErrUnavailable, err)
 	}
 	for _, a := range opts.Addrs {
-		s, err := openUDPSock(a.Unmap(), opts.Port, opts.Batch, opts.Offload, opts.Offload)
+		s, err := openUDPSock(a.Unmap(), opts.Port, opts.Batch, opts.Offload)
 		if err != nil {
 			return nil, fmt.Errorf("%w: UDP socket on [%s]:%d: %w", ErrUnavailable, a, opts.Port, err)
 		}
@@ -150,7 +150,7 @@ func interfaceAddrs(ifc *net.Interface) ([]netip.Addr, error) {
 	return out, nil
 }
 
-func openUDPSock(a netip.Addr, port, batch int, gso, gro bool) (*udpSock, error) {
+func openUDPSock(a netip.Addr, port, batch int, offload bool) (*udpSock, error) {
 	s := &udpSock{local: a, fd: -1}
 	var sa unix.Sockaddr
 	if a.Is4() {
@@ -201,9 +201,9 @@ func openUDPSock(a netip.Addr, port, batch int, gso, gro bool) (*udpSock, error)
 	s.iovs = make([]unix.Iovec, batch)
 	s.names = make([]unix.RawSockaddrInet6, batch)
 	s.oob = make([]byte, batch*unix.CmsgSpace(2))
-	s.gso = gso
-	if gro && unix.SetsockoptInt(s.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil {
-		s.gro = newGROStage(s.hdr)
+	s.gso = offload
+	if offload && unix.SetsockoptInt(s.fd, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil {
+		s.gro = newGROStage()
 	}
 	return s, nil
 }
@@ -336,7 +336,7 @@ func (l *UDP) WriteBatch(frames [][]byte) (int, error) {
 			if !ok {
 				break
 			}
-			run := s.gsoRun(frames[done+k:], dst, len(payload), len(s.iovs)-k)
+			run := s.gather(frames[done+k:], s.iovs[k:], dst, payload)
 			s.names[m] = unix.RawSockaddrInet6{}
 			if s.local.Is4() {
 				sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&s.names[m]))
@@ -352,18 +352,6 @@ func (l *UDP) WriteBatch(frames [][]byte) (int, error) {
 				s.msgs[m].Hdr.Namelen = unix.SizeofSockaddrInet6
 			}
 			s.msgs[m].Hdr.Name = (*byte)(unsafe.Pointer(&s.names[m]))
-			for i := range run {
-				_, pl, _ := splitFrame(frames[done+k+i])
-				if s.local.Is4() {
-					setIPv4ID(frames[done+k+i], uint16(i)) // what the kernel will send
-				}
-				if len(pl) == 0 {
-					s.iovs[k+i] = unix.Iovec{}
-				} else {
-					s.iovs[k+i] = unix.Iovec{Base: &pl[0]}
-					s.iovs[k+i].SetLen(len(pl))
-				}
-			}
 			s.msgs[m].Hdr.Iov = &s.iovs[k]
 			s.msgs[m].Hdr.SetIovlen(run)
 			s.msgs[m].Hdr.Control, s.msgs[m].Hdr.Controllen, s.msgs[m].Hdr.Flags = nil, 0, 0
@@ -579,27 +567,42 @@ func (l *UDP) closeFDs() {
 	}
 }
 
-// gsoRun returns how many of frames, from the first (to dst, with a UDP
-// payload of size bytes), go as one GSO send: the frames after it to the same
-// destination with payloads of size bytes, and one shorter one to end the run;
-// at most limit frames. 1 when GSO is off.
-func (s *udpSock) gsoRun(frames [][]byte, dst netip.Addr, size, limit int) int {
-	if !s.gso || size == 0 {
-		return 1
-	}
-	_, src0, _ := frameSource(frames[0])
-	n, total := 1, size
-	for n < len(frames) && n < limit && n < gsoMaxSegs {
-		d, pl, ok := splitFrame(frames[n])
-		if !ok || d != dst || len(pl) > size || len(pl) == 0 || total+len(pl) > gsoMaxBytes {
-			break
+// gather puts into iovs the UDP payloads of the frames that go as one
+// message, and returns how many: the first (to dst, its payload first), then,
+// with GSO, the frames after it to the same destination from the same source
+// with payloads of first's length, and one shorter one to end the run. Each
+// IPv4 frame gets the identification the kernel will give its segment.
+func (s *udpSock) gather(frames [][]byte, iovs []unix.Iovec, dst netip.Addr, first []byte) int {
+	n, total := 0, 0
+	var src0 netip.Addr
+	for n < len(frames) && n < len(iovs) {
+		pl := first
+		if n > 0 {
+			if !s.gso || len(first) == 0 || n == gsoMaxSegs {
+				break
+			}
+			d, p, ok := splitFrame(frames[n])
+			if !ok || d != dst || len(p) > len(first) || len(p) == 0 || total+len(p) > gsoMaxBytes {
+				break
+			}
+			if _, src, _ := frameSource(frames[n]); src != src0 {
+				break // another socket's
+			}
+			pl = p
+		} else {
+			_, src0, _ = frameSource(frames[0])
 		}
-		if _, src, _ := frameSource(frames[n]); src != src0 {
-			break // another socket's
+		if s.local.Is4() {
+			setIPv4ID(frames[n], uint16(n))
+		}
+		iovs[n] = unix.Iovec{}
+		if len(pl) > 0 {
+			iovs[n] = unix.Iovec{Base: &pl[0]}
+			iovs[n].SetLen(len(pl))
 		}
 		n++
 		total += len(pl)
-		if len(pl) < size {
+		if len(pl) < len(first) {
 			break // a shorter datagram ends a run
 		}
 	}
@@ -656,7 +659,7 @@ const (
 	groOOB    = 32 // room for one int cmsg
 )
 
-func newGROStage(hdr int) *groStage {
+func newGROStage() *groStage {
 	g := &groStage{bufs: make([][]byte, groBufs), msgs: make([]unix.Mmsghdr, groBufs), iovs: make([]unix.Iovec, groBufs),
 		names: make([]unix.RawSockaddrInet6, groBufs), oob: make([]byte, groBufs*groOOB),
 		lens: make([]int, groBufs), segs: make([]int, groBufs)}

@@ -123,7 +123,7 @@ func TestGROSplit(t *testing.T) {
 			_, udp, _ := splitFrame(f)
 			staged = append(staged, udp...)
 		}
-		s := &udpSock{hdr: wire.EthernetLen + wire.IPv4Len + wire.UDPLen, local: b.IPv4, gro: newGROStage(42)}
+		s := &udpSock{hdr: wire.EthernetLen + wire.IPv4Len + wire.UDPLen, local: b.IPv4, gro: newGROStage()}
 		g := s.gro
 		_, first, _ := splitFrame(frames[0])
 		g.n, g.lens[0], g.segs[0] = 1, len(staged), len(first)
