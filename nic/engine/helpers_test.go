@@ -270,6 +270,19 @@ func pollN(t testing.TB, c *CQ, n int, d time.Duration) []cq.WC {
 	return got
 }
 
+// errState reports whether qp reaches ERR within a second. The engine moves a
+// QP to ERR at the end of the step that failed it, after the error completion
+// is out (as rxe's completer calls rxe_qp_error after do_complete), so a poller
+// can see the completion first.
+func errState(qp *QP) (qpattr.State, bool) {
+	deadline := time.Now().Add(time.Second)
+	for qp.State() != qpattr.Err && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	st := qp.State()
+	return st, st == qpattr.Err
+}
+
 // pollOne polls exactly one completion.
 func pollOne(t testing.TB, c *CQ) cq.WC {
 	t.Helper()

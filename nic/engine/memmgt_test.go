@@ -353,7 +353,7 @@ func TestMWBindErrors(t *testing.T) {
 			}
 			wc := pollOne(t, b.cq)
 			checkWC(t, wc, cq.WC{WRID: 1, Status: cq.MWBindErr, Opcode: cq.BindMW, QPN: b.qp.QPN()})
-			if st := b.qp.State(); st != qpattr.Err {
+			if st, ok := errState(b.qp); !ok {
 				t.Errorf("QP state after a failed bind: %v, want ERR", st)
 			}
 			if mw.RKey() != before || (c.typ == mr.Type2 && mw.Window().Valid()) {
@@ -577,7 +577,7 @@ func TestFastRegErrors(t *testing.T) {
 			if wc.WRID != 2 || wc.Status != cq.LocQPOpErr {
 				t.Fatalf("got %+v, want WR 2 with LOC_QP_OP_ERR", wc)
 			}
-			if st := x.b.qp.State(); st != qpattr.Err {
+			if st, ok := errState(x.b.qp); !ok {
 				t.Fatalf("QP state %v, want ERR", st)
 			}
 		})
@@ -694,7 +694,7 @@ func storageSequence(t *testing.T, a, b *node, ios int) {
 		t.Fatalf("ATOMIC WRITE: remote word %#x, want %#x", got, want)
 	}
 	wantStatus(t, "WRITE with the dead key", writeVia(t, a, 5, []byte("late"), fr.Region().Addr(), keys[len(keys)-1]), cq.RemAccessErr)
-	if st := a.qp.State(); st != qpattr.Err {
+	if st, ok := errState(a.qp); !ok {
 		t.Fatalf("requester QP after a remote access error: %v, want ERR", st)
 	}
 }

@@ -141,7 +141,7 @@ func vethPeerDeath(t *testing.T, how string, op WROpcode) {
 		func() bool { return len(s.WCs) == deathWRs })
 	ok := checkRetryExceeded(t, s.WCs, deathWRs)
 	noMore(t, a.cq)
-	if st := a.qp.State(); st != qpattr.Err {
+	if st, ok := errState(a.qp); !ok {
 		t.Errorf("QP in %v after RETRY_EXC_ERR, want ERR", st)
 	}
 	c1 := a.d.Counters()

@@ -338,11 +338,7 @@ func TestResponderInvalidRequests(t *testing.T) {
 			got := r.recv(1, time.Second)
 			last := got[len(got)-1]
 			expectAck(t, last, wire.RCAcknowledge, c.nakPSN, wire.NAKSyndrome(c.code))
-			deadline := time.Now().Add(time.Second)
-			for n.qp.State() != qpattr.Err && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			if s := n.qp.State(); s != qpattr.Err {
+			if s, ok := errState(n.qp); !ok {
 				t.Fatalf("state: got %v, want ERR", s)
 			}
 			w := pollOne(t, n.cq)

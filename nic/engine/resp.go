@@ -115,9 +115,10 @@ type respState struct {
 // replayWindow is how often, at most, a peer can have every READ the
 // responder holds sent again: a duplicate READ costs a 28-byte RETH and can
 // ask for MaxMsgSize bytes, so without a bound one request packet is an
-// amplifier. A requester retries only after its local ACK timeout (a jiffy or
-// more in rxe, 67 ms with perftest's default), so an honest retry never runs
-// into the bound.
+// amplifier. A retry the requester starts at once (on a NAK or a gap in READ
+// responses) may find the budget spent; the one after its local ACK timeout (a
+// jiffy or more in rxe, 67 ms with perftest's default) always fits, because
+// the debt never exceeds what is held now.
 const replayWindow = 10 * time.Millisecond
 
 // replayBudget charges n bytes of a duplicate READ's answer against a budget
@@ -130,6 +131,9 @@ func (r *respState) replayBudget(now time.Duration, n uint32) bool {
 			held += int64(r.res[i].length)
 		}
 	}
+	// Held READs shrink as small ones take the slots of large ones; a debt
+	// paid back at the small ones' pace would outlast every retry.
+	r.replayDebt = min(r.replayDebt, held)
 	if el := now - r.replayAt; el > 0 {
 		r.replayDebt -= int64(float64(held) * float64(el) / float64(replayWindow))
 		r.replayDebt = max(r.replayDebt, 0)

@@ -99,6 +99,43 @@ func TestResponderDuplicateReadBudget(t *testing.T) {
 	}
 }
 
+// TestResponderDuplicateReadBudgetShrinks: the budget follows the READs held
+// now. A large READ replayed, then pushed out of the resources by small ones,
+// leaves no debt the small ones pay back at their own pace: a requester's retry
+// of a small READ after a window is answered. (The soak under load once spent
+// every retry on such a READ: 14 duplicates refused, retry exceeded.)
+func TestResponderDuplicateReadBudgetShrinks(t *testing.T) {
+	const big, small, slots = 64 << 10, 100, 4
+	r, n := newRawPeer(t, nodeOpts{bufLen: big}, connOpts{rdAtomic: slots})
+	read := func(psn wire.PSN, l uint32) []byte {
+		return r.req(wire.RCRDMAReadRequest, psn, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: l}})
+	}
+	const pkts = big / 1024
+	bigRead := read(1000, big)
+	r.send(bigRead)
+	if got := r.recv(pkts, time.Second); len(got) != pkts {
+		t.Fatalf("got %d READ responses, want %d", len(got), pkts)
+	}
+	r.send(bigRead) // a duplicate: answered, and charged
+	if got := r.recv(pkts, time.Second); len(got) != pkts {
+		t.Fatalf("a duplicate: got %d READ responses, want %d", len(got), pkts)
+	}
+	// slots small READs take every resource, the large one's too.
+	psn := wire.PSN(1000 + pkts)
+	for i := range slots {
+		r.send(read(psn+wire.PSN(i), small))
+	}
+	if got := r.recv(slots, time.Second); len(got) != slots {
+		t.Fatalf("got %d READ responses, want %d", len(got), slots)
+	}
+	time.Sleep(2 * replayWindow)
+	r.send(read(psn+slots-1, small))
+	if got := r.recv(1, time.Second); len(got) != 1 {
+		t.Fatalf("a retry of a small READ two windows later: %d responses, want 1 (duplicate_read_limited %d)",
+			len(got), r.d.Counters()[CntDupReadLimited])
+	}
+}
+
 // TestResponderRNRNAKDropCounted: with the link full, RNR NAKs pile up in the
 // response queue; those it cannot take are counted in send_rnr_dropped, not
 // in tx_dropped, and send_rnr_err counts only the ones queued to go out.
