@@ -24,7 +24,8 @@ const (
 // soakCases run under impairment: SEND, WRITE and READ over four QPs in both
 // directions at once (-b), so that every WR must complete successfully
 // however the wire behaves; the SEND receiver over four QPs with rxe sending,
-// which once ended in "remote invalid request" (issue 19); and data-checked
+// which once ended in "remote invalid request" (issue 19: rxe shifted its
+// PSNs after a late ACK, TestRxeRetryShift); and data-checked
 // ping-pongs. The guest moves 20-40 MB/s under emulation, less with netem: a
 // window of 4 QPs x 128 x 64 KiB would take it longer than perftest's 67 ms
 // ACK timeout (-u 14) to drain, so that every timeout resends the window

@@ -297,43 +297,60 @@ func TestResponderInvalidRequests(t *testing.T) {
 		frames func(r *rawPeer, n *node) [][]byte
 		nakPSN wire.PSN
 		code   wire.NAKCode
+		recvSt cq.Status // the receive's status when a message was under way
 	}{
 		{"misaligned atomic", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{r.req(wire.RCCompareSwap, 1000, wire.IBFields{AtomicETH: wire.AtomicETHFields{VA: n.mr.Addr() + 4, RKey: n.mr.RKey()}})}
-		}, 1000, wire.NAKInvalidRequest},
+		}, 1000, wire.NAKInvalidRequest, 0},
 		{"MIDDLE without FIRST", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{r.req(wire.RCSendMiddle, 1000, wire.IBFields{Payload: make([]byte, 1024)})}
-		}, 1000, wire.NAKInvalidRequest},
+		}, 1000, wire.NAKInvalidRequest, 0},
 		{"ONLY inside a message", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{
 				r.req(wire.RCRDMAWriteFirst, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 4096}, Payload: make([]byte, 1024)}),
 				r.req(wire.RCSendOnly, 1001, wire.IBFields{Payload: []byte("x")}),
 			}
-		}, 1001, wire.NAKInvalidRequest},
+		}, 1001, wire.NAKInvalidRequest, 0},
 		{"FIRST shorter than the MTU", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{r.req(wire.RCRDMAWriteFirst, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 4096}, Payload: make([]byte, 1000)})}
-		}, 1000, wire.NAKInvalidRequest},
+		}, 1000, wire.NAKInvalidRequest, 0},
 		{"WRITE longer than its RETH", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{r.req(wire.RCRDMAWriteOnly, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 10}, Payload: make([]byte, 20)})}
-		}, 1000, wire.NAKInvalidRequest},
+		}, 1000, wire.NAKInvalidRequest, 0},
+		// A LAST carries 1 to PMTU bytes (C9-92; rxe: "last packet zero or
+		// too long"): a malformed request, the remote's invalid request at
+		// this end too, as rxe's RESPST_ERR_LENGTH; only a message longer
+		// than the receive buffer is a local length error.
+		{"SEND LAST with no payload", connOpts{}, func(r *rawPeer, n *node) [][]byte {
+			return [][]byte{
+				r.req(wire.RCSendFirst, 1000, wire.IBFields{Payload: make([]byte, 1024)}),
+				r.req(wire.RCSendLast, 1001, wire.IBFields{}),
+			}
+		}, 1001, wire.NAKInvalidRequest, cq.RemInvReqErr},
+		{"SEND longer than the receive", connOpts{}, func(r *rawPeer, n *node) [][]byte {
+			return [][]byte{
+				r.req(wire.RCSendFirst, 1000, wire.IBFields{Payload: make([]byte, 1024)}),
+				r.req(wire.RCSendMiddle, 1001, wire.IBFields{Payload: make([]byte, 1024)}),
+			}
+		}, 1001, wire.NAKInvalidRequest, cq.LocLenErr},
 		{"too many READs", connOpts{rdAtomic: 2}, func(r *rawPeer, n *node) [][]byte {
 			var f [][]byte
 			for i := range 3 {
 				f = append(f, r.req(wire.RCRDMAReadRequest, wire.PSN(1000+i), wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 8}}))
 			}
 			return f
-		}, 1002, wire.NAKInvalidRequest},
+		}, 1002, wire.NAKInvalidRequest, 0},
 		{"bad R_Key", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{r.req(wire.RCRDMAWriteOnly, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: 0, DMALen: 4}, Payload: []byte("abcd")})}
-		}, 1000, wire.NAKRemoteAccessError},
+		}, 1000, wire.NAKRemoteAccessError, 0},
 		{"SEND_WITH_INVALIDATE of a plain region", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{r.req(wire.RCSendOnlyWithInvalidate, 1000, wire.IBFields{IETH: n.mr.RKey(), Payload: []byte("x")})}
-		}, 1000, wire.NAKInvalidRequest},
+		}, 1000, wire.NAKInvalidRequest, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r, n := newRawPeer(t, nodeOpts{}, c.co)
-			recv(t, n, 1, 0, 64)
+			recv(t, n, 1, 0, 1500)
 			r.send(c.frames(r, n)...)
 			got := r.recv(1, time.Second)
 			last := got[len(got)-1]
@@ -342,8 +359,8 @@ func TestResponderInvalidRequests(t *testing.T) {
 				t.Fatalf("state: got %v, want ERR", s)
 			}
 			w := pollOne(t, n.cq)
-			if w.WRID != 1 || w.Status == cq.Success {
-				t.Fatalf("receive after the error: %+v", w)
+			if w.WRID != 1 || w.Status == cq.Success || (c.recvSt != 0 && w.Status != c.recvSt) {
+				t.Fatalf("receive after the error: %+v, want status %v", w, c.recvSt)
 			}
 			// Nothing more leaves an ERR QP.
 			r.send(r.req(wire.RCSendOnly, c.nakPSN+1, wire.IBFields{}))

@@ -27,7 +27,8 @@ const (
 	errRNR
 	errRKeyViolation
 	errInvalidateRKey
-	errLength
+	errLength     // a packet's length against the PMTU, or a DMA length (CHK_LENGTH)
+	errRecvLength // a message longer than its receive WQE
 )
 
 // respRes is a responder resource (rxe struct resp_res): what an executed READ or
@@ -492,7 +493,7 @@ func (e *engine) dataIn(qp *QP, b []byte) respErr {
 	r := &qp.resp
 	fits, f := e.copyIn(qp.pd.handle, r.wqe.sgl, &r.dma, b)
 	if !fits {
-		return errLength
+		return errRecvLength
 	}
 	if f != mr.FaultNone {
 		return errMalformedWQE
@@ -729,11 +730,15 @@ func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr
 		e.abortMessage(qp)
 		r.dropMsg = true
 		e.d.cnt.inc(CntRcvdDropped)
-	case errLength:
+	case errLength, errRecvLength:
 		if rc {
+			// A malformed request is the remote's invalid request, at both
+			// ends (rxe RESPST_ERR_LENGTH); a message longer than the receive
+			// buffer is, at this end, a local length error, as hardware
+			// reports it.
 			st := cq.RemInvReqErr
-			if mask&wire.MaskSend != 0 && r.wqe != nil {
-				st = cq.LocLenErr // the message is longer than the receive buffer
+			if err == errRecvLength {
+				st = cq.LocLenErr
 			}
 			e.classC(qp, p, wire.NAKInvalidRequest, st, EventQPReqErr)
 			return
