@@ -187,8 +187,8 @@ func TestCQOverflow(t *testing.T) {
 			t.Fatalf("no CQ error event")
 		}
 	}
-	for qp.State() != qpattr.Err {
-		time.Sleep(time.Millisecond)
+	if st, ok := errState(qp); !ok {
+		t.Fatalf("QP in %v after its CQ overflowed, want ERR", st)
 	}
 	if n := p.a.Counters()[CntCQOverflow]; n == 0 {
 		t.Fatalf("cq_overflow: got 0")
