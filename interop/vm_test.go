@@ -254,8 +254,9 @@ func teardown() error {
 
 // guest is a booted rxe guest at one MTU.
 type guest struct {
-	mtu    int // RoCE path MTU: 1024 (netdev MTU 1500) or 4096 (netdev MTU 9000)
-	netMTU int
+	mtu     int // RoCE path MTU: 1024 (netdev MTU 1500) or 4096 (netdev MTU 9000)
+	netMTU  int
+	reboots int // after its network died (playWith)
 }
 
 // boot brings up the network and the guest for one RoCE MTU; cleanup tears both
@@ -289,16 +290,57 @@ func boot(t *testing.T, roceMTU int) *guest {
 	if out, err := rxeVM(ctx, env, "net-up", "host"); err != nil {
 		t.Fatalf("rxe-vm net-up host: %v: %s", err, lastLine(out))
 	}
+	g.startVM(t)
+	return g
+}
+
+// startVM boots the guest on the network already up and checks its rxe0.
+func (g *guest) startVM(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	defer cancel()
 	start := time.Now()
-	if out, err := rxeVM(ctx, env, "start", vmName); err != nil {
+	if out, err := rxeVM(ctx, []string{"RXE_VM_MTU=" + strconv.Itoa(g.netMTU)}, "start", vmName); err != nil {
 		t.Fatalf("the guest did not boot (rxe-vm start: %v): %s", err, lastLine(out))
 	}
-	t.Logf("guest booted in %.1f s (RoCE MTU %d, netdev MTU %d)", time.Since(start).Seconds(), roceMTU, g.netMTU)
+	t.Logf("guest booted in %.1f s (RoCE MTU %d, netdev MTU %d)", time.Since(start).Seconds(), g.mtu, g.netMTU)
 	out, err := g.exec(t, shortTimeout, "rdma link show; ibv_devinfo -d "+guestDev+" | grep -E 'state|active_mtu'")
-	if err != nil || !strings.Contains(out, "ACTIVE") || !strings.Contains(out, fmt.Sprintf("active_mtu:\t\t%d", roceMTU)) {
-		t.Fatalf("guest's rxe0 is not ACTIVE at MTU %d (%v):\n%s", roceMTU, err, out)
+	if err != nil || !strings.Contains(out, "ACTIVE") || !strings.Contains(out, fmt.Sprintf("active_mtu:\t\t%d", g.mtu)) {
+		t.Fatalf("guest's rxe0 is not ACTIVE at MTU %d (%v):\n%s", g.mtu, err, out)
 	}
-	return g
+}
+
+// netAlive reports whether the guest answers ping from xrnic's namespace.
+func (g *guest) netAlive(t *testing.T) bool {
+	t.Helper()
+	_, err := runHost(t, shortTimeout, "ping", "-c", "3", "-i", "0.5", "-W", "2", ipGuest)
+	return err == nil
+}
+
+// reboot restarts a guest whose network died, keeping what it can tell of
+// why: its interface's counters and its console (the kernel's warnings, such
+// as a transmit queue timed out) as artifacts of run name.
+func (g *guest) reboot(t *testing.T, name string) {
+	t.Helper()
+	out, err := g.exec(t, 10*time.Second, "ip -s -s link show dev eth0; tc -s qdisc show dev eth0; ip neigh; grep -E 'MemFree|Slab' /proc/meminfo")
+	save(t, name+".guest-net.txt", []byte(fmt.Sprintf("%s(%v)\n", out, err)))
+	if b, err := os.ReadFile(filepath.Join(suite.cache, "run", vmName, "console.log")); err == nil {
+		save(t, name+".guest-console.log", b)
+		t.Logf("the guest's console ends:\n%s", tailLines(string(b), 15))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := rxeVM(ctx, nil, "stop", vmName); err != nil {
+		t.Fatalf("rxe-vm stop: %v: %s", err, lastLine(out))
+	}
+	g.startVM(t)
+	g.reboots++
+}
+
+// tailLines is the last n lines of s.
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // exec runs cmd in the guest and returns its output; a non-zero exit is an error.
