@@ -301,6 +301,14 @@ func clockMisread(out string) bool {
 	return !(bwLine{peak: peak, avg: avg}).sane()
 }
 
+// misread is "clock misread" when a run whose guest measures misread its clock.
+func misread(measures bool, gOut string) string {
+	if measures && clockMisread(gOut) {
+		return "clock misread"
+	}
+	return ""
+}
+
 // writeSpan returns the time from the first to the last RDMA WRITE packet of pkts.
 func writeSpan(pkts []rocePacket) time.Duration {
 	var first, last time.Time

@@ -90,7 +90,7 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 	}
 	lat := strings.HasSuffix(prog, "_lat")
 	c, xOut, gOut := playWith(t, g, name, host, guestCmd, xrnicServer, ready,
-		func(gOut string) bool { return strings.HasPrefix(prog, "ib_") && clockMisread(gOut) }, guestReady)
+		func(_, gOut string) string { return misread(strings.HasPrefix(prog, "ib_"), gOut) }, guestReady)
 	for who, out := range map[string]string{"xrnic's " + prog: xOut, "rxe's " + prog: gOut} {
 		switch {
 		case strings.Contains(out, "invalid data") || strings.Contains(out, "data mismatch"):

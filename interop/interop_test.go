@@ -139,7 +139,7 @@ func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	// When the guest is the client it measures, and its cycle-counter
 	// calibration can fail under emulation; the run is then repeated.
 	c, xOut, gOut := play(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
-		func(gOut string) bool { return xrnicServer && clockMisread(gOut) })
+		func(_, gOut string) string { return misread(xrnicServer, gOut) })
 
 	// Same format as the real perftest: the MTU line and the table header byte
 	// for byte, and the result line itself (the server prints the client's report).
@@ -309,6 +309,11 @@ func pingpongIters(size int) int {
 // buffer validation: the guest's -c, and bench's --chk, which checks every byte
 // of every message against what the example puts on the wire.
 func pingpong(t *testing.T, g *guest, kind string, size int, extra string, xrnicServer bool) {
+	pingpongWith(t, g, kind, size, extra, xrnicServer, nil)
+}
+
+// pingpongWith is pingpong with play's again.
+func pingpongWith(t *testing.T, g *guest, kind string, size int, extra string, xrnicServer bool, again func(xOut, gOut string) string) {
 	name := artifactName(t)
 	iters := pingpongIters(size)
 	args := fmt.Sprintf("-g 1 -s %d -n %d -c %s", size, iters, extra)
@@ -320,7 +325,7 @@ func pingpong(t *testing.T, g *guest, kind string, size int, extra string, xrnic
 
 	// The examples' servers print nothing before their client connects: play
 	// waits for bench's listening socket instead.
-	c, xOut, gOut := play(t, g, name, bench, guestCmd, xrnicServer, "", nil)
+	c, xOut, gOut := play(t, g, name, bench, guestCmd, xrnicServer, "", again)
 
 	// -c reports bad data on stdout and still exits 0.
 	if strings.Contains(gOut, "invalid data") {
@@ -421,10 +426,10 @@ func waitHostListen(t *testing.T, h *host, port int) {
 // with xrnic as server (waiting for ready in bench's output, or for its TCP
 // port when ready is empty) or as client, inside a capture; both sides' output
 // is kept. again, if set, is asked after each run whether to run once more (at
-// most 3 runs in all), before any failure counts. Either side failing ends
+// most 3 runs in all), before any failure counts: it names why, or is "". Either side failing ends
 // the test.
 func play(t *testing.T, g *guest, name string, bench []string, guestCmd string, xrnicServer bool,
-	ready string, again func(gOut string) bool) (c *capture, xOut, gOut string) {
+	ready string, again func(xOut, gOut string) string) (c *capture, xOut, gOut string) {
 	t.Helper()
 	return playWith(t, g, name, bench, guestCmd, xrnicServer, ready, again,
 		func(j *job) { g.waitListen(t, 18515, j) })
@@ -432,7 +437,7 @@ func play(t *testing.T, g *guest, name string, bench []string, guestCmd string, 
 
 // playWith is play with guestReady waiting for the guest's server to be ready.
 func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd string, xrnicServer bool,
-	ready string, again func(gOut string) bool, guestReady func(*job)) (c *capture, xOut, gOut string) {
+	ready string, again func(xOut, gOut string) string, guestReady func(*job)) (c *capture, xOut, gOut string) {
 	t.Helper()
 	tool := strings.Fields(guestCmd)[0]
 	for attempt := 1; ; attempt++ {
@@ -486,13 +491,15 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 		c.stop(t)
 		save(t, name+".xrnic.txt", []byte(xOut))
 		save(t, name+".guest.txt", []byte(gOut))
-		if again != nil && again(gOut) && attempt < 3 {
-			ended("again: clock misread")
-			t.Logf("attempt %d: %s misread its clock under emulation: again", attempt, tool)
-			continue
+		if again != nil && attempt < 3 {
+			if why := again(xOut, gOut); why != "" {
+				ended("again: " + why)
+				t.Logf("attempt %d: %s: again", attempt, why)
+				continue
+			}
 		}
 		if (gErr != nil || xErr != nil) && attempt < 3 && !g.netAlive(t) {
-			// Under TCG the guest's network has died for good now and then
+			// Under TCG the guest's network once died for good
 			// (a CI run: a stall mid-message, then "no route to host" for
 			// every later pair). Its console and counters are kept.
 			ended("again: guest rebooted")

@@ -82,7 +82,7 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 		}
 	}
 	c, xOut, gOut := playWith(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
-		func(gOut string) bool { return (lat || xrnicServer || test == "send_bw") && clockMisread(gOut) }, guestReady)
+		func(_, gOut string) string { return misread(lat || xrnicServer || test == "send_bw", gOut) }, guestReady)
 	compareShapes(t, test+" "+args, xrnicServer, xOut, gOut)
 	n := fieldAfter(args, "-n")
 	if q, _ := strconv.Atoi(fieldAfter(args, "-q")); q > 1 && !lat {

@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -323,7 +325,11 @@ func (g *guest) netAlive(t *testing.T) bool {
 func (g *guest) reboot(t *testing.T, name string) {
 	t.Helper()
 	out, err := g.exec(t, 10*time.Second, "ip -s -s link show dev eth0; tc -s qdisc show dev eth0; ip neigh; grep -E 'MemFree|Slab' /proc/meminfo")
-	save(t, name+".guest-net.txt", []byte(fmt.Sprintf("%s(%v)\n", out, err)))
+	host, herr := exec.Command("ip", "-n", nsGuest, "-s", "-s", "link", "show", "dev", "tap-a").CombinedOutput()
+	// The virtio-net device's receive and transmit queues, as qemu holds them.
+	vqs := qemuMonitor("info virtio-queue-status /machine/peripheral-anon/device[0]/virtio-backend 0",
+		"info virtio-queue-status /machine/peripheral-anon/device[0]/virtio-backend 1")
+	save(t, name+".guest-net.txt", []byte(fmt.Sprintf("--- the guest (%v):\n%s--- tap-a (%v):\n%s--- qemu:\n%s", err, out, herr, host, vqs)))
 	if b, err := os.ReadFile(filepath.Join(suite.cache, "run", vmName, "console.log")); err == nil {
 		save(t, name+".guest-console.log", b)
 		t.Logf("the guest's console ends:\n%s", tailLines(string(b), 15))
@@ -335,6 +341,49 @@ func (g *guest) reboot(t *testing.T, name string) {
 	}
 	g.startVM(t)
 	g.reboots++
+}
+
+// qemuMonitor runs HMP commands on the guest's monitor and returns their
+// output, or why it could not.
+func qemuMonitor(cmds ...string) string {
+	c, err := net.DialTimeout("unix", filepath.Join(suite.cache, "run", vmName, "monitor.sock"), 5*time.Second)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(c)
+	prompt := func() (string, error) { // all up to the next "(qemu) "
+		var b strings.Builder
+		for !strings.HasSuffix(b.String(), "(qemu) ") {
+			ch, err := r.ReadByte()
+			if err != nil {
+				return b.String(), err
+			}
+			b.WriteByte(ch)
+		}
+		return b.String(), nil
+	}
+	if _, err := prompt(); err != nil {
+		return err.Error() + "\n"
+	}
+	var out strings.Builder
+	for _, cmd := range cmds {
+		fmt.Fprintf(&out, "%s:\n", cmd)
+		if _, err := io.WriteString(c, cmd+"\n"); err != nil {
+			return out.String() + err.Error() + "\n"
+		}
+		got, err := prompt()
+		for _, l := range strings.Split(got, "\n") {
+			if !strings.Contains(l, "\x1b") && !strings.HasPrefix(l, "(qemu)") { // the monitor echoes what it is sent
+				out.WriteString(l + "\n")
+			}
+		}
+		if err != nil {
+			return out.String() + err.Error() + "\n"
+		}
+	}
+	return out.String()
 }
 
 // tailLines is the last n lines of s.
