@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/internal/testutil"
+	"github.com/xrnic/xrnic/nic/link"
+)
+
+// threadsAt counts this process's threads whose nice value is nice
+// (/proc/self/task/*/stat, field 19).
+func threadsAt(t *testing.T, nice int) int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/self/task/*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread ended
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // from field 3, the state
+		if v, err := strconv.Atoi(f[16]); err == nil && v == nice {
+			n++
+		}
+	}
+	return n
+}
+
+// TestEngineThreadPriority: the engine goroutine runs on a thread of its own
+// at engineNice, as rxe's work runs in softirq, unless PlainThread or BusyPoll
+// says otherwise; the thread ends with the device.
+func TestEngineThreadPriority(t *testing.T) {
+	testutil.RequireRoot(t) // CAP_SYS_NICE
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want int
+	}{
+		{"default", Config{}, 1},
+		{"PlainThread", Config{PlainThread: true}, 0},
+		{"BusyPoll", Config{BusyPoll: true}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := threadsAt(t, engineNice)
+			la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer la.Close()
+			defer lb.Close()
+			cfg := c.cfg
+			cfg.GIDs = gids(addrA)
+			d, err := Open(la, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got int
+			for end := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+				if got = threadsAt(t, engineNice) - before; got == c.want || time.Now().After(end) {
+					break
+				}
+			}
+			if got != c.want {
+				t.Errorf("%d threads at nice %d with the device open, want %d", got, engineNice, c.want)
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for end := time.Now().Add(time.Second); threadsAt(t, engineNice) != before; time.Sleep(time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("the engine's thread outlived the device")
+				}
+			}
+		})
+	}
+}
