@@ -650,9 +650,9 @@ func (s *session) idle(cqs ...*verbs.CQ) {
 
 // counts are what the package's tests read to see an option at work: the
 // events -e slept on, the lists -l and --recv_post_list posted, the receives
-// posted to an SRQ.
+// posted to an SRQ, write_lat's memory spins that ran the engine (--busy-poll).
 var counts struct {
-	events, sendLists, recvLists, srqRecvs atomic.Uint64
+	events, sendLists, recvLists, srqRecvs, memDrives atomic.Uint64
 }
 
 // halted reports whether the measurement must end early.
