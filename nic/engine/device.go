@@ -64,7 +64,7 @@ type Config struct {
 	// engineNice, as rxe's work runs in softirq, ahead of every thread: a
 	// software NIC's engine that waits out the time slices of the threads
 	// spinning on its CQs costs them milliseconds (bench's send_lat on a veth
-	// pair, 2 cores: 99 % 2.8 ms, against 0.8-1.7 ms raised). Raising takes
+	// pair, 2 cores: 99 % 2.8 ms, against 0.75-1.3 ms raised). Raising takes
 	// CAP_SYS_NICE or an RLIMIT_NICE that allows it; without, the thread stays
 	// as it is (Logf says so). Not with BusyPoll, whose pollers run the engine
 	// themselves and which the goroutine's periodic pass would preempt.
