@@ -565,12 +565,7 @@ func (d *Device) since() time.Duration { return d.clock.Now().Sub(d.epoch) }
 func (d *Device) routineEngine() {
 	defer close(d.done)
 	if !d.cfg.PlainThread && !d.cfg.BusyPoll {
-		// The thread ends with the goroutine (locked, never unlocked), so
-		// its priority goes nowhere else.
-		runtime.LockOSThread()
-		if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), engineNice); err != nil {
-			d.cfg.Logf("engine: the engine thread keeps its priority (nice %d: %v)", engineNice, err)
-		}
+		defer raiseThread(d.cfg.Logf)()
 	}
 	d.cfg.Logf("engine: RoutineEngine started on %s link %s", d.info.Kind, d.info.Name)
 	defer d.cfg.Logf("engine: RoutineEngine stopped")
@@ -604,6 +599,30 @@ func (d *Device) routineEngine() {
 			e.pollersIdle(false)
 			d.drive.Unlock()
 		}
+	}
+}
+
+// raiseThread locks the calling goroutine to its thread and raises the thread
+// to engineNice. The function it returns puts the thread's priority back and
+// unlocks it, so that the priority goes to no other goroutine. A thread that
+// ended locked would be kept parked for good if it were the main thread, at
+// engineNice.
+func raiseThread(logf func(string, ...any)) (restore func()) {
+	runtime.LockOSThread()
+	tid := unix.Gettid()
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid) // the kernel's 20 - nice
+	if err == nil {
+		err = unix.Setpriority(unix.PRIO_PROCESS, tid, engineNice)
+	}
+	if err != nil {
+		logf("engine: the engine thread keeps its priority (nice %d: %v)", engineNice, err)
+		runtime.UnlockOSThread()
+		return func() {}
+	}
+	return func() {
+		if unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio) == nil {
+			runtime.UnlockOSThread()
+		} // else the thread stays locked, and ends with the goroutine
 	}
 }
 
