@@ -278,7 +278,6 @@ func boot(t *testing.T, roceMTU int) *guest {
 	if err := sweepStale(); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"RXE_VM_MTU=" + strconv.Itoa(g.netMTU)}
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	if err := os.WriteFile(ownerFile(), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
@@ -289,12 +288,15 @@ func boot(t *testing.T, roceMTU int) *guest {
 			t.Errorf("teardown: %v", err)
 		}
 	})
-	if out, err := rxeVM(ctx, env, "net-up", "host"); err != nil {
+	if out, err := rxeVM(ctx, g.env(), "net-up", "host"); err != nil {
 		t.Fatalf("rxe-vm net-up host: %v: %s", err, lastLine(out))
 	}
 	g.startVM(t)
 	return g
 }
+
+// env is rxe-vm's environment for the guest's netdev MTU.
+func (g *guest) env() []string { return []string{"RXE_VM_MTU=" + strconv.Itoa(g.netMTU)} }
 
 // startVM boots the guest on the network already up and checks its rxe0.
 func (g *guest) startVM(t *testing.T) {
@@ -302,7 +304,7 @@ func (g *guest) startVM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
 	defer cancel()
 	start := time.Now()
-	if out, err := rxeVM(ctx, []string{"RXE_VM_MTU=" + strconv.Itoa(g.netMTU)}, "start", vmName); err != nil {
+	if out, err := rxeVM(ctx, g.env(), "start", vmName); err != nil {
 		t.Fatalf("the guest did not boot (rxe-vm start: %v): %s", err, lastLine(out))
 	}
 	t.Logf("guest booted in %.1f s (RoCE MTU %d, netdev MTU %d)", time.Since(start).Seconds(), g.mtu, g.netMTU)
