@@ -207,13 +207,8 @@ func accel() string {
 	return "tcg"
 }
 
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return s
-}
+// lastLine is the last line of s, surrounding space trimmed.
+func lastLine(s string) string { return tailLines(strings.TrimSpace(s), 1) }
 
 // The suite marks the namespaces and guest it creates with its PID, so that a
 // later run removes what a killed run left, and nothing else.
