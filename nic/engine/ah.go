@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/xrnic/xrnic/nic/wire"
@@ -20,7 +21,8 @@ type AH struct {
 	failed atomic.Bool           // the resolution failed: sends with it fail
 	dead   atomic.Bool
 
-	waiters []*QP // engine goroutine only: QPs whose next WQE waits for rt
+	waitMu  sync.Mutex // the engines of several queues may park QPs at once
+	waiters []*QP      // QPs whose next WQE waits for rt
 }
 
 // CreateAH creates an address handle (ibv_create_ah). It never blocks (MID1):
@@ -70,19 +72,26 @@ func (ah *AH) resolved(rp routeParams, mac wire.MAC, err error) {
 	if err != nil {
 		ah.failed.Store(true)
 	}
-	ah.pd.d.exec(func(e *engine) error {
-		for _, qp := range ah.waiters {
-			e.schedule(qp)
-		}
-		ah.waiters = nil
-		return nil
-	})
+	// Each waiter's doorbell gives it a turn on its own engine.
+	ah.waitMu.Lock()
+	w := ah.waiters
+	ah.waiters = nil
+	ah.waitMu.Unlock()
+	for _, qp := range w {
+		qp.ring()
+	}
 }
 
 // route returns the AH's route, or nil while it is being resolved; the engine
 // calls it and, on nil, parks qp until the resolution ends. failed reports a
 // resolution that failed.
 func (e *engine) ahRoute(ah *AH, qp *QP) (rt *route, failed bool) {
+	if rt = ah.rt.Load(); rt != nil {
+		return rt, false
+	}
+	ah.waitMu.Lock()
+	defer ah.waitMu.Unlock()
+	// Looked at again under the lock: resolved stores before it takes the list.
 	if rt = ah.rt.Load(); rt != nil {
 		return rt, false
 	}

@@ -96,21 +96,24 @@ type EngineCounter int
 
 // The engine loop counters.
 const (
-	EngLoops       EngineCounter = iota // engine_loops: passes of the engine loop
-	EngRxPolls                          // engine_rx_polls: ReadBatch calls
-	EngRxBatches                        // engine_rx_batches: ReadBatch calls that returned frames
-	EngRxFrames                         // engine_rx_frames: frames ReadBatch returned
-	EngTxBatches                        // engine_tx_batches: WriteBatch calls
-	EngTxFrames                         // engine_tx_frames: frames WriteBatch took
-	EngIdleWaits                        // engine_idle_waits: waits for frames, a doorbell or a timer (link.Wait)
-	EngTimersFired                      // engine_timers_fired: retransmit and RNR timers that fired
-	EngDriven                           // engine_driven: passes a busy-polling thread ran (Drive)
+	EngLoops        EngineCounter = iota // engine_loops: passes of the engine loop
+	EngRxPolls                           // engine_rx_polls: ReadBatch calls
+	EngRxBatches                         // engine_rx_batches: ReadBatch calls that returned frames
+	EngRxFrames                          // engine_rx_frames: frames ReadBatch returned
+	EngTxBatches                         // engine_tx_batches: WriteBatch calls
+	EngTxFrames                          // engine_tx_frames: frames WriteBatch took
+	EngIdleWaits                         // engine_idle_waits: waits for frames, a doorbell or a timer (link.Wait)
+	EngTimersFired                       // engine_timers_fired: retransmit and RNR timers that fired
+	EngDriven                            // engine_driven: passes a busy-polling thread ran (Drive)
+	EngHandoffs                          // engine_handoffs: frames received on one queue for another queue's QP, handed to its engine
+	EngHandoffDrops                      // engine_handoff_drops: such frames dropped, the other engine's ring full
 	NumEngineCounters
 )
 
 var engineCounterNames = [NumEngineCounters]string{
 	"engine_loops", "engine_rx_polls", "engine_rx_batches", "engine_rx_frames",
 	"engine_tx_batches", "engine_tx_frames", "engine_idle_waits", "engine_timers_fired", "engine_driven",
+	"engine_handoffs", "engine_handoff_drops",
 }
 
 func (c EngineCounter) String() string {
@@ -133,7 +136,7 @@ func (c *EngineCounters) Map() map[string]uint64 {
 	return m
 }
 
-// engineCounters are written by the engine goroutine only and read from
+// engineCounters are written by one shard's engine loop only and read from
 // anywhere. With one writer, add is a load and a store rather than a locked
 // read-modify-write: the loop pays no more than a plain increment, and readers
 // still see whole values.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures Open. The zero value of each field picks its default. A plain
@@ -192,7 +190,6 @@ type PortAttr struct {
 // it waits for the engine. The event handler must not call Close (it would wait
 // for itself).
 type Device struct {
-	link  link.Link
 	info  link.Info
 	cfg   Config
 	clock clock.Clock
@@ -202,28 +199,14 @@ type Device struct {
 	mrs   *mr.Table
 	lim   qpattr.Limits
 	cnt   counters
-	ecnt  engineCounters // the engine loop's own, not rxe's
 	evq   eventQueue
 
-	// Control operations for the engine.
-	ctlMu   sync.Mutex
-	ctlQ    []ctlReq
-	stopped bool          // guarded by ctlMu: no new control operation is taken
-	kick    chan struct{} // wakes an engine whose link is gone
-	done    chan struct{} // closed when RoutineEngine returns
+	// sh are the engines, one per queue (shard.go); a QP belongs to
+	// sh[QPN % len(sh)].
+	sh []*shard
 
 	closeOnce sync.Once
 	closeErr  error
-
-	// drive is held by whoever runs a pass of the engine's loop: the engine
-	// goroutine, or a busy poller (Drive). The engine's state is theirs.
-	drive    sync.Mutex
-	ended    bool        // guarded by drive: the engine goroutine returned
-	sleeping atomic.Bool // the engine goroutine waits in idle
-
-	// Doorbells: a lock-free stack of QPs with newly posted work.
-	dbHead  atomic.Pointer[QP]
-	polling atomic.Bool // the engine goroutine is running its pollers (poller.go)
 
 	// The port's administrative state, as SetPortState reports it. portMu orders a
 	// change with its event, so events follow the changes in order.
@@ -244,23 +227,47 @@ type Device struct {
 	macs    map[netip.Addr]wire.MAC // resolved next hops
 	res     resolver                // next-hop resolutions in flight
 	nsRes   *netdev.Resolver        // the default ResolveMAC's namespace, if any
-
-	e engine // owned by RoutineEngine
 }
 
 type ctlReq struct {
 	fn    func(e *engine) error // nil: a Sync, finished at the end of the pass
 	op    *Op
 	close *lifetime // a close: op completes through evq.finishClose
+	fan   *fan      // one of execAll's: fan completes instead of op
+}
+
+// finish completes the request's Op (or its share of an execAll).
+func (r *ctlReq) finish(err error) {
+	if r.fan != nil {
+		r.fan.finish(err)
+		return
+	}
+	r.op.finish(err)
 }
 
 // Open starts a device on l. The device does not own l: close the device first,
 // then the link.
-func Open(l link.Link, cfg Config) (*Device, error) {
-	if l == nil {
-		return nil, errorf(ErrInvalid, "nil link")
+func Open(l link.Link, cfg Config) (*Device, error) { return OpenQueues([]link.Link{l}, cfg) }
+
+// OpenQueues starts a device with one engine goroutine per link: the links of
+// one interface's receive queues (link.OpenQueues), each with its own AF_XDP
+// socket. A QP belongs to the engine of queue QPN % len(links), which owns its
+// transport state and transmits its frames on that queue; a frame that comes in
+// on another queue is handed to it (shard.go). The device does not own the
+// links: close the device first, then the links.
+func OpenQueues(links []link.Link, cfg Config) (*Device, error) {
+	if len(links) == 0 || slices.Contains(links, nil) {
+		return nil, errorf(ErrInvalid, "no link, or a nil one")
 	}
-	info := l.Info()
+	if len(links) > MaxQueues {
+		return nil, errorf(ErrInvalid, "%d queues exceed %d", len(links), MaxQueues)
+	}
+	info := links[0].Info()
+	for _, l := range links[1:] {
+		if i := l.Info(); i.Kind != info.Kind || i.Index != info.Index || i.MTU != info.MTU || i.Name != info.Name {
+			return nil, errorf(ErrInvalid, "the links are not one interface's queues (%s %s, %s %s)", info.Kind, info.Name, i.Kind, i.Name)
+		}
+	}
 	if len(cfg.GIDs) == 0 {
 		return nil, errorf(ErrInvalid, "the GID table is empty")
 	}
@@ -310,15 +317,12 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 		}
 	}
 	d := &Device{
-		link:    l,
 		info:    info,
 		cfg:     cfg,
 		clock:   cfg.Clock,
 		epoch:   cfg.Clock.Now(),
 		mtu:     mtu,
 		mrs:     mr.NewTable(cfg.MaxMR),
-		kick:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
 		qpns:    make(map[uint32]*QP),
 		cqs:     make(map[*CQ]struct{}),
 		nextQPN: minQPN,
@@ -333,54 +337,40 @@ func Open(l link.Link, cfg Config) (*Device, error) {
 		NumPKeys: MaxPKeys, MaxMTU: mtu, MaxQPWR: MaxQPWR, MaxSendSGE: MaxSGE,
 		MaxRecvSGE: MaxSGE, MaxInlineData: MaxInlineData,
 	}
-	d.e.init(d)
+	for i, l := range links {
+		d.sh = append(d.sh, newShard(d, i, l))
+	}
+	d.connectShards()
 	d.res.init()
 	d.evq.start(cfg.EventHandler, cfg.Logf, &d.cnt)
 	if s, ok := cfg.Clock.(clock.Subscriber); ok {
 		s.Subscribe(d.wake)
 	}
-	go d.routineEngine()
+	for _, sh := range d.sh {
+		go sh.routineEngine()
+	}
 	d.evq.post(AsyncEvent{Type: EventPortActive, Port: 1})
 	return d, nil
 }
 
-// wake makes the engine run its loop soon: the doorbell.
+// wake makes every engine run its loop soon.
 func (d *Device) wake() {
-	d.link.Wake()
-	select {
-	case d.kick <- struct{}{}:
-	default:
+	for _, sh := range d.sh {
+		sh.wake()
 	}
 }
 
-// exec queues fn for the engine goroutine and returns its Op.
-func (d *Device) exec(fn func(e *engine) error) *Op { return d.enqueue(fn, nil) }
-
-// execClose is exec for the close of n: the Op completes when fn has run and no
-// event of n is being delivered.
-func (d *Device) execClose(n *lifetime, fn func(e *engine) error) *Op {
-	op := d.enqueue(fn, n)
-	op.guard = func() bool { return d.evq.delivering(n) }
-	return op
-}
-
-func (d *Device) enqueue(fn func(e *engine) error, n *lifetime) *Op {
+// execAll runs fn on every engine goroutine, each on its own queue's engine
+// and possibly at the same time; the Op completes when all have, with the
+// first error.
+func (d *Device) execAll(fn func(e *engine) error) *Op {
 	op := d.newOp()
-	d.enqueueOp(op, fn, n)
-	return op
-}
-
-// enqueueOp queues fn for the engine goroutine to complete op.
-func (d *Device) enqueueOp(op *Op, fn func(e *engine) error, n *lifetime) {
-	d.ctlMu.Lock()
-	if d.stopped {
-		d.ctlMu.Unlock()
-		op.finish(errDevClosed)
-		return
+	f := &fan{op: op}
+	f.left.Store(int32(len(d.sh)))
+	for _, sh := range d.sh {
+		sh.enqueueReq(ctlReq{fn: fn, fan: f})
 	}
-	d.ctlQ = append(d.ctlQ, ctlReq{fn: fn, op: op, close: n})
-	d.ctlMu.Unlock()
-	d.wake()
+	return op
 }
 
 // newOp returns a pending Op whose callbacks run on the device's RoutineEvents.
@@ -396,7 +386,7 @@ func (d *Device) doneOp(err error) *Op {
 // Sync returns an Op that completes after the engine has run one more pass of
 // its loop, timers included: after a clock.Manual.Advance, Sync().Wait() returns
 // once the timers that became due have fired.
-func (d *Device) Sync() *Op { return d.exec(nil) }
+func (d *Device) Sync() *Op { return d.execAll(nil) }
 
 // Close flushes every QP (each outstanding work request completes with
 // WR_FLUSH_ERR), stops the engine, stops every CQ's handler calls and waits for
@@ -416,12 +406,14 @@ func (d *Device) Close() error {
 		if d.nsRes != nil {
 			d.nsRes.Close()
 		}
-		op := d.exec(func(e *engine) error {
+		op := d.execAll(func(e *engine) error {
 			e.shutdown()
 			return nil
 		})
 		d.closeErr = op.Wait()
-		<-d.done
+		for _, sh := range d.sh {
+			<-sh.done
+		}
 		d.mu.Lock()
 		cqs := make([]*CQ, 0, len(d.cqs))
 		for c := range d.cqs {
@@ -470,7 +462,7 @@ func (d *Device) Query() DeviceAttr {
 // QueryPort returns the attributes of port 1 (ibv_query_port).
 func (d *Device) QueryPort() PortAttr {
 	st := PortActive
-	if d.e.linkDead.Load() || d.portDown.Load() {
+	if d.linkDead() || d.portDown.Load() {
 		st = PortDown
 	}
 	maxMTU, _ := qpattr.MTUFloor(activeMTU(d.info.MTU))
@@ -486,7 +478,27 @@ func (d *Device) QueryPort() PortAttr {
 func (d *Device) Counters() Counters { return d.cnt.snapshot() }
 
 // EngineCounters returns a snapshot of the engine loop's counters (not rxe's).
-func (d *Device) EngineCounters() EngineCounters { return d.ecnt.snapshot() }
+// A device of several queues sums its engines' (QueueCounters has each).
+func (d *Device) EngineCounters() EngineCounters {
+	var s EngineCounters
+	for _, sh := range d.sh {
+		q := sh.ecnt.snapshot()
+		for i, v := range q {
+			s[i] += v
+		}
+	}
+	return s
+}
+
+// QueueCounters returns a snapshot of each queue's engine counters, in the
+// order of OpenQueues' links.
+func (d *Device) QueueCounters() []EngineCounters {
+	s := make([]EngineCounters, len(d.sh))
+	for i, sh := range d.sh {
+		s[i] = sh.ecnt.snapshot()
+	}
+	return s
+}
 
 // GIDs returns a copy of the port's GID table: index i is GID index i of address
 // vectors (ibv_query_gid). Safe from any goroutine; the table never changes.
@@ -534,7 +546,7 @@ func (d *Device) SetPortState(up bool) {
 		return
 	}
 	d.portDown.Store(!up)
-	if d.e.linkDead.Load() {
+	if d.linkDead() {
 		return
 	}
 	ev := AsyncEvent{Type: EventPortErr, Port: 1}
@@ -560,72 +572,6 @@ func (d *Device) MRTable() *mr.Table { return d.mrs }
 // since returns the engine's time.
 func (d *Device) since() time.Duration { return d.clock.Now().Sub(d.epoch) }
 
-// routineEngine is the engine goroutine: it runs the loop (step) holding d.drive,
-// which a busy poller may hold instead while the goroutine sleeps (Drive).
-func (d *Device) routineEngine() {
-	defer close(d.done)
-	if !d.cfg.PlainThread && !d.cfg.BusyPoll {
-		defer raiseThread(d.cfg.Logf)()
-	}
-	d.cfg.Logf("engine: RoutineEngine started on %s link %s", d.info.Kind, d.info.Name)
-	defer d.cfg.Logf("engine: RoutineEngine stopped")
-	e := &d.e
-	for {
-		d.drive.Lock()
-		stop, more, blocked := e.step()
-		if stop {
-			for _, op := range e.syncs {
-				op.finish(nil)
-			}
-			d.ended = true
-			d.drive.Unlock()
-			return
-		}
-		if !more && len(e.pollers) > 0 && e.pollersIdle(true) {
-			e.pollersIdle(false) // work came as the pollers armed their wake-ups
-			more = true
-		}
-		if more {
-			d.drive.Unlock()
-			continue
-		}
-		timeout := e.sleepFor(blocked)
-		d.sleeping.Store(true)
-		d.drive.Unlock()
-		e.idle(timeout)
-		d.sleeping.Store(false)
-		if len(e.pollers) > 0 {
-			d.drive.Lock()
-			e.pollersIdle(false)
-			d.drive.Unlock()
-		}
-	}
-}
-
-// raiseThread locks the calling goroutine to its thread and raises the thread
-// to engineNice. The function it returns puts the thread's priority back and
-// unlocks it, so that the priority goes to no other goroutine. A thread that
-// ended locked would be kept parked for good if it were the main thread, at
-// engineNice.
-func raiseThread(logf func(string, ...any)) (restore func()) {
-	runtime.LockOSThread()
-	tid := unix.Gettid()
-	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid) // the kernel's 20 - nice
-	if err == nil {
-		err = unix.Setpriority(unix.PRIO_PROCESS, tid, engineNice)
-	}
-	if err != nil {
-		logf("engine: the engine thread keeps its priority (nice %d: %v)", engineNice, err)
-		runtime.UnlockOSThread()
-		return func() {}
-	}
-	return func() {
-		if unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio) == nil {
-			runtime.UnlockOSThread()
-		} // else the thread stays locked, and ends with the goroutine
-	}
-}
-
 // step is one pass of the engine's loop: control operations, the pollers,
 // the frames that came, the timers, the doorbells, and a turn of transmit. It
 // reports whether the engine stops, whether it has more work at once, and
@@ -633,7 +579,7 @@ func raiseThread(logf func(string, ...any)) (restore func()) {
 // goroutine, or a busy poller (Drive).
 func (e *engine) step() (stop, more, blocked bool) {
 	d := e.d
-	d.ecnt.inc(EngLoops)
+	e.sh.ecnt.inc(EngLoops)
 	e.now = d.since()
 	if !e.runControl() {
 		return true, false, false
@@ -643,47 +589,30 @@ func (e *engine) step() (stop, more, blocked bool) {
 	// (rxe's receive queue is the posted one itself); a UD or UC
 	// message otherwise finds none and is dropped.
 	busy := e.poll()
+	if e.sh.in != nil && e.takeHanded() {
+		busy = true
+	}
 	if e.receive() {
 		busy = true
 	}
 	e.fireTimers()
 	e.drainDoorbells()
 	blocked = e.transmit()
-	for _, op := range e.syncs {
-		op.finish(nil)
+	if e.handed != 0 {
+		e.wakeHanded()
+	}
+	for _, r := range e.syncs {
+		r.finish(nil)
 	}
 	e.syncs = e.syncs[:0]
 	return false, busy || (len(e.active) > 0 && !blocked), blocked
-}
-
-// Drive runs one pass of the engine's loop on the caller's goroutine when
-// no other goroutine runs one (run to completion: a thread busy-polling its
-// CQ moves its own frames, with no wake-up of the engine goroutine and no
-// second core in the way). It reports whether it ran one. Config.BusyPoll
-// makes CQ polls that find nothing call it.
-func (d *Device) Drive() bool {
-	// Only while the engine goroutine sleeps: an awake one runs the loop
-	// anyway, and a lock it had to wait for would cost it a wake-up.
-	if !d.sleeping.Load() || !d.drive.TryLock() {
-		return false
-	}
-	if d.ended { // the engine goroutine ended: nothing runs any more
-		d.drive.Unlock()
-		return false
-	}
-	e := &d.e
-	d.ecnt.inc(EngDriven)
-	if stop, _, _ := e.step(); stop {
-		d.wake() // the engine goroutine ends the device
-	}
-	d.drive.Unlock()
-	return true
 }
 
 // engine is the state of the engine's loop: only the holder of Device.drive
 // touches it (the engine goroutine, or a busy poller in Drive).
 type engine struct {
 	d       *Device
+	sh      *shard
 	now     time.Duration
 	qps     map[uint32]*QP
 	active  []*QP // QPs with transmit work, in turn order
@@ -694,8 +623,9 @@ type engine struct {
 	rxSizes []int
 	pkt     wire.Packet
 	wc      cq.WC
-	syncs   []*Op
+	syncs   []ctlReq
 	pending []ctlReq
+	handed  uint64   // the shards this pass handed frames to, a bit each
 	pollers []Poller // AddPoller's
 	budget  int
 	mtu     int    // port MTU in bytes (UD)
@@ -704,8 +634,8 @@ type engine struct {
 	linkDead atomic.Bool // read by QueryPort
 }
 
-func (e *engine) init(d *Device) {
-	e.d = d
+func (e *engine) init(d *Device, sh *shard) {
+	e.d, e.sh = d, sh
 	e.qps = make(map[uint32]*QP)
 	frameCap := d.info.MTU + maxEthernetLen
 	e.tx = newTxBatch(d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
@@ -721,31 +651,31 @@ func (e *engine) init(d *Device) {
 
 // runControl executes the queued control operations; false means shut down.
 func (e *engine) runControl() bool {
-	d := e.d
-	d.ctlMu.Lock()
-	e.pending, d.ctlQ = d.ctlQ, e.pending[:0]
-	stopped := d.stopped
-	d.ctlMu.Unlock()
+	d, sh := e.d, e.sh
+	sh.ctlMu.Lock()
+	e.pending, sh.ctlQ = sh.ctlQ, e.pending[:0]
+	stopped := sh.stopped
+	sh.ctlMu.Unlock()
 	for i := range e.pending {
 		r := &e.pending[i]
 		switch {
 		case r.fn == nil:
-			e.syncs = append(e.syncs, r.op)
+			e.syncs = append(e.syncs, *r)
 		case r.close != nil:
 			d.evq.finishClose(r.close, r.op, r.fn(e))
 		default:
-			r.op.finish(r.fn(e))
+			r.finish(r.fn(e))
 		}
 		*r = ctlReq{}
 	}
 	if stopped {
 		// shutdown ran: refuse what raced in after it.
-		d.ctlMu.Lock()
-		rest := d.ctlQ
-		d.ctlQ = nil
-		d.ctlMu.Unlock()
+		sh.ctlMu.Lock()
+		rest := sh.ctlQ
+		sh.ctlQ = nil
+		sh.ctlMu.Unlock()
 		for _, r := range rest {
-			r.op.finish(errDevClosed)
+			r.finish(errDevClosed)
 		}
 		return false
 	}
@@ -753,9 +683,9 @@ func (e *engine) runControl() bool {
 }
 
 func (e *engine) stopping() bool {
-	e.d.ctlMu.Lock()
-	defer e.d.ctlMu.Unlock()
-	return e.d.stopped
+	e.sh.ctlMu.Lock()
+	defer e.sh.ctlMu.Unlock()
+	return e.sh.stopped
 }
 
 // shutdown destroys every QP, flushing its work requests, and stops the engine.
@@ -763,10 +693,10 @@ func (e *engine) shutdown() {
 	for _, qp := range e.qps {
 		e.destroyQP(qp)
 	}
-	e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt)
-	e.d.ctlMu.Lock()
-	e.d.stopped = true
-	e.d.ctlMu.Unlock()
+	e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt)
+	e.sh.ctlMu.Lock()
+	e.sh.stopped = true
+	e.sh.ctlMu.Unlock()
 }
 
 // receive reads one batch of frames and handles them; it reports whether any came.
@@ -774,15 +704,15 @@ func (e *engine) receive() bool {
 	if e.linkDead.Load() {
 		return false
 	}
-	n, err := e.d.link.ReadBatch(e.rxBufs, e.rxSizes)
-	e.d.ecnt.inc(EngRxPolls)
+	n, err := e.sh.link.ReadBatch(e.rxBufs, e.rxSizes)
+	e.sh.ecnt.inc(EngRxPolls)
 	if err != nil {
 		e.linkFailed()
 		return false
 	}
 	if n > 0 {
-		e.d.ecnt.inc(EngRxBatches)
-		e.d.ecnt.add(EngRxFrames, uint64(n))
+		e.sh.ecnt.inc(EngRxBatches)
+		e.sh.ecnt.add(EngRxFrames, uint64(n))
 	}
 	for i := 0; i < n; i++ {
 		e.handleFrame(e.rxBufs[i][:e.rxSizes[i]])
@@ -831,7 +761,7 @@ func (e *engine) idle(timeout time.Duration) {
 	if timeout == 0 {
 		return
 	}
-	e.d.ecnt.inc(EngIdleWaits)
+	e.sh.ecnt.inc(EngIdleWaits)
 	if e.linkDead.Load() {
 		var tc <-chan time.Time
 		if timeout > 0 {
@@ -840,12 +770,12 @@ func (e *engine) idle(timeout time.Duration) {
 			tc = t.C
 		}
 		select {
-		case <-e.d.kick:
+		case <-e.sh.kick:
 		case <-tc:
 		}
 		return
 	}
-	if err := e.d.link.Wait(timeout); err != nil {
+	if err := e.sh.link.Wait(timeout); err != nil {
 		e.linkFailed()
 	}
 }
@@ -853,7 +783,7 @@ func (e *engine) idle(timeout time.Duration) {
 // fireTimers runs every timer that is due.
 func (e *engine) fireTimers() {
 	for t := e.timers.popDue(e.now); t != nil; t = e.timers.popDue(e.now) {
-		e.d.ecnt.inc(EngTimersFired)
+		e.sh.ecnt.inc(EngTimersFired)
 		qp := t.qp
 		switch t.kind {
 		case timerRetransmit:
@@ -866,7 +796,7 @@ func (e *engine) fireTimers() {
 
 // drainDoorbells takes the QPs posters rang for and schedules them.
 func (e *engine) drainDoorbells() {
-	qp := e.d.dbHead.Swap(nil)
+	qp := e.sh.dbHead.Swap(nil)
 	for qp != nil {
 		next := qp.dbNext
 		qp.dbNext = nil
@@ -906,12 +836,12 @@ func (e *engine) transmit() (blocked bool) {
 		if e.respFlush(qp) || e.runRequester(qp, e.budget) {
 			e.schedule(qp)
 		}
-		if e.tx.full() && e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt) == 0 {
+		if e.tx.full() && e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt) == 0 {
 			blocked = true
 		}
 	}
 	e.next = list[:0]
-	e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt)
+	e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt)
 	return blocked || e.tx.n > 0
 }
 
@@ -921,6 +851,6 @@ func (e *engine) txReserve() bool {
 	if !e.tx.full() {
 		return true
 	}
-	e.tx.flush(e.d.link, &e.d.cnt, &e.d.ecnt)
+	e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt)
 	return !e.tx.full()
 }

@@ -33,14 +33,14 @@ func (qp *QP) Modify(attr *QPAttr, mask qpattr.AttrMask) *Op {
 	}
 	a := *attr
 	if mask&qpattr.AttrAV == 0 {
-		return d.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, routeParams{}) })
+		return qp.sh.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, routeParams{}) })
 	}
 	rp, needMAC, err := d.checkAV(&a.AV)
 	if err != nil {
 		return d.doneOp(err)
 	}
 	if !needMAC {
-		return d.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) })
+		return qp.sh.exec(func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) })
 	}
 	op := d.newOp()
 	if err := d.resolveMAC(rp.dst, func(mac wire.MAC, err error) {
@@ -49,7 +49,7 @@ func (qp *QP) Modify(attr *QPAttr, mask qpattr.AttrMask) *Op {
 			return
 		}
 		rp.dmac = mac
-		d.enqueueOp(op, func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) }, nil)
+		qp.sh.enqueueOp(op, func(e *engine) error { return e.modifyQP(qp, &a, mask, rp) }, nil)
 	}); err != nil {
 		op.finish(err)
 	}

@@ -21,8 +21,14 @@ type Poller interface {
 }
 
 // AddPoller has the engine goroutine run p in every loop until RemovePoller.
+// A device of several queues has none: a receive a poller moves must be on its
+// QP's queue before the frames that came after it are taken, and the pollers
+// run in one engine's loop only (ErrUnsupported).
 func (d *Device) AddPoller(p Poller) error {
-	return d.exec(func(e *engine) error {
+	if len(d.sh) > 1 {
+		return errorf(ErrUnsupported, "pollers on a device of %d queues", len(d.sh))
+	}
+	return d.sh[0].exec(func(e *engine) error {
 		e.pollers = append(e.pollers, p)
 		return nil
 	}).Wait()
@@ -30,7 +36,7 @@ func (d *Device) AddPoller(p Poller) error {
 
 // RemovePoller stops running p; when it returns, p runs no more.
 func (d *Device) RemovePoller(p Poller) error {
-	return d.exec(func(e *engine) error {
+	return d.sh[0].exec(func(e *engine) error {
 		for i, x := range e.pollers {
 			if x == p {
 				e.pollers = append(e.pollers[:i], e.pollers[i+1:]...)
@@ -50,14 +56,14 @@ func (e *engine) poll() bool {
 	if len(e.pollers) == 0 {
 		return false
 	}
-	e.d.polling.Store(true)
+	e.sh.polling.Store(true)
 	busy := false
 	for _, p := range e.pollers {
 		if p.Poll() {
 			busy = true
 		}
 	}
-	e.d.polling.Store(false)
+	e.sh.polling.Store(false)
 	return busy
 }
 
@@ -77,7 +83,7 @@ func (e *engine) pollersIdle(sleeping bool) bool {
 // link has one (link.Waker): a process attached to the daemon rings it as its
 // doorbell. The caller closes it.
 func (d *Device) WakeFD() (int, error) {
-	w, ok := d.link.(link.Waker)
+	w, ok := d.sh[0].link.(link.Waker)
 	if !ok {
 		return -1, errorf(ErrUnsupported, "the %s link has no wake-up descriptor", d.info.Kind)
 	}

@@ -25,21 +25,21 @@ func (e *engine) doorbell(qp *QP) {
 	}
 }
 
-// ring rings qp's doorbell: at most one entry per QP on the device's stack.
+// ring rings qp's doorbell: at most one entry per QP on its engine's stack.
 func (qp *QP) ring() {
 	if !qp.dbQueued.CompareAndSwap(false, true) {
 		return
 	}
-	d := qp.d
+	sh := qp.sh
 	for {
-		old := d.dbHead.Load()
+		old := sh.dbHead.Load()
 		qp.dbNext = old
-		if d.dbHead.CompareAndSwap(old, qp) {
+		if sh.dbHead.CompareAndSwap(old, qp) {
 			break
 		}
 	}
-	if !d.polling.Load() { // a poller posting: the loop drains doorbells next
-		d.wake()
+	if !sh.polling.Load() { // a poller posting: the loop drains doorbells next
+		sh.wake()
 	}
 }
 

@@ -33,6 +33,7 @@ const stateDestroyed = 0xFF
 // the engine goroutine alone.
 type QP struct {
 	d      *Device
+	sh     *shard // the engine that owns the QP: its queue's
 	pd     *PD
 	qpn    uint32
 	typ    qpattr.Type
@@ -102,12 +103,11 @@ func (qp *QP) State() qpattr.State {
 // CreateQP creates a QP in RESET (ibv_create_qp). The GSI type makes QP1, one per
 // device.
 func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
-	d := pd.d
 	qp, err := pd.newQP(a)
 	if err != nil {
 		return nil, err
 	}
-	op := d.exec(func(e *engine) error {
+	op := qp.sh.exec(func(e *engine) error {
 		qp.live = true
 		e.qps[qp.qpn] = qp
 		return nil
@@ -225,6 +225,7 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 		return nil, err
 	}
 	d.qpns[qp.qpn] = qp
+	qp.sh = d.shardOf(qp.qpn)
 	return qp, nil
 }
 
@@ -240,7 +241,7 @@ func (pd *PD) releaseQP(qp *QP) {
 // Query returns the QP's attributes and creation attributes (ibv_query_qp).
 func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 	var a QPAttr
-	err := qp.d.exec(func(e *engine) error {
+	err := qp.sh.exec(func(e *engine) error {
 		if !qp.live {
 			return errorf(ErrClosed, "QP %#x", qp.qpn)
 		}
@@ -266,7 +267,7 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 // fail with ErrClosed.
 func (qp *QP) Destroy() *Op {
 	qp.n.dead.Store(true) // its events are discarded from now on
-	return qp.d.execClose(&qp.n, func(e *engine) error {
+	return qp.sh.execClose(&qp.n, func(e *engine) error {
 		if !qp.live {
 			return errorf(ErrClosed, "QP %#x", qp.qpn)
 		}

@@ -6,6 +6,7 @@ package engine
 import (
 	"cmp"
 	"slices"
+	"sync"
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/mr"
@@ -78,8 +79,10 @@ type Resources struct {
 // for the handler).
 func (d *Device) Resources() (Resources, error) {
 	var r Resources
-	err := d.exec(func(e *engine) error {
-		r.QPs = make([]QPInfo, 0, len(e.qps))
+	var mu sync.Mutex // the engines of several queues append at once
+	err := d.execAll(func(e *engine) error {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, qp := range e.qps {
 			if qp.live {
 				r.QPs = append(r.QPs, qp.engineInfo())

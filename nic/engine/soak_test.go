@@ -475,7 +475,7 @@ func (s *soak) report(q *soakQP) string {
 // engine goroutine, for a hang report.
 func transportState(qp *QP) string {
 	var out string
-	op := qp.d.exec(func(e *engine) error {
+	op := qp.sh.exec(func(e *engine) error {
 		req, c, r := &qp.req, &qp.comp, &qp.resp
 		var w string
 		if cons := qp.sendQ.cons.Load(); cons != qp.sendQ.prod.Load() {

@@ -3,7 +3,10 @@
 
 package engine
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // SRQAttr are an SRQ's attributes (struct ibv_srq_attr). A plain value.
 type SRQAttr struct {
@@ -29,6 +32,7 @@ type SRQ struct {
 	d      *Device
 	pd     *PD
 	recvQ  ring
+	consMu sync.Mutex // consumers, on a device of several queues
 	slots  []recvWQE
 	maxSGE uint32
 	limit  atomic.Uint32
@@ -147,9 +151,14 @@ func (s *SRQ) retire(op *Op) {
 }
 
 // take copies the oldest WQE into w and removes it (rxe get_srq_wqe); false when
-// the SRQ is empty. Engine only.
+// the SRQ is empty. Engine only. The QPs of an SRQ may belong to the engines of
+// several queues; those take its consumer lock (rxe's consumer_lock).
 func (e *engine) srqTake(qp *QP, w *recvWQE) bool {
 	s := qp.srq
+	if len(e.d.sh) > 1 {
+		s.consMu.Lock()
+		defer s.consMu.Unlock()
+	}
 	cons := s.recvQ.cons.Load()
 	if cons == s.recvQ.prod.Load() {
 		return false

@@ -32,6 +32,7 @@ type AFXDP struct {
 	info   Info
 	att    *bpf.Attachment
 	ownAtt bool
+	attRef *atomic.Int32 // OpenQueues' links share att: the last to close detaches it
 	queue  int
 	sock   *xsk.Socket
 	pkts   []xsk.Packet
@@ -94,7 +95,7 @@ func (l *AFXDP) release() {
 		_ = l.sock.Close()
 		l.sock = nil
 	}
-	if l.ownAtt && l.att != nil {
+	if l.ownAtt && l.att != nil && (l.attRef == nil || l.attRef.Add(-1) == 0) {
 		_ = l.att.Close()
 	}
 	l.att = nil

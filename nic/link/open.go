@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/xrnic/xrnic/bpf"
 )
@@ -57,4 +58,49 @@ func Open(opts Options) (Link, error) {
 		return u, nil
 	}
 	return nil, fmt.Errorf("%w: link kind %s cannot be opened on an interface", ErrBadOption, opts.Kind)
+}
+
+// OpenQueues opens n links on opts.Interface, one per receive queue 0..n-1, for
+// an engine per queue (engine.OpenQueues). n of 1 is Open. More queues need
+// AF_XDP (KindAFXDP or KindAuto, which then does not fall back): one XDP
+// program steers each queue's frames to its own socket, and the last link to
+// close detaches it. On veth only native mode keeps a frame on the queue its
+// sender sent it on; generic mode delivers every queue's frames to queue 0.
+func OpenQueues(opts Options, n int) ([]Link, error) {
+	if n <= 1 {
+		l, err := Open(opts)
+		if err != nil {
+			return nil, err
+		}
+		return []Link{l}, nil
+	}
+	if opts.Kind != KindAFXDP && opts.Kind != KindAuto {
+		return nil, fmt.Errorf("%w: %d queues need an AF_XDP link, not %s", ErrBadOption, n, opts.Kind)
+	}
+	if opts.Queue != 0 {
+		return nil, fmt.Errorf("%w: queues start at 0", ErrBadOption)
+	}
+	att, err := bpf.Attach(opts.Interface, bpf.AttachOptions{Mode: opts.Mode})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	ref := new(atomic.Int32)
+	ref.Store(int32(n))
+	links := make([]Link, 0, n)
+	for q := range n {
+		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: q, Mode: opts.Mode, Attachment: att})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			_ = att.Close()
+			return nil, err
+		}
+		x.ownAtt, x.attRef = true, ref
+		links = append(links, x)
+	}
+	if opts.Logf != nil {
+		opts.Logf("xrnic: %s: AF_XDP links on queues 0-%d (XDP program attached, %s mode)", opts.Interface, n-1, att.Mode())
+	}
+	return links, nil
 }

@@ -1,0 +1,218 @@
+// One engine per queue (shard.go): QPs hashed to queues, each transmitting on
+// its own, and frames that come in on another queue handed to their QP's engine.
+
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
+	"github.com/xrnic/xrnic/nic/qpattr"
+	"github.com/xrnic/xrnic/testenv"
+)
+
+// openQueuesOn opens a device on links and closes both at cleanup.
+func openQueuesOn(t *testing.T, links []link.Link, g netdev.GID) *Device {
+	t.Helper()
+	d, err := OpenQueues(links, Config{GIDs: []netdev.GID{g}})
+	if err != nil {
+		t.Fatalf("OpenQueues: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		for _, l := range links {
+			l.Close()
+		}
+	})
+	return d
+}
+
+// queuePairs connects n RC QP pairs between a and b. B makes one QP more half
+// way, so that the first half of the pairs have QPNs on the same queue on both
+// sides and the second half do not: their frames come in on the queue of the
+// sender's QP and must be handed to the receiver's.
+func queuePairs(t *testing.T, da, db *Device, n int, mtu qpattr.MTU) (as, bs []*node) {
+	t.Helper()
+	cap := qpattr.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	for i := range n {
+		if i == n/2 {
+			newNode(t, db, nodeOpts{cap: cap, bufLen: 4096})
+		}
+		as = append(as, newNode(t, da, nodeOpts{cap: cap, bufLen: 1 << 20}))
+		bs = append(bs, newNode(t, db, nodeOpts{cap: cap, bufLen: 1 << 20}))
+		connect(t, as[i], bs[i], connOpts{mtu: mtu})
+	}
+	nq := uint32(len(da.sh))
+	for i := range n {
+		same := as[i].qp.QPN()%nq == bs[i].qp.QPN()%nq
+		if same != (i < n/2) {
+			t.Fatalf("pair %d: QPNs %#x and %#x, same queue %v", i, as[i].qp.QPN(), bs[i].qp.QPN(), same)
+		}
+	}
+	return as, bs
+}
+
+// queueTraffic runs a SEND, a WRITE, a READ and a FetchAdd on every pair at
+// once and checks every completion and byte.
+func queueTraffic(t *testing.T, as, bs []*node) {
+	t.Helper()
+	const size = 128 << 10
+	for i := range as {
+		a, b := as[i], bs[i]
+		fill(a.buf[:size], byte(i))
+		fill(b.buf[512<<10:512<<10+size], byte(100+i))
+		binary.NativeEndian.PutUint64(b.buf[768<<10:], uint64(i))
+		recv(t, b, 1, 0, 64<<10)
+		wrs := []SendWR{
+			{WRID: 1, Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 64<<10)}},
+			{WRID: 2, Opcode: WRRDMAWrite, SGL: []SGE{a.mr.SGE(0, size)}, RemoteAddr: b.mr.Addr() + 256<<10, RKey: b.mr.RKey()},
+			{WRID: 3, Opcode: WRRDMARead, SGL: []SGE{a.mr.SGE(256<<10, size)}, RemoteAddr: b.mr.Addr() + 512<<10, RKey: b.mr.RKey()},
+			{WRID: 4, Opcode: WRAtomicFetchAdd, SGL: []SGE{a.mr.SGE(768<<10, 8)}, RemoteAddr: b.mr.Addr() + 768<<10, RKey: b.mr.RKey(), CompareAdd: 1000},
+		}
+		for w := range wrs {
+			wrs[w].Flags = SendSignaled
+		}
+		if _, err := a.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range as {
+		a := as[i]
+		for w, wc := range pollN(t, a.cq, 4, 20*time.Second) {
+			if wc.WRID != uint64(w+1) || wc.Status != cq.Success {
+				t.Fatalf("pair %d WC %d: %+v", i, w, wc)
+			}
+		}
+	}
+	// B's memory is written by its engines: Sync orders it before the reads
+	// (and waits for a pass of every engine).
+	if err := bs[0].d.Sync().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range as {
+		a, b := as[i], bs[i]
+		if wc := pollN(t, b.cq, 1, 5*time.Second)[0]; wc.Status != cq.Success || wc.ByteLen != 64<<10 {
+			t.Fatalf("pair %d receive: %+v", i, wc)
+		}
+		checkBytes(t, name("pair %d SEND", i), b.buf[:64<<10], a.buf[:64<<10])
+		checkBytes(t, name("pair %d WRITE", i), b.buf[256<<10:256<<10+size], a.buf[:size])
+		checkBytes(t, name("pair %d READ", i), a.buf[256<<10:256<<10+size], b.buf[512<<10:512<<10+size])
+		if got := binary.NativeEndian.Uint64(a.buf[768<<10:]); got != uint64(i) {
+			t.Fatalf("pair %d FetchAdd returned %d", i, got)
+		}
+		if got := binary.NativeEndian.Uint64(b.buf[768<<10:]); got != uint64(i)+1000 {
+			t.Fatalf("pair %d FetchAdd left %d", i, got)
+		}
+	}
+}
+
+// checkQueues wants every queue of d to have received and sent frames and
+// some of them handed over, none dropped.
+func checkQueues(t *testing.T, side string, d *Device) {
+	t.Helper()
+	for q, c := range d.QueueCounters() {
+		t.Logf("%s queue %d: rx %d tx %d handed over %d (dropped %d)", side, q,
+			c[EngRxFrames], c[EngTxFrames], c[EngHandoffs], c[EngHandoffDrops])
+		if c[EngRxFrames] == 0 || c[EngTxFrames] == 0 || c[EngHandoffs] == 0 {
+			t.Errorf("%s queue %d: an engine that did not take part: %v", side, q, c)
+		}
+	}
+	if c := d.Counters(); c[CntRcvdUnknownQP] != 0 {
+		t.Errorf("%s: %d frames for an unknown QP: a frame reached an engine not its QP's", side, c[CntRcvdUnknownQP])
+	}
+}
+
+// TestQueuesMemory runs two engines per device over two memory links, the
+// queues of a wire whose queue i reaches the peer's queue i, as veth's do.
+func TestQueuesMemory(t *testing.T) {
+	var la, lb []link.Link
+	for range 2 {
+		a, b, err := link.NewMemoryPair(link.MemoryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		la, lb = append(la, a), append(lb, b)
+	}
+	da := openQueuesOn(t, la, netdev.GIDFromAddr(addrA))
+	db := openQueuesOn(t, lb, netdev.GIDFromAddr(addrB))
+	as, bs := queuePairs(t, da, db, 6, qpattr.MTU4096)
+	queueTraffic(t, as, bs)
+	checkQueues(t, "A", da)
+	checkQueues(t, "B", db)
+	// Every pass of every engine: Sync waits for both.
+	if err := da.Sync().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := da.Resources()
+	if err != nil || len(res.QPs) != 6 {
+		t.Fatalf("Resources: %d QPs, %v", len(res.QPs), err)
+	}
+}
+
+// TestQueuesVeth is the same over a veth pair of two queues, each end with
+// the XDP program and an AF_XDP socket per queue, in native mode: veth keeps
+// a frame on its sender's queue only there (generic XDP sees every frame on
+// queue 0, link.OpenQueues).
+func TestQueuesVeth(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4200, NumTxQueues: 2, NumRxQueues: 2})
+	open := func(e *testenv.Endpoint) *Device {
+		var links []link.Link
+		if err := e.Do(func() (err error) {
+			links, err = link.OpenQueues(link.Options{Kind: link.KindAFXDP, Interface: e.Name, Mode: bpf.AttachNative}, 2)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return openQueuesOn(t, links, netdev.GIDFromAddr(e.IPv4))
+	}
+	da, db := open(&p.A), open(&p.B)
+	as, bs := queuePairs(t, da, db, 6, qpattr.MTU4096)
+	queueTraffic(t, as, bs)
+	checkQueues(t, "A", da)
+	checkQueues(t, "B", db)
+}
+
+// TestOpenQueuesChecks: the links must be one interface's.
+func TestOpenQueuesChecks(t *testing.T) {
+	a, _, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := []netdev.GID{netdev.GIDFromAddr(addrA)}
+	for _, links := range [][]link.Link{nil, {a, nil}, {a, c}, make([]link.Link, MaxQueues+1)} {
+		if d, err := OpenQueues(links, Config{GIDs: g}); err == nil {
+			d.Close()
+			t.Errorf("%d links: no error", len(links))
+		} else if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%d links: %v, want ErrInvalid", len(links), err)
+		}
+	}
+}
+
+// TestHandoffRing: a full ring refuses the frame rather than overwrite one.
+func TestHandoffRing(t *testing.T) {
+	h := newHandoff(4, 16)
+	for i := range 4 {
+		if !h.put([]byte{byte(i)}) {
+			t.Fatalf("put %d refused", i)
+		}
+	}
+	if h.put([]byte{9}) || h.put(make([]byte, 17)) {
+		t.Fatal("a full ring, or a frame longer than its buffers, was taken")
+	}
+	if got := h.bufs[h.head.Load()&h.mask][:h.sizes[0]]; got[0] != 0 {
+		t.Fatalf("oldest frame %v", got)
+	}
+}

@@ -1,0 +1,349 @@
+// Shards: one engine goroutine per receive queue (DESIGN.md, "Ownership on the
+// hot path"). Each owns its queue's link, the QPs whose numbers hash to it, their
+// timers and its own control queue and doorbells; engines share no lock on the
+// data path. A frame that arrives on another queue than its QP's is handed over
+// through a ring between the two engines: the sender of a frame picks the
+// queue, not the receiver (on a veth the peer's transmit queue; on a NIC its
+// RSS hash of the UDP source port), so a receiver cannot steer by QP in XDP,
+// which redirects only to the socket of the queue a frame came in on.
+
+package engine
+
+import (
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/link"
+)
+
+// MaxQueues bounds OpenQueues' links.
+const MaxQueues = 64
+
+// handoffDepth is the number of frames one engine can have waiting for another:
+// a receive batch's worth several times over. A full ring drops the frame, as a
+// NIC's full receive queue does, and counts it (EngHandoffDrops).
+const handoffDepth = 256
+
+// shard is one engine goroutine, its link and its loop's state. The Device's
+// methods reach it through QPs (qp.sh) or all shards at once (execAll).
+type shard struct {
+	d    *Device
+	idx  int
+	link link.Link
+
+	// Control operations for the engine.
+	ctlMu   sync.Mutex
+	ctlQ    []ctlReq
+	stopped bool          // guarded by ctlMu: no new control operation is taken
+	kick    chan struct{} // wakes an engine whose link is gone
+	done    chan struct{} // closed when routineEngine returns
+
+	// drive is held by whoever runs a pass of the engine's loop: the engine
+	// goroutine, or a busy poller (Drive). The engine's state is theirs.
+	drive    sync.Mutex
+	ended    bool        // guarded by drive: the engine goroutine returned
+	sleeping atomic.Bool // the engine goroutine waits in idle
+
+	// Doorbells: a lock-free stack of QPs with newly posted work.
+	dbHead  atomic.Pointer[QP]
+	polling atomic.Bool // the engine goroutine is running its pollers (poller.go)
+
+	// in[j] carries the frames shard j received for this shard's QPs.
+	in []*handoff
+
+	ecnt engineCounters // the engine loop's own, not rxe's: one writer, the loop's
+
+	e engine
+}
+
+func newShard(d *Device, idx int, l link.Link) *shard {
+	sh := &shard{d: d, idx: idx, link: l, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	sh.e.init(d, sh)
+	return sh
+}
+
+// connectShards makes the handoff rings once every shard exists.
+func (d *Device) connectShards() {
+	if len(d.sh) < 2 {
+		return
+	}
+	frameCap := d.info.MTU + maxEthernetLen
+	for _, sh := range d.sh {
+		sh.in = make([]*handoff, len(d.sh))
+		for j := range d.sh {
+			if j != sh.idx {
+				sh.in[j] = newHandoff(handoffDepth, frameCap)
+			}
+		}
+	}
+}
+
+// shardOf returns the shard that owns QP number qpn.
+func (d *Device) shardOf(qpn uint32) *shard { return d.sh[qpn%uint32(len(d.sh))] }
+
+// linkDead reports whether any queue's link failed: the port is down.
+func (d *Device) linkDead() bool {
+	for _, sh := range d.sh {
+		if sh.e.linkDead.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// wake makes the shard's engine run its loop soon: the doorbell.
+func (sh *shard) wake() {
+	sh.link.Wake()
+	select {
+	case sh.kick <- struct{}{}:
+	default:
+	}
+}
+
+// exec queues fn for the shard's engine goroutine and returns its Op.
+func (sh *shard) exec(fn func(e *engine) error) *Op {
+	op := sh.d.newOp()
+	sh.enqueueOp(op, fn, nil)
+	return op
+}
+
+// execClose is exec for the close of n: the Op completes when fn has run and no
+// event of n is being delivered.
+func (sh *shard) execClose(n *lifetime, fn func(e *engine) error) *Op {
+	op := sh.d.newOp()
+	op.guard = func() bool { return sh.d.evq.delivering(n) }
+	sh.enqueueOp(op, fn, n)
+	return op
+}
+
+// enqueueOp queues fn for the engine goroutine to complete op.
+func (sh *shard) enqueueOp(op *Op, fn func(e *engine) error, n *lifetime) {
+	sh.enqueueReq(ctlReq{fn: fn, op: op, close: n})
+}
+
+func (sh *shard) enqueueReq(r ctlReq) {
+	sh.ctlMu.Lock()
+	if sh.stopped {
+		sh.ctlMu.Unlock()
+		r.finish(errDevClosed)
+		return
+	}
+	sh.ctlQ = append(sh.ctlQ, r)
+	sh.ctlMu.Unlock()
+	sh.wake()
+}
+
+// fan is one Op run on every shard (execAll): the last to finish completes it.
+type fan struct {
+	op   *Op
+	left atomic.Int32
+	mu   sync.Mutex
+	err  error
+}
+
+func (f *fan) finish(err error) {
+	if err != nil {
+		f.mu.Lock()
+		if f.err == nil {
+			f.err = err
+		}
+		f.mu.Unlock()
+	}
+	if f.left.Add(-1) == 0 {
+		f.mu.Lock()
+		err = f.err
+		f.mu.Unlock()
+		f.op.finish(err)
+	}
+}
+
+// routineEngine is a shard's engine goroutine: it runs the loop (step) holding
+// sh.drive, which a busy poller may hold instead while the goroutine sleeps
+// (Drive).
+func (sh *shard) routineEngine() {
+	d := sh.d
+	defer close(sh.done)
+	if !d.cfg.PlainThread && !d.cfg.BusyPoll {
+		defer raiseThread(d.cfg.Logf)()
+	}
+	d.cfg.Logf("engine: RoutineEngine started on %s link %s queue %d", d.info.Kind, d.info.Name, sh.idx)
+	defer d.cfg.Logf("engine: RoutineEngine stopped")
+	e := &sh.e
+	for {
+		sh.drive.Lock()
+		stop, more, blocked := e.step()
+		if stop {
+			for _, r := range e.syncs {
+				r.finish(nil)
+			}
+			sh.ended = true
+			sh.drive.Unlock()
+			return
+		}
+		if !more && len(e.pollers) > 0 && e.pollersIdle(true) {
+			e.pollersIdle(false) // work came as the pollers armed their wake-ups
+			more = true
+		}
+		if more {
+			sh.drive.Unlock()
+			continue
+		}
+		timeout := e.sleepFor(blocked)
+		sh.sleeping.Store(true)
+		// A frame handed over after the last look would wait for the next wake-up.
+		if e.handoffPending() {
+			sh.sleeping.Store(false)
+			sh.drive.Unlock()
+			continue
+		}
+		sh.drive.Unlock()
+		e.idle(timeout)
+		sh.sleeping.Store(false)
+		if len(e.pollers) > 0 {
+			sh.drive.Lock()
+			e.pollersIdle(false)
+			sh.drive.Unlock()
+		}
+	}
+}
+
+// raiseThread locks the calling goroutine to its thread and raises the thread
+// to engineNice. The function it returns puts the thread's priority back and
+// unlocks it, so that the priority goes to no other goroutine. A thread that
+// ended locked would be kept parked for good if it were the main thread, at
+// engineNice.
+func raiseThread(logf func(string, ...any)) (restore func()) {
+	runtime.LockOSThread()
+	tid := unix.Gettid()
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid) // the kernel's 20 - nice
+	if err == nil {
+		err = unix.Setpriority(unix.PRIO_PROCESS, tid, engineNice)
+	}
+	if err != nil {
+		logf("engine: the engine thread keeps its priority (nice %d: %v)", engineNice, err)
+		runtime.UnlockOSThread()
+		return func() {}
+	}
+	return func() {
+		if unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio) == nil {
+			runtime.UnlockOSThread()
+		} // else the thread stays locked, and ends with the goroutine
+	}
+}
+
+// Drive runs one pass of each engine's loop on the caller's goroutine when
+// no other goroutine runs one (run to completion: a thread busy-polling its
+// CQ moves its own frames, with no wake-up of the engine goroutine and no
+// second core in the way). It reports whether it ran one. Config.BusyPoll
+// makes CQ polls that find nothing call it.
+func (d *Device) Drive() bool {
+	ran := false
+	for _, sh := range d.sh {
+		if sh.drive1() {
+			ran = true
+		}
+	}
+	return ran
+}
+
+func (sh *shard) drive1() bool {
+	// Only while the engine goroutine sleeps: an awake one runs the loop
+	// anyway, and a lock it had to wait for would cost it a wake-up.
+	if !sh.sleeping.Load() || !sh.drive.TryLock() {
+		return false
+	}
+	if sh.ended { // the engine goroutine ended: nothing runs any more
+		sh.drive.Unlock()
+		return false
+	}
+	e := &sh.e
+	sh.ecnt.inc(EngDriven)
+	if stop, _, _ := e.step(); stop {
+		sh.wake() // the engine goroutine ends the device
+	}
+	sh.drive.Unlock()
+	return true
+}
+
+// handoff is a single-producer, single-consumer ring of frames from one shard
+// to another, with its buffers preallocated: no allocation per frame.
+type handoff struct {
+	bufs       [][]byte
+	sizes      []int
+	mask       uint64
+	head, tail atomic.Uint64 // the consumer's and the producer's counters
+}
+
+func newHandoff(depth, frameCap int) *handoff {
+	h := &handoff{bufs: make([][]byte, depth), sizes: make([]int, depth), mask: uint64(depth - 1)}
+	for i := range h.bufs {
+		h.bufs[i] = make([]byte, frameCap)
+	}
+	return h
+}
+
+// put copies f into the ring; false when it is full.
+func (h *handoff) put(f []byte) bool {
+	t := h.tail.Load()
+	if t-h.head.Load() > h.mask || len(f) > len(h.bufs[0]) {
+		return false
+	}
+	i := t & h.mask
+	h.sizes[i] = copy(h.bufs[i], f)
+	h.tail.Store(t + 1)
+	return true
+}
+
+// handOver gives a frame that came in on this shard's queue to the shard that
+// owns its QP, and wakes it once per receive batch (e.wakeNext).
+func (e *engine) handOver(to *shard, f []byte) {
+	if !to.in[e.sh.idx].put(f) {
+		e.sh.ecnt.inc(EngHandoffDrops)
+		return
+	}
+	e.sh.ecnt.inc(EngHandoffs)
+	e.handed |= 1 << to.idx
+}
+
+// wakeHanded wakes the shards this pass handed frames to.
+func (e *engine) wakeHanded() {
+	for m := e.handed; m != 0; m &= m - 1 {
+		to := e.d.sh[bits.TrailingZeros64(m)]
+		if to.sleeping.Load() {
+			to.wake()
+		}
+	}
+	e.handed = 0
+}
+
+// takeHanded handles the frames other shards handed to this one; it reports
+// whether there were any.
+func (e *engine) takeHanded() bool {
+	got := false
+	for _, h := range e.sh.in {
+		if h == nil {
+			continue
+		}
+		for hd, t := h.head.Load(), h.tail.Load(); hd != t; hd++ {
+			i := hd & h.mask
+			e.handleOwned(h.bufs[i][:h.sizes[i]])
+			h.head.Store(hd + 1)
+			got = true
+		}
+	}
+	return got
+}
+
+// handoffPending reports whether a frame waits in one of the shard's rings.
+func (e *engine) handoffPending() bool {
+	for _, h := range e.sh.in {
+		if h != nil && h.head.Load() != h.tail.Load() {
+			return true
+		}
+	}
+	return false
+}
