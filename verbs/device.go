@@ -8,12 +8,16 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/wire"
 )
+
+// MaxQueues bounds Options.Queues.
+const MaxQueues = engine.MaxQueues
 
 // Options configures Open.
 type Options struct {
@@ -25,6 +29,12 @@ type Options struct {
 	Link      link.Link
 	Interface string
 	LinkKind  link.Kind
+	// XDPMode is the XDP attach mode of an AF_XDP link Open opens (generic by
+	// default). Queues above 1 run an engine per receive queue 0..Queues-1 of
+	// Interface, each with its own AF_XDP socket (link.OpenQueues,
+	// engine.OpenQueues); on a veth that takes native mode.
+	XDPMode bpf.AttachMode
+	Queues  int
 	// GIDs is the port's GID table; default: netdev.GIDTable of the interface.
 	GIDs []GID
 	// Engine tunes the engine (clock, MTU, batch, ...); its GIDs and EventHandler
@@ -68,6 +78,7 @@ type Device struct {
 	eng     *engine.Device // in-process; nil when attached
 	b       Backend        // attached (Options.Attach); nil in-process
 	link    link.Link
+	links   []link.Link // Options.Queues' links (link is the first)
 	ownLink bool
 	capture *link.Capture // Options.Pcap
 	logf    func(string, ...any)
@@ -112,11 +123,17 @@ func Open(o Options) (*Device, error) {
 			return nil, fmt.Errorf("%w: neither a link nor an interface", ErrInvalid)
 		}
 		var err error
-		l, err = link.Open(link.Options{Kind: o.LinkKind, Interface: o.Interface, Logf: o.Logf})
+		d.links, err = link.OpenQueues(link.Options{Kind: o.LinkKind, Interface: o.Interface, Mode: o.XDPMode, Logf: o.Logf}, o.Queues)
 		if err != nil {
 			return nil, err
 		}
-		d.ownLink = true
+		l, d.ownLink = d.links[0], true
+	} else if o.Queues > 1 {
+		return nil, fmt.Errorf("%w: queues of a link given: open them with link.OpenQueues and the engine with its OpenQueues", ErrInvalid)
+	}
+	if o.Pcap != nil && len(d.links) > 1 {
+		d.closeLink()
+		return nil, fmt.Errorf("%w: a capture of a device of %d queues", ErrInvalid, len(d.links))
 	}
 	if o.Pcap != nil {
 		c, err := link.NewCapture(l, o.Pcap)
@@ -146,7 +163,11 @@ func Open(o Options) (*Device, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = o.Logf
 	}
-	eng, err := engine.Open(l, cfg)
+	links := d.links
+	if len(links) <= 1 {
+		links = []link.Link{l} // the capture's, when there is one
+	}
+	eng, err := engine.OpenQueues(links, cfg)
 	if err != nil {
 		d.closeLink()
 		return nil, err
@@ -219,6 +240,9 @@ func (d *Device) stopWatch() {
 func (d *Device) closeLink() {
 	if d.ownLink {
 		d.link.Close() // a capture flushes as it closes
+		for i := 1; i < len(d.links); i++ {
+			d.links[i].Close()
+		}
 	} else if d.capture != nil {
 		_ = d.capture.Flush()
 	}

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 	_ "github.com/xrnic/xrnic/verbs/remote" // verbs.Open attaches to a daemon
@@ -129,17 +130,31 @@ func OpenLoopbackDevices(pairs [][2]string) (srv, cli *Side, err error) {
 	return srv, cli, nil
 }
 
-// OpenDevice opens the device of a command's -d on iface: the link its
+// Device is what a command's flags ask of its device.
+type Device struct {
+	Interface string    // -d
+	Kind      link.Kind // --link
+	Pcap      string    // --pcap
+	Daemon    string    // --daemon
+	BusyPoll  bool      // --busy-poll
+	XDPMode   bpf.AttachMode
+	Queues    int // --queues
+}
+
+// OpenDevice opens the device of a command's -d on c.Interface: the link its
 // --link asks for, the link's report of its choice on errw (AF_XDP, or why the
-// UDP fallback), and with pcap (--pcap) every frame recorded to that file. The
+// UDP fallback), and with Pcap (--pcap) every frame recorded to that file. The
 // file is closed after the device, when the device's Close is done: callers
-// close the device with closeDev. With daemon (--daemon), or when a daemon
-// serves iface (verbs.Open finds it), the device is the daemon's, attached.
-// busyPoll (--busy-poll) runs the engine in the thread that polls a CQ
-// (verbs.EngineConfig.BusyPoll), and so wants an engine in this process.
-func OpenDevice(iface string, kind link.Kind, pcap, daemon string, busyPoll bool, errw io.Writer) (dev *verbs.Device, closeDev func(), err error) {
-	o := verbs.Options{Interface: iface, LinkKind: kind, Logf: linkLog(errw), Attach: daemon,
-		InProcess: pcap != "" || busyPoll, Engine: verbs.EngineConfig{Logf: func(string, ...any) {}, BusyPoll: busyPoll}}
+// close the device with closeDev. With Daemon (--daemon), or when a daemon
+// serves the interface (verbs.Open finds it), the device is the daemon's,
+// attached. BusyPoll (--busy-poll) runs the engine in the thread that polls a
+// CQ (verbs.EngineConfig.BusyPoll), and Queues above 1 an engine per queue
+// (--queues): both want an engine in this process.
+func OpenDevice(c Device, errw io.Writer) (dev *verbs.Device, closeDev func(), err error) {
+	pcap := c.Pcap
+	o := verbs.Options{Interface: c.Interface, LinkKind: c.Kind, Logf: linkLog(errw), Attach: c.Daemon,
+		XDPMode: c.XDPMode, Queues: c.Queues, InProcess: pcap != "" || c.BusyPoll || c.Queues > 1,
+		Engine: verbs.EngineConfig{Logf: func(string, ...any) {}, BusyPoll: c.BusyPoll}}
 	var f *os.File
 	if pcap != "" {
 		if f, err = os.Create(pcap); err != nil {
@@ -151,7 +166,7 @@ func OpenDevice(iface string, kind link.Kind, pcap, daemon string, busyPoll bool
 		if f != nil {
 			f.Close()
 		}
-		return nil, nil, fmt.Errorf("device %s: %w", iface, err)
+		return nil, nil, fmt.Errorf("device %s: %w", c.Interface, err)
 	}
 	return dev, func() {
 		dev.Close() // flushes the capture

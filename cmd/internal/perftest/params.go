@@ -15,6 +15,7 @@ import (
 
 	flag "github.com/spf13/pflag"
 
+	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 )
@@ -195,6 +196,8 @@ type Params struct {
 	Pcap        string // --pcap: xrnic's own, every frame of the device to a pcap file
 	Daemon      string // --daemon: xrnic's own, attach to the daemon on this socket
 	BusyPoll    bool   // --busy-poll: xrnic's own, the polling thread runs the engine
+	Queues      int    // --queues: xrnic's own, an engine per receive queue
+	XDPMode     bpf.AttachMode
 	NoPeak      bool   // -N
 	AtomicType  int    // -A
 	OutReads    int    // -o, 0 = device maximum
@@ -332,6 +335,8 @@ func newFlagSet(p *Params) *flag.FlagSet {
 	fs.StringVar(&p.OutJSONFile, "out_json_file", defJSONFile, "name of the JSON report")
 	fs.StringVar(&p.DumpBuffer, "dump_buffer", "", "write the local buffer to this file when the test ends (xrnic's own, to check data against a capture; --local: the server's to FILE.server)")
 	fs.BoolVar(&p.BusyPoll, "busy-poll", false, "a CQ poll that finds nothing runs the engine in the polling thread: run to completion, one core doing the work of two (xrnic's own; not with --daemon)")
+	fs.IntVar(&p.Queues, "queues", 1, "run an engine per receive queue 0..N-1 of -d, each with its own AF_XDP socket, QPs spread over them by number (xrnic's own; on a veth, with --xdp-mode native)")
+	fs.String("xdp-mode", "generic", "XDP attach mode of the AF_XDP link: generic or native (xrnic's own)")
 	fs.StringVar(&p.Daemon, "daemon", "", "attach to the xrnic daemon serving this socket (its --attach; -d's daemon is found by itself, and -d is then not needed) instead of running an engine in this process (xrnic's own; not with --local or --pcap)")
 	fs.StringVar(&p.Pcap, "pcap", "", "record every frame this side sends and receives to a pcap file, as ibdump does (xrnic's own; not with --local)")
 	fs.StringVar(&p.Progress, "progress", "auto", "progress line on stderr during long runs: auto, on or off")
@@ -470,6 +475,20 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	}
 	if p.Daemon != "" && p.BusyPoll {
 		return errors.New("--busy-poll runs the engine in this process: not with --daemon")
+	}
+	if p.Queues < 1 || p.Queues > verbs.MaxQueues {
+		return fmt.Errorf("--queues %d outside 1..%d", p.Queues, verbs.MaxQueues)
+	}
+	if p.Queues > 1 && (p.Daemon != "" || p.Local || p.Pcap != "") {
+		return errors.New("--queues runs engines in this process on -d: not with --daemon, --local or --pcap")
+	}
+	switch m, _ := fs.GetString("xdp-mode"); m {
+	case "generic":
+		p.XDPMode = bpf.AttachGeneric
+	case "native":
+		p.XDPMode = bpf.AttachNative
+	default:
+		return fmt.Errorf("--xdp-mode %q: want generic or native", m)
 	}
 	if p.Daemon != "" && (p.Local || p.Pcap != "") {
 		return errors.New("--daemon uses the daemon's device: not with --local or --pcap (the daemon's own --pcap records it)")

@@ -36,7 +36,8 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	for _, n := range p.Notes {
 		io.WriteString(errw, n)
 	}
-	dev, closeDev, err := oob.OpenDevice(p.Device, p.LinkKind, p.Pcap, p.Daemon, p.BusyPoll, errw)
+	dev, closeDev, err := oob.OpenDevice(oob.Device{Interface: p.Device, Kind: p.LinkKind, Pcap: p.Pcap,
+		Daemon: p.Daemon, BusyPoll: p.BusyPoll, XDPMode: p.XDPMode, Queues: p.Queues}, errw)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func Run(ctx context.Context, p *Params, out, errw io.Writer) error {
 	if p.Local {
 		return runLocal(ctx, p, out, errw)
 	}
-	dev, closeDev, err := oob.OpenDevice(p.Device, p.LinkKind, p.Pcap, "", false, errw)
+	dev, closeDev, err := oob.OpenDevice(oob.Device{Interface: p.Device, Kind: p.LinkKind, Pcap: p.Pcap}, errw)
 	if err != nil {
 		return err
 	}
