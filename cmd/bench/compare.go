@@ -43,6 +43,7 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	dur := fs.Duration("duration", 2*time.Second, "time per baseline measurement")
 	scale := fs.Float64("scale", 1, "multiplies xrnic's iteration counts (0.1 for a quick look)")
 	qps := fs.IntSlice("qps", []int{16, 256}, "QP counts measured against one QP")
+	queues := fs.Int("queues", 2, "receive queues of the veth pair: xrnic's many-QP runs are repeated with an engine per queue (--queues, native XDP); 1 skips them")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("%v (%w)", err, errUsage)
 	}
@@ -53,22 +54,26 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := testenv.NewVethPair(testenv.PairOptions{Label: "cmp", MTU: compareMTU})
+	if *queues < 1 || *queues > 64 {
+		return fmt.Errorf("--queues %d outside 1..64 (%w)", *queues, errUsage)
+	}
+	p, err := testenv.NewVethPair(testenv.PairOptions{Label: "cmp", MTU: compareMTU, NumTxQueues: *queues, NumRxQueues: *queues})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	c := &comparison{p: p, dur: *dur, exe: exe, dir: os.TempDir()}
+	c := &comparison{p: p, dur: *dur, exe: exe, dir: os.TempDir(), queues: *queues}
 	fmt.Fprintf(out, "veth pair %s (%s) <-> %s (%s), MTU %d, %d CPUs; baselines %v each\n",
 		p.A.Name, p.A.NS.Name, p.B.Name, p.B.NS.Name, compareMTU, runtime.NumCPU(), *dur)
 	return c.run(ctx, out, *scale, *qps)
 }
 
 type comparison struct {
-	p   *testenv.Pair
-	dur time.Duration
-	exe string
-	dir string
+	p      *testenv.Pair
+	dur    time.Duration
+	exe    string
+	dir    string
+	queues int
 }
 
 func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps []int) error {
@@ -162,6 +167,20 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		// until what is in flight fits.
 		runs = append(runs, run{"write_bw", []string{"-s", "65536", "-q", fmt.Sprint(q), "-n", n(8000 / q)}})
 	}
+	if c.queues > 1 {
+		// An engine per queue: the QPs spread over the queues by number.
+		// veth keeps a frame on its sender's queue in native mode only.
+		mq := []string{"--queues", fmt.Sprint(c.queues), "--xdp-mode", "native"}
+		for _, t := range []string{"write_bw", "read_bw", "send_bw"} {
+			runs = append(runs, run{t, append([]string{"-s", "65536", "-q", "16", "-n", n(500)}, mq...)})
+		}
+		for _, q := range qps {
+			if q != 16 {
+				runs = append(runs, run{"write_bw", append([]string{"-s", "65536", "-q", fmt.Sprint(q), "-n", n(8000 / q)}, mq...)})
+			}
+		}
+		runs = append(runs, run{"write_bw", append([]string{"-s", "64", "-q", "16", "-n", n(40000)}, mq...)})
+	}
 	var oneQP float64
 	for _, t := range runs {
 		r, err := c.xrnic(ctx, t.test, t.args)
@@ -174,6 +193,19 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		}
 		if i := slices.Index(t.args, "-q"); i >= 0 {
 			name += " -q " + t.args[i+1]
+			if i := slices.Index(t.args, "--queues"); i >= 0 {
+				name += " --queues " + t.args[i+1]
+				if t.args[1] == "64" {
+					row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B")
+					continue
+				}
+				row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/bestBW, "raw AF_XDP 4 KiB")
+				row("%-44s %9s %9.2fx %s", "", "", r.res["BW_average"]/oneQP, "one QP, one queue")
+				if t.test == "write_bw" {
+					row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcp.cpuPerGB, "kernel TCP")
+				}
+				continue
+			}
 			row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/oneQP, "one QP")
 			continue
 		}
