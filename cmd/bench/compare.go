@@ -635,12 +635,9 @@ func (c *comparison) xrnic(ctx context.Context, test string, args []string) (xrn
 		return xrnicResult{}, fmt.Errorf("%v: %s", err, b)
 	}
 	r := xrnicResult{res: doc.Results}
-	// Bytes moved: iterations x size x QPs.
-	qps := 1.0
-	if i := slices.Index(args, "-q"); i >= 0 {
-		fmt.Sscan(args[i+1], &qps)
-	}
-	moved := doc.Results["MsgSize"] * doc.Results["n_iterations"] * qps
+	// Bytes moved: size x iterations, which count every QP's (-q), as
+	// perftest's report does.
+	moved := doc.Results["MsgSize"] * doc.Results["n_iterations"]
 	if moved > 0 {
 		r.cpuPerGB = (cpuOf(cli) + cpuOf(srv)) / (moved / 1e9)
 	}
