@@ -31,6 +31,7 @@ import (
 const (
 	flapTimeout    = 14       // local ACK timeout code: 4.096 us * 2^14 = 67 ms
 	flapWRs        = 256      // RDMA WRITEs in the stream, each to its own place
+	flapHead       = 160      // posted by the set-up; the rest as the test goes (flapSetup.post)
 	flapMsg        = 64 << 10 // bytes per WRITE
 	flapBuf        = flapWRs * flapMsg
 	flapACKTimeout = 4096 << flapTimeout * time.Nanosecond
@@ -123,7 +124,40 @@ type flapSetup struct {
 	ea, eb <-chan AsyncEvent // port events of da and db
 	a, b   *endpoint
 	s      *wcstream.Stream
+	posted int // WRs of the stream posted so far
 }
+
+// post posts the stream's next n WRs (WRIDs in order).
+func (f *flapSetup) post(t *testing.T, n int) {
+	t.Helper()
+	wrs := make([]SendWR, min(n, flapWRs-f.posted))
+	for i := range wrs {
+		off := uint64(f.posted+i) * flapMsg
+		wrs[i] = SendWR{WRID: uint64(f.posted + i), Opcode: WRRDMAWrite, Flags: SendSignaled,
+			SGL: []SGE{f.a.mr.SGE(off, flapMsg)}, RemoteAddr: f.b.mr.Addr() + off, RKey: f.b.mr.RKey()}
+	}
+	if _, err := f.a.qp.PostSend(wrs); err != nil {
+		t.Fatalf("PostSend: %v", err)
+	}
+	f.posted += len(wrs)
+}
+
+// mark is wcstream.MarkProgress on the stream. A loaded host may have let the
+// engines finish what was posted before the test got here (they run at a
+// raised priority): then 16 more WRs go out, whose completion comes after the
+// mark.
+func (f *flapSetup) mark(t *testing.T) (Counters, time.Time) {
+	t.Helper()
+	return wcstream.MarkProgress(t, f.s, f.da.Counters, deadline, "the flap", func(completed int) {
+		if completed == f.posted {
+			f.post(t, 16)
+		}
+	})
+}
+
+// postRest posts what is left of the stream as the link goes down or away:
+// WRs outstanding then, whatever the engines did before.
+func (f *flapSetup) postRest(t *testing.T) { f.post(t, flapWRs-f.posted) }
 
 func newFlapSetup(t *testing.T, retry uint8) *flapSetup {
 	t.Helper()
@@ -135,15 +169,7 @@ func newFlapSetup(t *testing.T, retry uint8) *flapSetup {
 	f.b = newEndpoint(t, f.db, epOpts{oneCQ: true, cap: c, buf: make([]byte, flapBuf)})
 	connectVeth(t, f.a, f.b, retry)
 	fill(f.a.buf, 91)
-	wrs := make([]SendWR, flapWRs)
-	for i := range wrs {
-		off := uint64(i) * flapMsg
-		wrs[i] = SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled,
-			SGL: []SGE{f.a.mr.SGE(off, flapMsg)}, RemoteAddr: f.b.mr.Addr() + off, RKey: f.b.mr.RKey()}
-	}
-	if _, err := f.a.qp.PostSend(wrs); err != nil {
-		t.Fatalf("PostSend: %v", err)
-	}
+	f.post(t, flapHead)
 	f.s = &wcstream.Stream{CQ: f.a.scq}
 	f.s.Until(t, "the stream flowing", deadline, func() bool { return len(f.s.WCs) >= 4 })
 	return f
@@ -232,11 +258,12 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 	if progA == 0 || progB == 0 {
 		t.Fatalf("XDP programs %d, %d: the devices did not attach", progA, progB)
 	}
-	ca0, mark := wcstream.MarkProgress(t, f.s, f.da.Counters, deadline, "the flap")
+	ca0, mark := f.mark(t)
 	cf0, co0 := fd.Counters(), od.Counters()
 
 	setLink(t, flapped, "down")
 	down, retriesAtDown := time.Now(), f.da.Counters()[engine.CntCompRetry]
+	f.postRest(t)
 	expectPort(t, fd, fch, EventPortErr, PortDown)
 	if st := f.a.qp.State(); st != QPSRTS {
 		t.Fatalf("QP in %v with the port down, want RTS (a port event is no QP error)", st)
@@ -344,9 +371,10 @@ func vethLinkFlap(t *testing.T, peer, long bool, retry uint8) {
 func TestVethLinkRemoved(t *testing.T) {
 	const retry = 3
 	f := newFlapSetup(t, retry)
-	ca0, mark := wcstream.MarkProgress(t, f.s, f.da.Counters, deadline, "the flap")
+	ca0, mark := f.mark(t)
 	setLink(t, &f.p.A, "delete")
 	gone := time.Now()
+	f.postRest(t)
 	for _, x := range []struct {
 		d  *Device
 		ch <-chan AsyncEvent

@@ -109,7 +109,7 @@ func vethPeerDeath(t *testing.T, how string, op WROpcode) {
 	}
 	s := &wcstream.Stream{CQ: a.cq}
 	s.Until(t, "the stream flowing", 10*time.Second, func() bool { return len(s.WCs) >= 4 })
-	c0, mark := wcstream.MarkProgress(t, s, a.d.Counters, 10*time.Second, "the peer died")
+	c0, mark := wcstream.MarkProgress(t, s, a.d.Counters, 10*time.Second, "the peer died", nil)
 
 	killed := time.Now()
 	switch how {

@@ -55,12 +55,19 @@ func (s *Stream) Until(t testing.TB, what string, d time.Duration, cond func() b
 // drain found the CQ empty, so the requester's last progress (which restores
 // retry_cnt and restarts the local ACK timer) comes after the returned time,
 // give or take one engine pass. before names what must not have happened yet.
-func MarkProgress[C any](t testing.TB, s *Stream, counters func() C, d time.Duration, before string) (C, time.Time) {
+// refill, when not nil, is called with the number of completions once the
+// drain found the CQ empty: it posts more WRs if the stream has ended (on a
+// loaded host the engines may finish it before the test gets here), whose
+// completion then comes after the mark.
+func MarkProgress[C any](t testing.TB, s *Stream, counters func() C, d time.Duration, before string, refill func(completed int)) (C, time.Time) {
 	t.Helper()
 	c0, t0 := counters(), time.Now()
 	for s.Poll() > 0 {
 	}
 	n := len(s.WCs)
+	if refill != nil {
+		refill(n)
+	}
 	s.Until(t, "a completion after the mark (did the stream end before "+before+"?)", d,
 		func() bool { return len(s.WCs) > n })
 	if w := s.WCs[n]; w.Status != cq.Success {
