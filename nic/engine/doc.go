@@ -5,9 +5,14 @@
 //
 // # Ownership
 //
-// One goroutine per Device, RoutineEngine, owns every QP's transport state (PSNs,
-// WQE cursors, responder resources, timers) and the link's ReadBatch, WriteBatch and
-// Wait; it takes no locks on that state. Its loop reads a batch of frames, parses them
+// One goroutine per link, RoutineEngine, owns the transport state of its QPs
+// (PSNs, WQE cursors, responder resources, timers) and its link's ReadBatch,
+// WriteBatch and Wait; it takes no locks on that state. Open gives a device one
+// link; OpenQueues one per receive queue, a QP belonging to the engine of queue
+// QPN modulo their number, and a frame that comes in on another engine's queue
+// is handed to its QP's engine through a ring between the two (shard.go). The
+// engines share the CQs, SRQs and the memory region table, which have locks of
+// their own. Its loop reads a batch of frames, parses them
 // in place (wire.Parse and the ICRC), dispatches each by destination QPN (requests to
 // the responder, acknowledgements and read responses to the completer), runs the
 // requesters within a budget, writing frames straight into preallocated buffers,
