@@ -182,7 +182,7 @@ func attachPath(o *Options) (string, error) {
 			return "", ErrNoAttacher
 		}
 		return o.Attach, nil
-	case o.InProcess || o.Link != nil || o.Interface == "" || socket == nil:
+	case o.InProcess || o.Link != nil || len(o.Links) > 0 || o.Interface == "" || socket == nil:
 		return "", nil
 	}
 	p := socket(o.Interface)

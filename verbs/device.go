@@ -35,6 +35,10 @@ type Options struct {
 	// engine.OpenQueues); on a veth that takes native mode.
 	XDPMode bpf.AttachMode
 	Queues  int
+	// Links, instead of Link, are the links of one interface's receive queues
+	// (link.OpenQueues): an engine runs on each. The caller owns them, as it
+	// owns Link.
+	Links []link.Link
 	// GIDs is the port's GID table; default: netdev.GIDTable of the interface.
 	GIDs []GID
 	// Engine tunes the engine (clock, MTU, batch, ...); its GIDs and EventHandler
@@ -118,7 +122,12 @@ func Open(o Options) (*Device, error) {
 		d.logf = func(string, ...any) {}
 	}
 	l := o.Link
-	if l == nil {
+	switch {
+	case len(o.Links) > 0 && (l != nil || o.Queues > 1):
+		return nil, fmt.Errorf("%w: Links with Link or Queues", ErrInvalid)
+	case len(o.Links) > 0:
+		l, d.links = o.Links[0], o.Links
+	case l == nil:
 		if o.Interface == "" {
 			return nil, fmt.Errorf("%w: neither a link nor an interface", ErrInvalid)
 		}
@@ -128,8 +137,8 @@ func Open(o Options) (*Device, error) {
 			return nil, err
 		}
 		l, d.ownLink = d.links[0], true
-	} else if o.Queues > 1 {
-		return nil, fmt.Errorf("%w: queues of a link given: open them with link.OpenQueues and the engine with its OpenQueues", ErrInvalid)
+	case o.Queues > 1:
+		return nil, fmt.Errorf("%w: queues of a link given: open them with link.OpenQueues and pass them as Links", ErrInvalid)
 	}
 	if o.Pcap != nil && len(d.links) > 1 {
 		d.closeLink()
@@ -294,6 +303,15 @@ func (d *Device) EngineCounters() EngineCounters {
 		return EngineCounters{}
 	}
 	return d.eng.EngineCounters()
+}
+
+// QueueCounters returns each queue's engine counters (Options.Queues or
+// Links); one entry for a device of one queue, none when attached.
+func (d *Device) QueueCounters() []EngineCounters {
+	if d.b != nil {
+		return nil
+	}
+	return d.eng.QueueCounters()
 }
 
 // Resources returns a snapshot of the device's QPs, CQs and MRs and the number

@@ -94,6 +94,7 @@ type (
 const (
 	NumCounters       = engine.NumCounters
 	NumEngineCounters = engine.NumEngineCounters
+	EngRxFrames       = engine.EngRxFrames // EngineCounters()[EngRxFrames]: frames the engine received
 )
 
 // QP types.

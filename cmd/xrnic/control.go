@@ -60,8 +60,9 @@ type snapshot struct {
 	Counters  []namedValue         `json:"counters"`              // in the order of verbs.Counter
 	Engine    []namedValue         `json:"engine_counters"`       // in the order of verbs.EngineCounter
 	CM        []namedValue         `json:"cm_counters,omitempty"` // the IB CM's on QP1, once it runs
-	LinkStats link.Stats           `json:"link_stats"`
-	XDP       *bpf.Counters        `json:"xdp,omitempty"` // AF_XDP links only
+	LinkStats link.Stats           `json:"link_stats"`            // every queue's link, summed
+	Queues    []namedValue         `json:"queues,omitempty"`      // with --queues: frames each queue's engine received
+	XDP       *bpf.Counters        `json:"xdp,omitempty"`         // AF_XDP links only
 	Resources verbs.Resources      `json:"resources"`
 	CMIDs     []rdmacm.IDInfo      `json:"cm_ids"`
 	Sessions  []sessionInfo        `json:"sessions"`
@@ -93,7 +94,22 @@ func (d *daemon) snapshot() (snapshot, error) {
 	s := snapshot{
 		Device: d.dev.Name(), Port: 1, Interface: info.Name, Link: info.Kind.String(),
 		PortState: d.dev.QueryPort().State.String(), PID: d.pid, Comm: d.comm,
-		LinkStats: d.l.Stats(), Resources: res, CMIDs: rdmacm.Resources(d.dev),
+		Resources: res, CMIDs: rdmacm.Resources(d.dev),
+	}
+	for _, l := range d.ls {
+		ls := l.Stats()
+		s.LinkStats.RxFrames += ls.RxFrames
+		s.LinkStats.RxBytes += ls.RxBytes
+		s.LinkStats.TxFrames += ls.TxFrames
+		s.LinkStats.TxBytes += ls.TxBytes
+		s.LinkStats.RxDropped += ls.RxDropped
+		s.LinkStats.TxDropped += ls.TxDropped
+		s.LinkStats.TxErrors += ls.TxErrors
+	}
+	if q := d.dev.QueueCounters(); len(q) > 1 {
+		for i, c := range q {
+			s.Queues = append(s.Queues, namedValue{fmt.Sprint(i), c[verbs.EngRxFrames]})
+		}
 	}
 	cnt := d.dev.Counters()
 	for i, v := range cnt {

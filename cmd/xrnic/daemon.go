@@ -29,7 +29,8 @@ type daemon struct {
 	comm string
 	lg   *logger
 	out  *lockedWriter
-	l    link.Link
+	l    link.Link   // the first queue's
+	ls   []link.Link // every queue's (--queues)
 	dev  *verbs.Device
 
 	attach *server.Server // nil without --attach
@@ -149,22 +150,29 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 	}
 
 	// The link and the device.
-	l, err := link.Open(link.Options{Kind: c.kind, Interface: c.iface, Mode: c.mode, Logf: d.lg.printf})
+	ls, err := link.OpenQueues(link.Options{Kind: c.kind, Interface: c.iface, Mode: c.mode, Logf: d.lg.printf}, c.queues)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.iface, err)
 	}
-	d.l = l
+	d.l, d.ls = ls[0], ls
 	cl.add(func() {
-		switch err := l.Close(); {
+		var err error
+		for _, l := range ls { // the last to close detaches the program
+			err = errors.Join(err, l.Close())
+		}
+		switch {
 		case err != nil:
 			d.lg.printf("%s: closing the link: %v", c.iface, err)
-		case l.Info().Kind == link.KindAFXDP:
+		case d.l.Info().Kind == link.KindAFXDP:
 			d.lg.printf("%s: XDP program detached", c.iface)
 		}
 	})
 	// The engine resolves neighbours in this thread's namespace (a test runs the
 	// daemon on a thread that entered one), off the verbs' goroutines.
-	o := verbs.Options{Link: l, Logf: d.lg.printf}
+	o := verbs.Options{Link: d.l, Logf: d.lg.printf}
+	if len(ls) > 1 {
+		o = verbs.Options{Links: ls, Logf: d.lg.printf}
+	}
 	if c.pcap != "" {
 		f, err := os.Create(c.pcap)
 		if err != nil {

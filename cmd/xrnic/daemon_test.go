@@ -991,3 +991,35 @@ func medianRatio(num, den []float64) float64 {
 	}
 	return median(r)
 }
+
+// TestDaemonQueues: daemons with an engine per queue (--queues 2, native XDP)
+// on both ends of a two-queue veth pair. A bench process attached to A's
+// daemon runs write_bw over 4 QPs against B's bench server; the attached
+// process's rings are pumped by both of A's engines, and each queue of each
+// daemon carries frames.
+func TestDaemonQueues(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{NumTxQueues: 2, NumRxQueues: 2})
+	mq := []string{"--queues", "2", "--xdp-mode", "native"}
+	a := startDaemon(t, p, append(mq, "--bench-port", "0")...)
+	b := startDaemonOn(t, p, &p.B, append(mq, "--bench-port", "19101", "--bench-opts", "-s 65536 -n 300 -q 4")...)
+	proc := benchChildIn(t, &p.A, "write_bw", "--daemon", a.attach, "-p", "19101", "-s", "65536", "-n", "300", "-q", "4",
+		p.B.IPv4.String())
+	if err := proc.wait(90 * time.Second); err != nil {
+		t.Fatalf("write_bw: %v\n%s", err, proc.out.String())
+	}
+	if row := " 65536      1200 "; !strings.Contains(proc.out.String(), row) {
+		t.Errorf("write_bw through the daemon lacks %q:\n%s", row, proc.out.String())
+	}
+	for _, d := range []*testDaemon{a, b} {
+		stat := d.cmd(t, "statistic", "-d")
+		var q0, q1 uint64
+		for l := range strings.Lines(stat) {
+			if _, err := fmt.Sscanf(strings.TrimSpace(l), "queues rx_frames 0 %d 1 %d", &q0, &q1); err == nil {
+				break
+			}
+		}
+		if q0 == 0 || q1 == 0 {
+			t.Errorf("a queue that carried nothing (%d, %d):\n%s", q0, q1, stat)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/remote"
 )
 
@@ -33,6 +34,7 @@ type config struct {
 	iface     string
 	kind      link.Kind
 	mode      bpf.AttachMode
+	queues    int    // --queues: an engine per receive queue
 	metrics   string // listen address; "" = no metrics
 	benchPort int    // 0 = no bench server
 	bench     *perftest.Params
@@ -72,6 +74,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.StringVarP(&c.iface, "interface", "i", "", "interface to run on (required)")
 	fs.StringVar(&c.kindS, "link", "auto", "link: auto (AF_XDP, else UDP), af_xdp, udp, or udp-gso (UDP with GSO and GRO: faster, for peers that receive through sockets; not towards an XDP program on veth, nor from an IPv4 peer that numbers its packets, as rxe does)")
 	fs.StringVar(&c.modeS, "xdp-mode", "generic", "XDP attach mode: generic or native")
+	fs.IntVar(&c.queues, "queues", 1, "run an engine per receive queue 0..N-1 of the interface, each with its own AF_XDP socket, QPs spread over them by number (af_xdp; on a veth with --xdp-mode native, which alone keeps a frame on its sender's queue)")
 	fs.StringVar(&c.metrics, "metrics", defaultMetrics, `Prometheus metrics listen address ("" turns them off)`)
 	fs.IntVar(&c.benchPort, "bench-port", perftest.DefaultPort, "TCP port of the bench server (0 turns it off)")
 	fs.StringVar(&c.benchTest, "bench-test", defaultBenchTest, "the test the bench server runs for its clients")
@@ -116,6 +119,12 @@ func parse(args []string) (config, error) {
 		c.mode = bpf.AttachNative
 	default:
 		return c, fmt.Errorf("unknown --xdp-mode %q (want generic or native)", c.modeS)
+	}
+	if c.queues < 1 || c.queues > verbs.MaxQueues {
+		return c, fmt.Errorf("--queues %d outside 1..%d", c.queues, verbs.MaxQueues)
+	}
+	if c.queues > 1 && (c.kind != link.KindAFXDP && c.kind != link.KindAuto || c.pcap != "") {
+		return c, errors.New("--queues needs an AF_XDP link (--link af_xdp or auto), and no --pcap")
 	}
 	if c.metrics != "" {
 		if _, port, err := net.SplitHostPort(c.metrics); err != nil {

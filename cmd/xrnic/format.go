@@ -46,6 +46,13 @@ func formatStatistic(w io.Writer, s *snapshot, details bool) {
 			}
 			b.WriteString("\n")
 		}
+		if len(s.Queues) > 0 {
+			b.WriteString("    queues rx_frames") // each queue's engine's, by queue
+			for _, q := range s.Queues {
+				fmt.Fprintf(&b, " %s %d", q.Name, q.Value)
+			}
+			b.WriteString("\n")
+		}
 		if len(s.CM) > 0 {
 			b.WriteString("    cm") // ib_cm's counters (sysfs infiniband_cm), and its drops
 			for _, c := range s.CM {

@@ -8,27 +8,26 @@ import "github.com/xrnic/xrnic/nic/link"
 // transport moves the rings too).
 type Poller interface {
 	// Poll does a bounded amount of work and reports whether it did any. It
-	// runs where the engine's loop runs (the engine goroutine, or a busy
-	// poller in Drive), one call at a time: it must not block, and of the
-	// device's API it may post, poll and queue control operations, never wait
-	// for one.
+	// runs where an engine's loop runs (an engine goroutine, or a busy poller
+	// in Drive): on a device of several queues every engine calls it before
+	// it takes its frames, possibly at the same time, so Poll serialises
+	// itself. It must not block but on that, and of the device's API it may
+	// post, poll and queue control operations, never wait for one.
 	Poll() bool
-	// Idle(true) comes before the engine sleeps: the poller arms whatever
-	// wakes the engine (Device.Wake) when work comes, and reports whether
-	// work came meanwhile (the engine then does not sleep). Idle(false) comes
-	// when the engine wakes or does not sleep after all.
+	// Idle(true) comes before the first queue's engine sleeps: the poller
+	// arms whatever wakes it (Device.Wake) when work comes, and reports
+	// whether work came meanwhile (the engine then does not sleep).
+	// Idle(false) comes when that engine wakes or does not sleep after all.
+	// One call at a time, from that engine only: the other engines are woken
+	// by the doorbells of the QPs the poller posts to.
 	Idle(sleeping bool) bool
 }
 
-// AddPoller has the engine goroutine run p in every loop until RemovePoller.
-// A device of several queues has none: a receive a poller moves must be on its
-// QP's queue before the frames that came after it are taken, and the pollers
-// run in one engine's loop only (ErrUnsupported).
+// AddPoller has every engine run p in every loop until RemovePoller: a
+// receive a poller moves must be on its QP's queue before the frames that
+// came after it are taken, by whichever engine takes them.
 func (d *Device) AddPoller(p Poller) error {
-	if len(d.sh) > 1 {
-		return errorf(ErrUnsupported, "pollers on a device of %d queues", len(d.sh))
-	}
-	return d.sh[0].exec(func(e *engine) error {
+	return d.execAll(func(e *engine) error {
 		e.pollers = append(e.pollers, p)
 		return nil
 	}).Wait()
@@ -36,7 +35,7 @@ func (d *Device) AddPoller(p Poller) error {
 
 // RemovePoller stops running p; when it returns, p runs no more.
 func (d *Device) RemovePoller(p Poller) error {
-	return d.sh[0].exec(func(e *engine) error {
+	return d.execAll(func(e *engine) error {
 		for i, x := range e.pollers {
 			if x == p {
 				e.pollers = append(e.pollers[:i], e.pollers[i+1:]...)
@@ -67,9 +66,13 @@ func (e *engine) poll() bool {
 	return busy
 }
 
-// pollersIdle tells the pollers the engine is about to sleep (or woke); it
-// reports whether one of them found work.
+// pollersIdle tells the pollers the first queue's engine is about to sleep
+// (or woke); it reports whether one of them found work. The other engines
+// tell them nothing.
 func (e *engine) pollersIdle(sleeping bool) bool {
+	if e.sh.idx != 0 {
+		return false
+	}
 	work := false
 	for _, p := range e.pollers {
 		if p.Idle(sleeping) {

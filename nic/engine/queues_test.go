@@ -7,12 +7,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/internal/goid"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
@@ -321,4 +323,64 @@ func benchWriteMany(b *testing.B, as, rs []*node, size uint32, depth int) {
 	cpu := time.Duration(cpu1.Utime.Nano() + cpu1.Stime.Nano() - cpu0.Utime.Nano() - cpu0.Stime.Nano())
 	gb := float64(b.N) * float64(size) / 1e9
 	b.ReportMetric(cpu.Seconds()/gb, "cpu-s/GB")
+}
+
+// goPoller notes which goroutines call it.
+type goPoller struct {
+	mu         sync.Mutex
+	polls, idl map[uint64]int
+}
+
+func (p *goPoller) Poll() bool {
+	p.mu.Lock()
+	p.polls[goid.ID()]++
+	p.mu.Unlock()
+	return false
+}
+
+func (p *goPoller) Idle(bool) bool {
+	p.mu.Lock()
+	p.idl[goid.ID()]++
+	p.mu.Unlock()
+	return false
+}
+
+// TestQueuesPollers: every engine runs a poller before it takes its frames
+// (so an attached process's receive is posted before the frames after it),
+// and only the first queue's tells it when it sleeps.
+func TestQueuesPollers(t *testing.T) {
+	var la, lb []link.Link
+	for range 2 {
+		a, b, err := link.NewMemoryPair(link.MemoryOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		la, lb = append(la, a), append(lb, b)
+	}
+	da := openQueuesOn(t, la, netdev.GIDFromAddr(addrA))
+	openQueuesOn(t, lb, netdev.GIDFromAddr(addrB))
+	p := &goPoller{polls: map[uint64]int{}, idl: map[uint64]int{}}
+	if err := da.AddPoller(p); err != nil {
+		t.Fatal(err)
+	}
+	// Wake both engines a few times.
+	for range 20 {
+		da.wake()
+		if err := da.Sync().Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := da.RemovePoller(p); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.polls) != 2 || len(p.idl) != 1 {
+		t.Fatalf("Poll from %d goroutines, Idle from %d: want 2 and 1", len(p.polls), len(p.idl))
+	}
+	for id := range p.idl {
+		if p.polls[id] == 0 {
+			t.Fatalf("Idle from goroutine %d, which never polled", id)
+		}
+	}
 }
