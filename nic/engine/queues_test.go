@@ -23,9 +23,10 @@ import (
 )
 
 // openQueuesOn opens a device on links and closes both at cleanup.
-func openQueuesOn(t *testing.T, links []link.Link, g netdev.GID) *Device {
+func openQueuesOn(t testing.TB, links []link.Link, g netdev.GID, cfg Config) *Device {
 	t.Helper()
-	d, err := OpenQueues(links, Config{GIDs: []netdev.GID{g}})
+	cfg.GIDs = []netdev.GID{g}
+	d, err := OpenQueues(links, cfg)
 	if err != nil {
 		t.Fatalf("OpenQueues: %v", err)
 	}
@@ -135,19 +136,24 @@ func checkQueues(t *testing.T, side string, d *Device) {
 	}
 }
 
-// TestQueuesMemory runs two engines per device over two memory links, the
-// queues of a wire whose queue i reaches the peer's queue i, as veth's do.
-func TestQueuesMemory(t *testing.T) {
+// memoryQueues opens two devices of n queues each over n memory link pairs,
+// a wire whose queue i reaches the peer's queue i, as veth's do.
+func memoryQueues(t testing.TB, n int, cfg Config) (da, db *Device) {
+	t.Helper()
 	var la, lb []link.Link
-	for range 2 {
+	for range n {
 		a, b, err := link.NewMemoryPair(link.MemoryOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		la, lb = append(la, a), append(lb, b)
 	}
-	da := openQueuesOn(t, la, netdev.GIDFromAddr(addrA))
-	db := openQueuesOn(t, lb, netdev.GIDFromAddr(addrB))
+	return openQueuesOn(t, la, netdev.GIDFromAddr(addrA), cfg), openQueuesOn(t, lb, netdev.GIDFromAddr(addrB), cfg)
+}
+
+// TestQueuesMemory runs two engines per device over two memory link pairs.
+func TestQueuesMemory(t *testing.T) {
+	da, db := memoryQueues(t, 2, Config{})
 	as, bs := queuePairs(t, da, db, 6, qpattr.MTU4096)
 	queueTraffic(t, as, bs)
 	checkQueues(t, "A", da)
@@ -176,7 +182,7 @@ func TestQueuesVeth(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return openQueuesOn(t, links, netdev.GIDFromAddr(e.IPv4))
+		return openQueuesOn(t, links, netdev.GIDFromAddr(e.IPv4), Config{})
 	}
 	da, db := open(&p.A), open(&p.B)
 	as, bs := queuePairs(t, da, db, 6, qpattr.MTU4096)
@@ -241,23 +247,7 @@ func BenchmarkMemoryQueues(b *testing.B) {
 		{"queues=1/plain", 1, false, true}, {"queues=2/plain", 2, false, true}, {"queues=2/crossed/plain", 2, true, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			var la, lb []link.Link
-			for range c.queues {
-				x, y, err := link.NewMemoryPair(link.MemoryOptions{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				la, lb = append(la, x), append(lb, y)
-			}
-			open := func(links []link.Link, g netdev.GID) *Device {
-				d, err := OpenQueues(links, Config{GIDs: []netdev.GID{g}, PlainThread: c.plain})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { d.Close() })
-				return d
-			}
-			da, db := open(la, netdev.GIDFromAddr(addrA)), open(lb, netdev.GIDFromAddr(addrB))
+			da, db := memoryQueues(b, c.queues, Config{PlainThread: c.plain})
 			if c.crossed {
 				newNode(b, db, nodeOpts{cap: benchCap(), bufLen: 4096})
 			}
@@ -349,16 +339,7 @@ func (p *goPoller) Idle(bool) bool {
 // (so an attached process's receive is posted before the frames after it),
 // and only the first queue's tells it when it sleeps.
 func TestQueuesPollers(t *testing.T) {
-	var la, lb []link.Link
-	for range 2 {
-		a, b, err := link.NewMemoryPair(link.MemoryOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		la, lb = append(la, a), append(lb, b)
-	}
-	da := openQueuesOn(t, la, netdev.GIDFromAddr(addrA))
-	openQueuesOn(t, lb, netdev.GIDFromAddr(addrB))
+	da, _ := memoryQueues(t, 2, Config{})
 	p := &goPoller{polls: map[uint64]int{}, idl: map[uint64]int{}}
 	if err := da.AddPoller(p); err != nil {
 		t.Fatal(err)
