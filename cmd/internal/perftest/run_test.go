@@ -398,7 +398,7 @@ func TestLocalEventsListsSRQ(t *testing.T) {
 		name string
 		c    *atomic.Uint64
 	}
-	ev := counter{"events", &counts.events}
+	ev := counter{"armed waits for an event", &counts.events}
 	sl := counter{"send lists", &counts.sendLists}
 	rl := counter{"receive lists", &counts.recvLists}
 	srq := counter{"SRQ receives", &counts.srqRecvs}
