@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"errors"
+	"io"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -225,5 +226,35 @@ func TestRegistryMisuse(t *testing.T) {
 	}
 	if _, err := Open(Options{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Open without link or interface: %v", err)
+	}
+	// Several queues: links of one interface, no single Link beside them, no
+	// capture; nothing opened before the refusal.
+	for _, o := range []Options{
+		{Links: []link.Link{l1, l2}, Link: l1, GIDs: gids},
+		{Links: []link.Link{l1}, Queues: 2, GIDs: gids},
+		{Interface: "nosuch0", Queues: 2, Pcap: io.Discard, GIDs: gids},
+		{Links: []link.Link{l1, l2}, Pcap: io.Discard, GIDs: gids},
+		{Link: l1, Queues: 2, GIDs: gids},
+	} {
+		if d, err := Open(o); !errors.Is(err, ErrInvalid) {
+			if d != nil {
+				d.Close()
+			}
+			t.Errorf("Open(%+v): %v, want ErrInvalid", o, err)
+		}
+	}
+	// The queues' links of two memory pairs, one device on them.
+	m1, m2, _ := link.NewMemoryPair(link.MemoryOptions{})
+	defer m1.Close()
+	defer m2.Close()
+	d, err := Open(Options{Links: []link.Link{l1, m1}, GIDs: gids})
+	if err != nil {
+		t.Fatalf("Open on two queues: %v", err)
+	}
+	if n := len(d.QueueCounters()); n != 2 {
+		t.Errorf("%d queues", n)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -125,6 +125,8 @@ func Open(o Options) (*Device, error) {
 	switch {
 	case len(o.Links) > 0 && (l != nil || o.Queues > 1):
 		return nil, fmt.Errorf("%w: Links with Link or Queues", ErrInvalid)
+	case o.Pcap != nil && (o.Queues > 1 || len(o.Links) > 1):
+		return nil, fmt.Errorf("%w: a capture of a device of several queues", ErrInvalid)
 	case len(o.Links) > 0:
 		l, d.links = o.Links[0], o.Links
 	case l == nil:
@@ -139,10 +141,6 @@ func Open(o Options) (*Device, error) {
 		l, d.ownLink = d.links[0], true
 	case o.Queues > 1:
 		return nil, fmt.Errorf("%w: queues of a link given: open them with link.OpenQueues and pass them as Links", ErrInvalid)
-	}
-	if o.Pcap != nil && len(d.links) > 1 {
-		d.closeLink()
-		return nil, fmt.Errorf("%w: a capture of a device of %d queues", ErrInvalid, len(d.links))
 	}
 	if o.Pcap != nil {
 		c, err := link.NewCapture(l, o.Pcap)
