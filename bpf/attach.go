@@ -67,6 +67,18 @@ func (m AttachMode) String() string {
 	return fmt.Sprintf("AttachMode(%d)", int(m))
 }
 
+// ParseAttachMode is String's inverse for the modes a command line names
+// (--xdp-mode): "generic" or "native"; false for anything else.
+func ParseAttachMode(s string) (AttachMode, bool) {
+	switch s {
+	case "generic":
+		return AttachGeneric, true
+	case "native":
+		return AttachNative, true
+	}
+	return 0, false
+}
+
 func (m AttachMode) flags() (link.XDPAttachFlags, error) {
 	switch m {
 	case AttachGeneric:

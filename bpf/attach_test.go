@@ -268,6 +268,21 @@ func TestAttachModes(t *testing.T) {
 	}
 }
 
+// TestParseAttachMode: the command-line names are String's, and only the two
+// modes --xdp-mode offers parse.
+func TestParseAttachMode(t *testing.T) {
+	for _, m := range []AttachMode{AttachGeneric, AttachNative} {
+		if got, ok := ParseAttachMode(m.String()); !ok || got != m {
+			t.Errorf("ParseAttachMode(%q) = %v, %v", m, got, ok)
+		}
+	}
+	for _, s := range []string{"auto", "turbo", "", "Native"} {
+		if _, ok := ParseAttachMode(s); ok {
+			t.Errorf("ParseAttachMode(%q) took it", s)
+		}
+	}
+}
+
 func TestAttachInvalidMode(t *testing.T) {
 	if _, err := Attach("lo", AttachOptions{Mode: AttachMode(7)}); err == nil {
 		t.Fatal("got nil, want an error")

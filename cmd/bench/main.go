@@ -187,13 +187,8 @@ func runLink(args []string, out io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("%v (%w)", err, errUsage)
 	}
-	var am bpf.AttachMode
-	switch *mode {
-	case "generic":
-		am = bpf.AttachGeneric
-	case "native":
-		am = bpf.AttachNative
-	default:
+	am, ok := bpf.ParseAttachMode(*mode)
+	if !ok {
 		return fmt.Errorf("unknown --xdp-mode %q (%w)", *mode, errUsage)
 	}
 	for _, s := range *sizes {

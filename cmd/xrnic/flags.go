@@ -112,12 +112,8 @@ func parse(args []string) (config, error) {
 	if c.kind, err = link.ParseKind(c.kindS); err != nil || c.kind == link.KindMemory {
 		return c, fmt.Errorf("unknown --link %q (want auto, af_xdp, udp or udp-gso)", c.kindS)
 	}
-	switch c.modeS {
-	case "generic":
-		c.mode = bpf.AttachGeneric
-	case "native":
-		c.mode = bpf.AttachNative
-	default:
+	var ok bool
+	if c.mode, ok = bpf.ParseAttachMode(c.modeS); !ok {
 		return c, fmt.Errorf("unknown --xdp-mode %q (want generic or native)", c.modeS)
 	}
 	if c.queues < 1 || c.queues > verbs.MaxQueues {

@@ -482,12 +482,9 @@ func (p *Params) finish(fs *flag.FlagSet) error {
 	if p.Queues > 1 && (p.Daemon != "" || p.Local || p.Pcap != "") {
 		return errors.New("--queues runs engines in this process on -d: not with --daemon, --local or --pcap")
 	}
-	switch m, _ := fs.GetString("xdp-mode"); m {
-	case "generic":
-		p.XDPMode = bpf.AttachGeneric
-	case "native":
-		p.XDPMode = bpf.AttachNative
-	default:
+	m, _ := fs.GetString("xdp-mode")
+	var ok bool
+	if p.XDPMode, ok = bpf.ParseAttachMode(m); !ok {
 		return fmt.Errorf("--xdp-mode %q: want generic or native", m)
 	}
 	if p.Daemon != "" && (p.Local || p.Pcap != "") {
