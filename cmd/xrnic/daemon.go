@@ -169,10 +169,7 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 	})
 	// The engine resolves neighbours in this thread's namespace (a test runs the
 	// daemon on a thread that entered one), off the verbs' goroutines.
-	o := verbs.Options{Link: d.l, Logf: d.lg.printf}
-	if len(ls) > 1 {
-		o = verbs.Options{Links: ls, Logf: d.lg.printf}
-	}
+	o := verbs.Options{Links: ls, Logf: d.lg.printf}
 	if c.pcap != "" {
 		f, err := os.Create(c.pcap)
 		if err != nil {

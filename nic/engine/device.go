@@ -383,8 +383,8 @@ func (d *Device) doneOp(err error) *Op {
 	return o
 }
 
-// Sync returns an Op that completes after the engine has run one more pass of
-// its loop, timers included: after a clock.Manual.Advance, Sync().Wait() returns
+// Sync returns an Op that completes after every engine has run one more pass
+// of its loop, timers included: after a clock.Manual.Advance, Sync().Wait() returns
 // once the timers that became due have fired.
 func (d *Device) Sync() *Op { return d.execAll(nil) }
 
@@ -481,8 +481,7 @@ func (d *Device) Counters() Counters { return d.cnt.snapshot() }
 // A device of several queues sums its engines' (QueueCounters has each).
 func (d *Device) EngineCounters() EngineCounters {
 	var s EngineCounters
-	for _, sh := range d.sh {
-		q := sh.ecnt.snapshot()
+	for _, q := range d.QueueCounters() {
 		for i, v := range q {
 			s[i] += v
 		}
@@ -575,7 +574,7 @@ func (d *Device) since() time.Duration { return d.clock.Now().Sub(d.epoch) }
 // step is one pass of the engine's loop: control operations, the pollers,
 // the frames that came, the timers, the doorbells, and a turn of transmit. It
 // reports whether the engine stops, whether it has more work at once, and
-// whether the link refused frames. The caller holds d.drive: the engine
+// whether the link refused frames. The caller holds e.sh.drive: the engine
 // goroutine, or a busy poller (Drive).
 func (e *engine) step() (stop, more, blocked bool) {
 	d := e.d
@@ -608,7 +607,7 @@ func (e *engine) step() (stop, more, blocked bool) {
 	return false, busy || (len(e.active) > 0 && !blocked), blocked
 }
 
-// engine is the state of the engine's loop: only the holder of Device.drive
+// engine is the state of the engine's loop: only the holder of its shard's drive
 // touches it (the engine goroutine, or a busy poller in Drive).
 type engine struct {
 	d       *Device
@@ -737,7 +736,7 @@ const busyTick = time.Millisecond
 
 // sleepFor is how long the engine may sleep: until its next timer, or a
 // short back-off when the link refused frames; -1 is until woken. The
-// caller holds d.drive.
+// caller holds e.sh.drive.
 func (e *engine) sleepFor(blocked bool) time.Duration {
 	timeout := time.Duration(-1)
 	if when, ok := e.timers.next(); ok {

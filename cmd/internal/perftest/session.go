@@ -654,8 +654,8 @@ func (s *session) idle(cqs ...*verbs.CQ) {
 
 // counts are what the package's tests read to see an option at work: the
 // times -e armed its CQs to sleep on the channel, the lists -l and
-// --recv_post_list posted, the receives
-// posted to an SRQ, write_lat's memory spins that ran the engine (--busy-poll).
+// --recv_post_list posted, the receives posted to an SRQ, write_lat's memory
+// spins that ran the engine (--busy-poll).
 var counts struct {
 	events, sendLists, recvLists, srqRecvs, memDrives atomic.Uint64
 }
