@@ -9,12 +9,14 @@ import (
 )
 
 // handleFrame parses one received frame in place and hands it on: to its QP's
-// engine when that is another queue's (shard.go), else to dispatch. Whatever is
-// wrong with it is counted and dropped; nothing here fails or allocates.
+// engine when that is another queue's (shard.go), else to its QP's responder
+// or completer. Whatever is wrong with it is counted and dropped; nothing here
+// fails or allocates.
 func (e *engine) handleFrame(b []byte) {
 	p := &e.pkt
+	c := &e.d.cnt
 	if err := wire.Parse(b, p); err != nil {
-		e.d.cnt.inc(CntRcvdMalformed)
+		c.inc(CntRcvdMalformed)
 		return
 	}
 	if len(e.d.sh) > 1 {
@@ -23,23 +25,6 @@ func (e *engine) handleFrame(b []byte) {
 			return
 		}
 	}
-	e.dispatch(p)
-}
-
-// handleOwned is handleFrame for a frame another engine handed over.
-func (e *engine) handleOwned(b []byte) {
-	p := &e.pkt
-	if err := wire.Parse(b, p); err != nil {
-		e.d.cnt.inc(CntRcvdMalformed)
-		return
-	}
-	e.dispatch(p)
-}
-
-// dispatch checks a parsed frame of this engine's and hands it to its QP's
-// responder or completer.
-func (e *engine) dispatch(p *wire.Packet) {
-	c := &e.d.cnt
 	if err := p.VerifyICRC(); err != nil {
 		c.inc(CntRcvdBadICRC)
 		return

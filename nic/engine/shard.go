@@ -330,7 +330,7 @@ func (e *engine) takeHanded() bool {
 		}
 		for hd, t := h.head.Load(), h.tail.Load(); hd != t; hd++ {
 			i := hd & h.mask
-			e.handleOwned(h.bufs[i][:h.sizes[i]])
+			e.handleFrame(h.bufs[i][:h.sizes[i]]) // this engine's QP: handled here
 			h.head.Store(hd + 1)
 			got = true
 		}
