@@ -372,6 +372,7 @@ func (s *session) postSend(i int) error {
 		if s.halted() {
 			return s.aborted()
 		}
+		s.spin.Idle() // the engine that takes the ACKs may want this CPU
 		runtime.Gosched()
 	}
 }
@@ -915,6 +916,8 @@ loop:
 					// does; an empty poll takes no completion.
 					s.scq.Poll(nil)
 					counts.memDrives.Add(1)
+				} else {
+					s.spin.Idle() // as a CQ poll that finds nothing does
 				}
 				runtime.Gosched()
 			}

@@ -391,8 +391,9 @@ func TestProgressLine(t *testing.T) {
 
 // TestLocalEventsListsSRQ: -e sleeps on the completion channel, -l and
 // --recv_post_list post lists, --use-srq feeds the receivers from an SRQ,
-// --busy-poll has write_lat's memory spin run the engine; each shows in
-// perftest's header and in what the run did.
+// --busy-poll has write_lat's memory spin run the engine (without, the spin
+// yields its CPU now and then); each shows in perftest's header and in what
+// the run did.
 func TestLocalEventsListsSRQ(t *testing.T) {
 	type counter struct {
 		name string
@@ -403,6 +404,7 @@ func TestLocalEventsListsSRQ(t *testing.T) {
 	rl := counter{"receive lists", &counts.recvLists}
 	srq := counter{"SRQ receives", &counts.srqRecvs}
 	md := counter{"memory spins that ran the engine", &counts.memDrives}
+	sy := counter{"yields of the CPU from the memory spin", &counts.spinYields}
 	for _, c := range []struct {
 		test   string
 		args   []string
@@ -426,6 +428,7 @@ func TestLocalEventsListsSRQ(t *testing.T) {
 		{"send_lat", []string{"--use-srq", "-n", "100"}, []string{"Using SRQ      : ON"}, []counter{srq}},
 		{"send_bw", []string{"-c", "UD", "--use-srq", "-n", "200"}, []string{"Using SRQ      : ON"}, []counter{srq}},
 		{"write_lat", []string{"--busy-poll", "-n", "100"}, []string{"RDMA_Write Latency Test"}, []counter{md}},
+		{"write_lat", []string{"-n", "100"}, []string{"RDMA_Write Latency Test"}, []counter{sy}},
 	} {
 		t.Run(c.test+strings.Join(c.args, ""), func(t *testing.T) {
 			before := make([]uint64, len(c.used))

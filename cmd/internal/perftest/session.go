@@ -19,10 +19,10 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/verbs"
+	"golang.org/x/sys/unix"
 )
 
 // Limits of the resources a session creates.
@@ -69,7 +69,8 @@ type session struct {
 	ud       []udPeer // UD: where each QP's SENDs go
 	my, rem  []Dest
 
-	w wrs // the work requests and counters of the loops
+	w    wrs          // the work requests and counters of the loops
+	spin spin.Counter // the loops' spins on memory and on a full send queue
 
 	stop     atomic.Bool // set when the run must end: cancelled, or the peer left
 	peerGone atomic.Bool
@@ -442,6 +443,7 @@ func (s *session) connect() error {
 
 // close releases the resources in reverse order; the device is the caller's.
 func (s *session) close() {
+	counts.spinYields.Add(s.spin.Yields())
 	s.destroyAHs()
 	s.closeCM()
 	for _, qp := range s.qps {
@@ -655,9 +657,10 @@ func (s *session) idle(cqs ...*verbs.CQ) {
 // counts are what the package's tests read to see an option at work: the
 // times -e armed its CQs to sleep on the channel, the lists -l and
 // --recv_post_list posted, the receives posted to an SRQ, write_lat's memory
-// spins that ran the engine (--busy-poll).
+// spins that ran the engine (--busy-poll), and the yields of the loops' own
+// spins (on memory, on a full send queue; internal/spin).
 var counts struct {
-	events, sendLists, recvLists, srqRecvs, memDrives atomic.Uint64
+	events, sendLists, recvLists, srqRecvs, memDrives, spinYields atomic.Uint64
 }
 
 // halted reports whether the measurement must end early.
