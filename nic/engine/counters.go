@@ -107,13 +107,14 @@ const (
 	EngDriven                            // engine_driven: passes a busy-polling thread ran (Drive)
 	EngHandoffs                          // engine_handoffs: frames received on one queue for another queue's QP, handed to its engine
 	EngHandoffDrops                      // engine_handoff_drops: such frames dropped, the other engine's ring full
+	EngTxDeferred                        // engine_tx_deferred: Drive passes that left their transmit to the next, a completion in for the poller
 	NumEngineCounters
 )
 
 var engineCounterNames = [NumEngineCounters]string{
 	"engine_loops", "engine_rx_polls", "engine_rx_batches", "engine_rx_frames",
 	"engine_tx_batches", "engine_tx_frames", "engine_idle_waits", "engine_timers_fired", "engine_driven",
-	"engine_handoffs", "engine_handoff_drops",
+	"engine_handoffs", "engine_handoff_drops", "engine_tx_deferred",
 }
 
 func (c EngineCounter) String() string {

@@ -50,7 +50,7 @@ func (c *CQ) Poll(wcs []cq.WC) int {
 	if n == 0 {
 		if !c.d.cfg.BusyPoll {
 			c.spin.Idle()
-		} else if c.d.Drive() {
+		} else if c.d.driveFor(c.CQ) {
 			n = c.CQ.Poll(wcs)
 		}
 	}

@@ -55,7 +55,12 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// BusyPoll: a CQ poll that finds nothing runs a pass of the engine's loop
 	// itself when no other goroutine does (Drive): run to completion, for the
-	// latency of a thread that spins on its CQ.
+	// latency of a thread that spins on its CQ. A post runs one too, so the
+	// posting thread sends its WR with no wake-up; and a pass that brings the
+	// polled CQ a completion leaves its transmit (the ACKs) to the next pass,
+	// so that the completion comes back first and its ACK goes with the
+	// reply. Callbacks (CQ handlers, event handlers) may then run in the
+	// polling or posting thread.
 	BusyPoll bool
 	// PlainThread leaves the engine goroutine's thread at the process's
 	// priority. By default the engine locks its thread and raises it to
@@ -596,7 +601,17 @@ func (e *engine) step() (stop, more, blocked bool) {
 	}
 	e.fireTimers()
 	e.drainDoorbells()
-	blocked = e.transmit()
+	if w := e.wants; w != nil && !e.deferred && w.Len() > 0 {
+		// A busy poller's completion is in: it takes it before this pass's
+		// ACKs and responses go, which go with its next post or Drive (one
+		// pass later at most: a receiver that only polls still ACKs).
+		e.deferred = true
+		e.sh.ecnt.inc(EngTxDeferred)
+		busy = true
+	} else {
+		e.deferred = false
+		blocked = e.transmit()
+	}
 	if e.handed != 0 {
 		e.wakeHanded()
 	}
@@ -610,25 +625,27 @@ func (e *engine) step() (stop, more, blocked bool) {
 // engine is the state of the engine's loop: only the holder of its shard's drive
 // touches it (the engine goroutine, or a busy poller in Drive).
 type engine struct {
-	d       *Device
-	sh      *shard
-	now     time.Duration
-	qps     map[uint32]*QP
-	active  []*QP // QPs with transmit work, in turn order
-	next    []*QP // the next round of active
-	timers  timerHeap
-	tx      txBatch
-	rxBufs  [][]byte
-	rxSizes []int
-	pkt     wire.Packet
-	wc      cq.WC
-	syncs   []ctlReq
-	pending []ctlReq
-	handed  uint64   // the shards this pass handed frames to, a bit each
-	pollers []Poller // AddPoller's
-	budget  int
-	mtu     int    // port MTU in bytes (UD)
-	scratch []byte // one READ response's payload gathered from a page list
+	d        *Device
+	sh       *shard
+	now      time.Duration
+	qps      map[uint32]*QP
+	active   []*QP // QPs with transmit work, in turn order
+	next     []*QP // the next round of active
+	timers   timerHeap
+	tx       txBatch
+	rxBufs   [][]byte
+	rxSizes  []int
+	pkt      wire.Packet
+	wc       cq.WC
+	syncs    []ctlReq
+	pending  []ctlReq
+	handed   uint64   // the shards this pass handed frames to, a bit each
+	pollers  []Poller // AddPoller's
+	budget   int
+	mtu      int    // port MTU in bytes (UD)
+	scratch  []byte // one READ response's payload gathered from a page list
+	wants    *cq.CQ // Drive's: the CQ its caller polls
+	deferred bool   // the last pass left its transmit to the next (wants)
 
 	linkDead atomic.Bool // read by QueryPort
 }

@@ -38,9 +38,16 @@ func (qp *QP) ring() {
 			break
 		}
 	}
-	if !sh.polling.Load() { // a poller posting: the loop drains doorbells next
-		sh.wake()
+	if sh.polling.Load() { // a poller posting: the loop drains doorbells next
+		return
 	}
+	// Config.BusyPoll: the posting thread sends its WR itself, as its CQ
+	// polls run the engine (run to completion), unless the engine goroutine
+	// is awake and takes it anyway.
+	if sh.d.cfg.BusyPoll && sh.drive1(nil) {
+		return
+	}
+	sh.wake()
 }
 
 // lookupFault maps an mr.Fault of a local SGE to the post-time error.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/internal/testutil"
@@ -109,5 +110,55 @@ func TestEmptyPollsYield(t *testing.T) {
 		if err := c.Destroy().Wait(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestBusyPollRunToCompletion: under BusyPoll a post sends its WR in the
+// posting thread when the engine goroutine sleeps (its frame is on the link
+// when PostSend returns), and a poll whose Drive brings its CQ a completion
+// returns it before that pass's ACK goes (engine_tx_deferred); every WR of a
+// SEND ping-pong still completes, with its bytes.
+func TestBusyPollRunToCompletion(t *testing.T) {
+	p, a, b := rcPair(t, pairOpts{busy: true}, nodeOpts{}, connOpts{})
+	const n = 200
+	fill(a.buf[:64], 1)
+	fill(b.buf[:64], 2)
+	postedSent := 0 // posts that found the engine asleep and sent the frame themselves
+	spin := func(c *CQ) cq.WC {
+		var w [1]cq.WC
+		for end := time.Now().Add(10 * time.Second); c.Poll(w[:]) == 0; {
+			if time.Now().After(end) {
+				t.Fatal("no completion within 10 s")
+			}
+		}
+		return w[0]
+	}
+	ping := func(from, to *node, d *Device, i int) {
+		recv(t, to, uint64(i), 1024, 64)
+		asleep := d.sh[0].sleeping.Load()
+		tx := d.EngineCounters()[EngTxFrames]
+		send(t, from, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{from.mr.SGE(0, 64)}})
+		if asleep && d.sh[0].sleeping.Load() && d.EngineCounters()[EngTxFrames] > tx {
+			postedSent++
+		}
+		if w := spin(to.cq); w.Status != cq.Success || w.WRID != uint64(i) || w.ByteLen != 64 {
+			t.Fatalf("receive %d: %+v", i, w)
+		}
+		checkBytes(t, name("send %d", i), to.buf[1024:1024+64], from.buf[:64])
+		if w := spin(from.cq); w.Status != cq.Success || w.WRID != uint64(i) {
+			t.Fatalf("send %d: %+v", i, w)
+		}
+	}
+	for i := range n {
+		ping(a, b, p.a, 2*i)
+		ping(b, a, p.b, 2*i+1)
+	}
+	deferred := p.a.EngineCounters()[EngTxDeferred] + p.b.EngineCounters()[EngTxDeferred]
+	t.Logf("%d of %d posts sent their frame themselves; %d passes deferred their transmit", postedSent, 2*n, deferred)
+	if postedSent == 0 {
+		t.Error("no post sent its WR in the posting thread")
+	}
+	if deferred == 0 {
+		t.Error("no poll returned its completion before its pass's transmit")
 	}
 }

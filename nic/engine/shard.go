@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 )
 
@@ -240,17 +241,20 @@ func raiseThread(logf func(string, ...any)) (restore func()) {
 // CQ moves its own frames, with no wake-up of the engine goroutine and no
 // second core in the way). It reports whether it ran one. Config.BusyPoll
 // makes CQ polls that find nothing call it.
-func (d *Device) Drive() bool {
+func (d *Device) Drive() bool { return d.driveFor(nil) }
+
+// driveFor is Drive for a poller of c.
+func (d *Device) driveFor(c *cq.CQ) bool {
 	ran := false
 	for _, sh := range d.sh {
-		if sh.drive1() {
+		if sh.drive1(c) {
 			ran = true
 		}
 	}
 	return ran
 }
 
-func (sh *shard) drive1() bool {
+func (sh *shard) drive1(c *cq.CQ) bool {
 	// Only while the engine goroutine sleeps: an awake one runs the loop
 	// anyway, and a lock it had to wait for would cost it a wake-up.
 	if !sh.sleeping.Load() || !sh.drive.TryLock() {
@@ -262,7 +266,10 @@ func (sh *shard) drive1() bool {
 	}
 	e := &sh.e
 	sh.ecnt.inc(EngDriven)
-	if stop, _, _ := e.step(); stop {
+	e.wants = c
+	stop, _, _ := e.step()
+	e.wants = nil
+	if stop {
 		sh.wake() // the engine goroutine ends the device
 	}
 	sh.drive.Unlock()
