@@ -153,12 +153,46 @@ func TestBusyPollRunToCompletion(t *testing.T) {
 		ping(a, b, p.a, 2*i)
 		ping(b, a, p.b, 2*i+1)
 	}
-	deferred := p.a.EngineCounters()[EngTxDeferred] + p.b.EngineCounters()[EngTxDeferred]
-	t.Logf("%d of %d posts sent their frame themselves; %d passes deferred their transmit", postedSent, 2*n, deferred)
+	ca, cb := p.a.EngineCounters(), p.b.EngineCounters()
+	deferred := ca[EngTxDeferred] + cb[EngTxDeferred]
+	wakeWaits := ca[EngWakeWaits] + cb[EngWakeWaits]
+	t.Logf("%d of %d posts sent their frame themselves; %d passes deferred their transmit; %d sleeps left the frames to the pollers",
+		postedSent, 2*n, deferred, wakeWaits)
 	if postedSent == 0 {
 		t.Error("no post sent its WR in the posting thread")
 	}
 	if deferred == 0 {
 		t.Error("no poll returned its completion before its pass's transmit")
+	}
+	if wakeWaits == 0 {
+		t.Error("the engine goroutines never slept with the frames left to the pollers")
+	}
+}
+
+// TestBusyPollResponderThatDoesNotPoll: under BusyPoll, a side whose
+// application never polls (read_lat's responder) still has its frames
+// taken at once: its engine goroutine, which no poller has driven, sleeps
+// on the frames as well as on the doorbell (no engine_wake_waits).
+func TestBusyPollResponderThatDoesNotPoll(t *testing.T) {
+	p, a, b := rcPair(t, pairOpts{busy: true}, nodeOpts{}, connOpts{})
+	fill(b.buf[:4096], 3)
+	const n = 100
+	var w [1]cq.WC
+	for i := range n {
+		send(t, a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(8192, 64)},
+			RemoteAddr: b.mr.Addr() + uint64(i%32)*64, RKey: b.mr.RKey()})
+		for end := time.Now().Add(10 * time.Second); a.cq.Poll(w[:]) == 0; {
+			if time.Now().After(end) {
+				t.Fatalf("READ %d: no completion within 10 s", i)
+			}
+		}
+		if w[0].Status != cq.Success || w[0].WRID != uint64(i) {
+			t.Fatalf("READ %d: %+v", i, w[0])
+		}
+		checkBytes(t, name("READ %d", i), a.buf[8192:8192+64], b.buf[(i%32)*64:(i%32)*64+64])
+	}
+	cb := p.b.EngineCounters()
+	if cb[EngDriven] != 0 || cb[EngWakeWaits] != 0 {
+		t.Fatalf("the responder, never polled: %d passes driven, %d sleeps that left the frames to pollers", cb[EngDriven], cb[EngWakeWaits])
 	}
 }

@@ -163,6 +163,16 @@ func (l *AFXDP) Wait(timeout time.Duration) error {
 	return mapXSKErr(err)
 }
 
+// WaitWake implements WakeWaiter.
+func (l *AFXDP) WaitWake(timeout time.Duration) error {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return mapXSKErr(l.sock.PollWake(timeout))
+}
+
 // Wake implements Link.
 func (l *AFXDP) Wake() {
 	if s := l.socket(); s != nil {

@@ -448,6 +448,31 @@ func (s *Socket) Poll(timeout time.Duration) (readable bool, err error) {
 	return s.pfd[0].Revents&unix.POLLIN != 0, nil
 }
 
+// PollWake is Poll without the RX ring: it blocks until Wake is called or
+// timeout passes, whatever arrives. For an owner whose frames another
+// goroutine takes (a busy-polled engine): a frame then wakes no one, and
+// the sender's kernel does no wake-up for it.
+func (s *Socket) PollWake(timeout time.Duration) error {
+	if s.closed {
+		return ErrClosed
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	s.pfd[1] = unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN}
+	if _, err := unix.Poll(s.pfd[1:], ms); err != nil {
+		if errors.Is(err, unix.EINTR) {
+			return nil
+		}
+		return errSys(nil, "poll", err, "")
+	}
+	if s.pfd[1].Revents&unix.POLLIN != 0 {
+		_, _ = unix.Read(s.efd, s.efdBuf[:])
+	}
+	return nil
+}
+
 // Wake makes a Poll in progress (or the next one) return at once. Safe from any
 // goroutine; it is the doorbell for an owner sleeping in Poll.
 func (s *Socket) Wake() error {
