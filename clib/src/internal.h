@@ -12,7 +12,7 @@
 #include "xrnic/attach.h"
 
 #define XR_EXPORT __attribute__((visibility("default")))
-/* A thread's empty CQ polls between yields of its CPU: internal/spin's Every. */
+/* A run of empty CQ polls between yields of the CPU: internal/spin's Every. */
 #define XR_SPIN_EVERY 8
 #define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 

@@ -177,11 +177,13 @@ int xr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	if (k)
 		xrnic_ring_release(&q->ring, k);
 	pthread_spin_unlock(&q->lock);
-	/* Every XR_SPIN_EVERY-th empty poll of a thread yields its CPU: the
-	 * daemon's engine is a thread, not rxe's softirq, and one woken on this
-	 * CPU may otherwise wait for the next tick (internal/spin). */
+	/* Every XR_SPIN_EVERY-th of a thread's run of empty polls yields its
+	 * CPU: the daemon's engine is a thread, not rxe's softirq, and one woken
+	 * on this CPU may otherwise wait for the next tick (internal/spin). */
 	static __thread unsigned empty;
-	if (!k && ++empty % XR_SPIN_EVERY == 0)
+	if (k)
+		empty = 0;
+	else if (++empty % XR_SPIN_EVERY == 0)
 		sched_yield();
 	return k;
 }

@@ -2,7 +2,9 @@ package spin
 
 import "testing"
 
-func TestCounterYieldsEveryNth(t *testing.T) {
+// A run of Every empty looks yields once; a look that finds something starts
+// the run again.
+func TestCounterYieldsEveryNthOfARun(t *testing.T) {
 	real := yield
 	defer func() { yield = real }()
 	calls := 0
@@ -14,9 +16,16 @@ func TestCounterYieldsEveryNth(t *testing.T) {
 	if calls != 2 || c.Yields() != 2 {
 		t.Fatalf("%d empty looks: %d yields, Yields() %d; want 2", 3*Every-1, calls, c.Yields())
 	}
+	c.Found()
+	for range Every - 1 {
+		c.Idle()
+	}
+	if calls != 2 {
+		t.Fatalf("%d empty looks after a found one yielded: %d yields, want 2", Every-1, calls)
+	}
 	c.Idle()
 	if calls != 3 || c.Yields() != 3 {
-		t.Fatalf("%d empty looks: %d yields, Yields() %d; want 3", 3*Every, calls, c.Yields())
+		t.Fatalf("a run of %d empty looks: %d yields, Yields() %d; want 3", Every, calls, c.Yields())
 	}
 	real() // the system call itself returns, with or without another thread to run
 }

@@ -44,7 +44,8 @@ type CQ struct {
 
 // Poll takes up to len(wcs) completions (ibv_poll_cq). With Config.BusyPoll,
 // a poll that finds none drives the engine once (Drive) and looks again;
-// without, one in spin.Every polls that find none yields the CPU.
+// without, every spin.Every-th of a run of polls that find none yields
+// the CPU.
 func (c *CQ) Poll(wcs []cq.WC) int {
 	n := c.CQ.Poll(wcs)
 	if n == 0 {
@@ -53,6 +54,8 @@ func (c *CQ) Poll(wcs []cq.WC) int {
 		} else if c.d.driveFor(c.CQ) {
 			n = c.CQ.Poll(wcs)
 		}
+	} else {
+		c.spin.Found()
 	}
 	return n
 }

@@ -132,9 +132,9 @@ func (q *CQ) mapRing(fds []int, n int) error {
 }
 
 // Poll takes up to len(wcs) completions (ibv_poll_cq) without a system call,
-// but for a yield of the CPU in spin.Every polls that find nothing (internal/spin:
-// the daemon's engine thread may be waiting for this CPU). A ring whose index
-// the daemon could not have written is ErrCorrupt.
+// but for a yield of the CPU in each run of spin.Every polls that find
+// nothing (internal/spin: the daemon's engine thread may be waiting for this
+// CPU). A ring whose index the daemon could not have written is ErrCorrupt.
 func (q *CQ) Poll(wcs []verbs.WC) (int, error) {
 	avail, err := q.ring.Available()
 	if err != nil {
@@ -156,6 +156,7 @@ func (q *CQ) Poll(wcs []verbs.WC) (int, error) {
 	}
 	if n > 0 {
 		q.ring.Release(n)
+		q.spin.Found()
 	} else {
 		q.spin.Idle()
 	}

@@ -360,6 +360,7 @@ func (s *session) postSend(i int) error {
 	for {
 		n, err := s.qps[i].PostSend(l)
 		if err == nil {
+			s.spin.Found()
 			if pl > 1 {
 				counts.sendLists.Add(1)
 			}
