@@ -105,6 +105,7 @@ type txBatch struct {
 	bufs   [][]byte // len(bufs) buffers of the link's largest frame
 	frames [][]byte // frames[:n] are queued: frames[i] is bufs[i][:len]
 	n      int
+	built  int // frames committed since the engine last zeroed it (its pass)
 	ipID   uint16 // IPv4 identification, incremented per IPv4 frame as Linux does
 	fixID  bool   // the link sends IPv4 ID 0 (link.Info.FixedIPv4ID)
 }
@@ -136,6 +137,7 @@ func (t *txBatch) nextID() uint16 {
 func (t *txBatch) commit(n int) {
 	t.frames[t.n] = t.bufs[t.n][:n]
 	t.n++
+	t.built++
 }
 
 // flush hands the queued frames to the link and keeps what it did not take, in

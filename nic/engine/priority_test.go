@@ -12,6 +12,7 @@ import (
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // threadsAt counts this process's threads whose nice value is nice
@@ -194,5 +195,68 @@ func TestBusyPollResponderThatDoesNotPoll(t *testing.T) {
 	cb := p.b.EngineCounters()
 	if cb[EngDriven] != 0 || cb[EngWakeWaits] != 0 {
 		t.Fatalf("the responder, never polled: %d passes driven, %d sleeps that left the frames to pollers", cb[EngDriven], cb[EngWakeWaits])
+	}
+}
+
+// TestPassBounds: a pass of the engine's loop sends at most passBatches
+// batches of frames, and the QPs it did not serve keep their turn ahead of
+// those it served; every WR still completes. (Unbounded, 256 QPs' requesters
+// outran their ACKs: issue 20's write_bw -q 256 ended in retry exceeded.)
+func TestPassBounds(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	const nqp, wrs, size = 24, 4, 16 * 1024 // 16 frames per WR at MTU 1024: 64 per QP
+	var as, bs []*node
+	for range nqp {
+		a, b := newNode(t, p.a, nodeOpts{}), newNode(t, p.b, nodeOpts{})
+		connect(t, a, b, connOpts{})
+		as, bs = append(as, a), append(bs, b)
+	}
+	sh := p.a.sh[0]
+	sh.drive.Lock() // the engine goroutine waits: this test runs A's pass itself
+	locked := true
+	defer func() { // a failure below must not leave the engine locked out
+		if locked {
+			sh.drive.Unlock()
+		}
+	}()
+	start := make(map[*QP]wire.PSN)
+	for i, a := range as {
+		start[a.qp] = a.qp.req.psn
+		var l []SendWR
+		for k := range wrs {
+			l = append(l, SendWR{WRID: uint64(k), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)},
+				RemoteAddr: bs[i].mr.Addr(), RKey: bs[i].mr.RKey()})
+		}
+		if _, err := a.qp.PostSend(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &sh.e
+	e.now = p.a.since()
+	e.drainDoorbells()
+	e.transmit()
+	limit := passBatches * len(e.tx.bufs)
+	if e.tx.built > limit || e.tx.built == 0 {
+		t.Errorf("one pass sent %d frames, want 1..%d", e.tx.built, limit)
+	}
+	served := false
+	for k, qp := range e.active {
+		s := qp.req.psn != start[qp]
+		if !s && served {
+			t.Fatalf("active[%d], not served this pass, queued behind a QP that was", k)
+		}
+		served = served || s
+	}
+	if len(e.active) != nqp || e.active[0].req.psn != start[e.active[0]] {
+		t.Fatalf("after a bounded pass: %d active QPs, the first served already", len(e.active))
+	}
+	locked = false
+	sh.drive.Unlock()
+	for _, a := range as {
+		for _, w := range pollN(t, a.cq, wrs, 10*time.Second) {
+			if w.Status != cq.Success {
+				t.Fatalf("%+v", w)
+			}
+		}
 	}
 }
