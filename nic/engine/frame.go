@@ -105,7 +105,7 @@ type txBatch struct {
 	bufs   [][]byte // len(bufs) buffers of the link's largest frame
 	frames [][]byte // frames[:n] are queued: frames[i] is bufs[i][:len]
 	n      int
-	built  int // frames committed since the engine last zeroed it (its pass)
+	built  int    // frames committed since the engine last zeroed it (its pass)
 	ipID   uint16 // IPv4 identification, incremented per IPv4 frame as Linux does
 	fixID  bool   // the link sends IPv4 ID 0 (link.Info.FixedIPv4ID)
 }
