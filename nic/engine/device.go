@@ -716,7 +716,8 @@ func (e *engine) shutdown() {
 	e.sh.ctlMu.Unlock()
 }
 
-// receive reads one batch of frames and handles them; it reports whether any came.
+// receive reads up to passBatches batches of frames and handles them; it
+// reports whether any came.
 func (e *engine) receive() bool {
 	got := false
 	// Up to passBatches batches while they come full: as many frames as a
@@ -751,10 +752,9 @@ func (e *engine) receive() bool {
 // passBatches bounds a pass of the engine's loop (NAPI's budget): it takes
 // at most this many batches of frames, and sends at most as many frames,
 // before it looks at the other side again. Unbounded, one pass of 256 QPs'
-// requesters sent 460 frames on average while it took one batch of 64: their
-// ACKs waited in the ring seconds long, timers fired on requests the
-// responder had (duplicate_request), and write_bw -q 256 -t 31 -D 14 ended in
-// transport retry exceeded.
+// requesters sent 460 frames on average while it took one batch of 64 (write_bw
+// -q 256 -t 31 -D 14): their ACKs waited in the ring while timers fired on
+// requests the responder had (duplicate_request).
 const passBatches = 4
 
 // linkFailed marks the port down: the engine keeps serving control operations
