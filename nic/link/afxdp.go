@@ -154,23 +154,22 @@ func mapXSKErr(err error) error {
 
 // Wait implements Link.
 func (l *AFXDP) Wait(timeout time.Duration) error {
-	l.closeMu.RLock()
-	defer l.closeMu.RUnlock()
-	if l.closed.Load() {
-		return ErrClosed
-	}
-	_, err := l.sock.Poll(timeout)
-	return mapXSKErr(err)
+	return l.wait(func(s *xsk.Socket) error { _, err := s.Poll(timeout); return err })
 }
 
 // WaitWake implements WakeWaiter.
 func (l *AFXDP) WaitWake(timeout time.Duration) error {
+	return l.wait(func(s *xsk.Socket) error { return s.PollWake(timeout) })
+}
+
+// wait runs poll on the socket unless the link is closed; Close waits for it.
+func (l *AFXDP) wait(poll func(*xsk.Socket) error) error {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	return mapXSKErr(l.sock.PollWake(timeout))
+	return mapXSKErr(poll(l.sock))
 }
 
 // Wake implements Link.

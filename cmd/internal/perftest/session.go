@@ -19,10 +19,11 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/nic/wire"
 	"github.com/xrnic/xrnic/verbs"
-	"golang.org/x/sys/unix"
 )
 
 // Limits of the resources a session creates.
