@@ -673,6 +673,13 @@ func (e *engine) runControl() bool {
 	e.pending, sh.ctlQ = sh.ctlQ, e.pending[:0]
 	stopped := sh.stopped
 	sh.ctlMu.Unlock()
+	if e.deferred && (len(e.pending) > 0 || stopped) {
+		// The last pass left its ACKs and responses to this one (a busy
+		// poller's completion first): they leave before an operation that
+		// may destroy, reset or flush their QP, as a NIC's would have.
+		e.deferred = false
+		e.transmit()
+	}
 	for i := range e.pending {
 		r := &e.pending[i]
 		switch {

@@ -139,6 +139,57 @@ func TestBusyPollRunToCompletion(t *testing.T) {
 	}
 }
 
+// TestDeferredTransmitBeforeDestroy: a busy poller's pass that left its
+// transmit to the next (its completion first) still has its ACKs leave when
+// the next thing the engine does is destroy the QP. write_lat --busy-poll's
+// side that finishes first takes its last completion in the pass that brings
+// the peer's last WRITE, then destroys its QP: the ACK that pass queued must
+// go out, or the peer retries into "retry exceeded" (a CI failure).
+func TestDeferredTransmitBeforeDestroy(t *testing.T) {
+	p, a, b := rcPair(t, pairOpts{busy: true}, nodeOpts{}, connOpts{timeout: 12, retry: 1})
+	sh := p.b.sh[0]
+	sh.drive.Lock() // B's engine goroutine waits: this test runs B's passes
+	locked := true
+	defer func() {
+		if locked {
+			sh.drive.Unlock()
+		}
+	}()
+	e := &sh.e
+	pass := func(wants *CQ) {
+		if wants != nil {
+			e.wants = wants.CQ
+		}
+		if stop, _, _ := e.step(); stop {
+			t.Fatal("B's engine stopped")
+		}
+		e.wants = nil
+	}
+	sent := func(d *Device) uint64 { c := d.Counters(); return c[CntSentPkts] }
+	// B WRITEs to A; A's ACK and then A's own WRITE wait on B's link.
+	send(t, b, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{b.mr.SGE(0, 64)},
+		RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()})
+	pass(nil)
+	waitFor(t, "A's ACK", func() bool { return sent(p.a) >= 1 })
+	send(t, a, SendWR{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	waitFor(t, "A's WRITE", func() bool { return sent(p.a) >= 2 })
+	ackedBefore := sent(p.b)
+	pass(b.cq) // the ACK completes B's WRITE, A's WRITE queues B's ACK
+	if c := p.b.EngineCounters(); c[EngTxDeferred] != 1 || sent(p.b) != ackedBefore {
+		t.Fatalf("B's pass: %d deferred, %d frames sent; want its transmit left to the next pass", c[EngTxDeferred], sent(p.b)-ackedBefore)
+	}
+	op := b.qp.Destroy()
+	locked = false
+	sh.drive.Unlock()
+	if err := op.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success || w.WRID != 2 {
+		t.Fatalf("A's WRITE, its responder destroyed after the pass: %+v", w)
+	}
+}
+
 // TestBusyPollResponderThatDoesNotPoll: under BusyPoll, a side whose
 // application never polls (read_lat's responder) still has its frames
 // taken at once: its engine goroutine, which no poller has driven, sleeps
