@@ -58,6 +58,7 @@ func (e *engine) retransmitTimeout(qp *QP) {
 }
 
 func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
+	defer e.account(qp) // an ACK, a retry or an error changes what is in flight
 	c := &qp.comp
 	if !qp.live || qp.state == qpattr.Err || qp.state == qpattr.Reset || qp.errPending {
 		return

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
@@ -107,5 +109,119 @@ func TestCwndOnLoss(t *testing.T) {
 			}
 			t.Logf("cwnd %d ssthresh %d, %d packets resent", r.cwnd, r.ssthresh, c1[CntRetransmitted])
 		})
+	}
+}
+
+// TestShardInflightBound: a shard's RC QPs together never have more than
+// maxShardInflight PSNs unacknowledged; those past it wait and go on as ACKs
+// come, every WR completing; and a QP that is destroyed or errored leaves
+// the count (or the shard would stop sending for good).
+func TestShardInflightBound(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	const nqp, wrs, size = 16, 4, 16 * 1024 // 16 PSNs per WR at MTU 1024: 64 per QP, 1024 in all
+	cap := qpattr.Cap{MaxSendWR: wrs, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	var as, bs []*node
+	for range nqp {
+		a := newNode(t, p.a, nodeOpts{cap: cap, bufLen: wrs * size})
+		b := newNode(t, p.b, nodeOpts{cap: cap, bufLen: wrs * size})
+		connect(t, a, b, connOpts{mtu: qpattr.MTU1024})
+		fill(a.buf, byte(len(as)))
+		as, bs = append(as, a), append(bs, b)
+	}
+	post := func(i int) {
+		var l []SendWR
+		for k := range wrs {
+			off := uint64(k * size)
+			l = append(l, SendWR{WRID: uint64(k), Opcode: WRRDMAWrite, Flags: SendSignaled,
+				SGL: []SGE{as[i].mr.SGE(off, size)}, RemoteAddr: bs[i].mr.Addr() + off, RKey: bs[i].mr.RKey()})
+		}
+		if _, err := as[i].qp.PostSend(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa, sb := p.a.sh[0], p.b.sh[0]
+	e := &sa.e
+	// counted checks the shard's total against its QPs' own PSNs.
+	counted := func() int32 {
+		var sum int32
+		for _, a := range as {
+			if a.qp.live && a.qp.state == qpattr.RTS {
+				sum += max(a.qp.req.psn.Sub(a.qp.comp.psn), 0)
+			}
+		}
+		if sum != e.inflight {
+			t.Fatalf("the shard counts %d PSNs in flight, its QPs %d", e.inflight, sum)
+		}
+		return sum
+	}
+
+	// A's passes with B's engine held: nothing is acknowledged.
+	sb.drive.Lock()
+	sa.drive.Lock()
+	locked := true
+	defer func() { // a failure below must not leave the engines locked out
+		if locked {
+			sa.drive.Unlock()
+			sb.drive.Unlock()
+		}
+	}()
+	for i := range as {
+		post(i)
+	}
+	e.now = p.a.since()
+	e.drainDoorbells()
+	for range 8 {
+		e.transmit()
+	}
+	if n := counted(); n != maxShardInflight || len(e.roomWait) == 0 {
+		t.Fatalf("after A's passes: %d PSNs in flight (bound %d), %d QPs waiting", n, maxShardInflight, len(e.roomWait))
+	}
+	// A QP destroyed and one errored leave the count.
+	var gone []*node
+	for _, a := range as {
+		if a.qp.counted > 0 {
+			gone = append(gone, a)
+		}
+		if len(gone) == 2 {
+			break
+		}
+	}
+	before, c0, c1 := e.inflight, gone[0].qp.counted, gone[1].qp.counted
+	destroyed := gone[0].qp.Destroy()
+	errored := gone[1].qp.Modify(&QPAttr{Attr: qpattr.Attr{State: qpattr.Err}}, qpattr.AttrState)
+	e.runControl()
+	if err := errors.Join(destroyed.Wait(), errored.Wait()); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted(); n != before-c0-c1 {
+		t.Fatalf("destroying a QP with %d PSNs in flight and erroring one with %d left the shard's count at %d, from %d", c0, c1, n, before)
+	}
+	locked = false
+	sa.drive.Unlock()
+	sb.drive.Unlock()
+
+	// The rest complete, the waiters in turn.
+	for i, a := range as {
+		if a == gone[0] || a == gone[1] {
+			continue
+		}
+		for _, w := range pollN(t, a.cq, wrs, 10*time.Second) {
+			if w.Status != cq.Success {
+				t.Fatalf("QP %d: %+v", i, w)
+			}
+		}
+		checkBytes(t, name("QP %d", i), bs[i].buf, a.buf)
+	}
+	if err := p.a.Sync().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sa.drive.Lock()
+	n, waiting := counted(), len(e.roomWait)
+	sa.drive.Unlock()
+	if n != 0 || waiting != 0 {
+		t.Fatalf("all done: %d PSNs still counted in flight, %d QPs waiting", n, waiting)
+	}
+	if w := p.a.EngineCounters()[EngRoomWaits]; w == 0 {
+		t.Fatal("no QP waited for room")
 	}
 }

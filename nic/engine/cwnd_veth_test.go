@@ -21,6 +21,33 @@ import (
 // ran out of retry_cnt in every run (the shrinking window in one of four:
 // 64 QPs of two packets each still fill this ring).
 func TestManyQPsOverflowReceiver(t *testing.T) {
+	st, c, _ := manyQPsOnVeth(t, 256) // 128 frames for receiving
+	if st.RxDropped+st.RxRingFull == 0 || c[CntCompRetry] == 0 {
+		t.Fatalf("the receiver dropped nothing: the test did not overflow it")
+	}
+}
+
+// TestManyQPsWithinReceiverRing: the same 64 QPs against a receiver with
+// xsk's default ring (2048 frames): the shard's bound on what its QPs have in
+// flight together (maxShardInflight, cwnd.go) keeps the sender within it, so
+// nothing drops and nothing is resent. Without the bound the windows add up
+// to 8192 packets and the receiver drops hundreds.
+func TestManyQPsWithinReceiverRing(t *testing.T) {
+	st, c, ec := manyQPsOnVeth(t, 0)
+	if st.RxDropped+st.RxRingFull+st.RxFillRingEmptyDescs != 0 || c[CntRetransmitted] != 0 {
+		t.Fatalf("the receiver dropped %d frames (ring full %d, fill ring empty %d), the sender resent %d",
+			st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, c[CntRetransmitted])
+	}
+	if ec[EngRoomWaits] == 0 {
+		t.Fatal("no QP waited for the shard's bound: the test did not reach it")
+	}
+}
+
+// manyQPsOnVeth runs 48 WRITEs of 4 KiB (4 packets at MTU 1024) on each of
+// 64 RC QPs over a veth pair, the receiver's AF_XDP socket with numFrames
+// UMEM frames (0: xsk's default), checks every WR and byte, and returns the
+// receiver socket's statistics and the sender's counters.
+func manyQPsOnVeth(t *testing.T, numFrames int) (xsk.Stats, Counters, EngineCounters) {
 	const (
 		nQP    = 64
 		writes = 48
@@ -31,7 +58,7 @@ func TestManyQPsOverflowReceiver(t *testing.T) {
 	var lb *link.AFXDP
 	if err := p.B.Do(func() (err error) {
 		so := xsk.DefaultOptions()
-		so.NumFrames = 256 // 128 for receiving
+		so.NumFrames = numFrames
 		lb, err = link.NewAFXDP(link.AFXDPOptions{Interface: p.B.Name, Socket: so})
 		return err
 	}); err != nil {
@@ -86,7 +113,5 @@ func TestManyQPsOverflowReceiver(t *testing.T) {
 	c := da.Counters()
 	t.Logf("receiver dropped %d (ring full %d, fill ring empty %d); sender: %d retries, %d packets resent",
 		st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, c[CntCompRetry], c[CntRetransmitted])
-	if st.RxDropped+st.RxRingFull == 0 || c[CntCompRetry] == 0 {
-		t.Fatalf("the receiver dropped nothing: the test did not overflow it")
-	}
+	return st, c, da.EngineCounters()
 }

@@ -647,6 +647,8 @@ type engine struct {
 	wants      *cq.CQ // Drive's: the CQ its caller polls
 	deferred   bool   // the last pass left its transmit to the next (wants)
 	drivenSeen uint64 // the goroutine's: EngDriven when it last slept
+	inflight   int32  // RC request PSNs sent and not acknowledged, over the shard's QPs (cwnd.go)
+	roomWait   []*QP  // RC QPs waiting for inflight to fall (cwnd.go)
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -904,6 +906,7 @@ func (e *engine) transmit() (blocked bool) {
 		if e.respFlush(qp) || e.runRequester(qp, e.budget) {
 			e.schedule(qp)
 		}
+		e.account(qp)
 		if e.tx.full() && e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt) == 0 {
 			blocked = true
 		}

@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,8 @@ type QP struct {
 	// ---- engine ----
 	live       bool // in the engine's QP table
 	inActive   bool
+	counted    int32 // RC: its PSNs in the shard's inflight (cwnd.go)
+	roomWait   bool  // RC: in the shard's roomWait list
 	state      qpattr.State
 	attr       qpattr.Attr
 	av         AV
@@ -290,6 +293,11 @@ func (e *engine) destroyQP(qp *QP) {
 	qp.setPubState(stateDestroyed)
 	qp.n.dead.Store(true)
 	qp.live = false
+	e.account(qp)
+	if qp.roomWait { // the engine holds no pointer to a destroyed QP
+		e.roomWait = slices.DeleteFunc(e.roomWait, func(w *QP) bool { return w == qp })
+		qp.roomWait = false
+	}
 	delete(e.qps, qp.qpn)
 	// Its type 2 windows go with it: a new QP may get its number, and must not
 	// inherit what a peer was given for this one.

@@ -71,6 +71,9 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 			req.waitPSN = true
 			return false
 		}
+		if qp.typ == qpattr.RC && e.shardFull(qp) {
+			return false
+		}
 		// Room in the batch first: a READ or atomic takes its initiator slot only
 		// as it is sent, so every WQE holding one has gone out (reqRetry relies on
 		// this to give the slots back).
