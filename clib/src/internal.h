@@ -12,6 +12,8 @@
 #include "xrnic/attach.h"
 
 #define XR_EXPORT __attribute__((visibility("default")))
+/* A run of empty CQ polls between yields of the CPU: internal/spin's Every. */
+#define XR_SPIN_EVERY 8
 #define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 
 /* A session with a daemon: the control socket, one request at a time. */

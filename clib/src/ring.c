@@ -1,6 +1,7 @@
 /* The hot path on the shared rings (docs/attach.md, "Rings"): posting and
  * polling make no system call, except the doorbell when the daemon sleeps. */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -176,6 +177,14 @@ int xr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	if (k)
 		xrnic_ring_release(&q->ring, k);
 	pthread_spin_unlock(&q->lock);
+	/* Every XR_SPIN_EVERY-th of a thread's run of empty polls yields its
+	 * CPU: the daemon's engine is a thread, not rxe's softirq, and one woken
+	 * on this CPU may otherwise wait for the next tick (internal/spin). */
+	static __thread unsigned empty;
+	if (k)
+		empty = 0;
+	else if (++empty % XR_SPIN_EVERY == 0)
+		sched_yield();
 	return k;
 }
 

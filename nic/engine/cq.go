@@ -6,6 +6,7 @@ package engine
 import (
 	"context"
 
+	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/nic/cq"
 )
 
@@ -36,14 +37,25 @@ type CQ struct {
 	cqn uint32
 	n   lifetime // children: the QPs that complete here
 	ctx any
+	// spin yields the CPU of a thread that spins on the CQ, now and then,
+	// to an engine thread woken on it (internal/spin).
+	spin spin.Counter
 }
 
 // Poll takes up to len(wcs) completions (ibv_poll_cq). With Config.BusyPoll,
-// a poll that finds none drives the engine once (Drive) and looks again.
+// a poll that finds none drives the engine once (Drive) and looks again;
+// without, every spin.Every-th of a run of polls that find none yields
+// the CPU.
 func (c *CQ) Poll(wcs []cq.WC) int {
 	n := c.CQ.Poll(wcs)
-	if n == 0 && c.d.cfg.BusyPoll && c.d.driveFor(c.CQ) {
-		n = c.CQ.Poll(wcs)
+	if n == 0 {
+		if !c.d.cfg.BusyPoll {
+			c.spin.Idle()
+		} else if c.d.driveFor(c.CQ) {
+			n = c.CQ.Poll(wcs)
+		}
+	} else {
+		c.spin.Found()
 	}
 	return n
 }

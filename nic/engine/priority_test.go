@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
@@ -80,6 +81,36 @@ func TestEngineThreadPriority(t *testing.T) {
 				t.Fatalf("%d threads stay at nice %d after the device closed", n, engineNice)
 			}
 		})
+	}
+}
+
+// TestEmptyPollsYield: a thread spinning on a CQ yields its CPU on one in
+// spin.Every polls that find nothing, for an engine thread woken on that CPU
+// (internal/spin); under BusyPoll, where the poller runs the engine, it does
+// not.
+func TestEmptyPollsYield(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		p := newPair(t, pairOpts{busy: busy})
+		c, err := p.a.CreateCQ(16, CQOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wcs := make([]cq.WC, 4)
+		for range 2 * spin.Every {
+			if n := c.Poll(wcs); n != 0 {
+				t.Fatalf("an empty CQ polled %d completions", n)
+			}
+		}
+		want := uint64(2)
+		if busy {
+			want = 0
+		}
+		if got := c.spin.Yields(); got != want {
+			t.Errorf("BusyPoll %v: %d empty polls yielded %d times, want %d", busy, 2*spin.Every, got, want)
+		}
+		if err := c.Destroy().Wait(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

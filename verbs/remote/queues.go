@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/attach/conv"
 	"github.com/xrnic/xrnic/nic/shm"
@@ -87,6 +88,7 @@ type CQ struct {
 	ch   *CompChannel
 	seen uint32 // ring.Events() at the last GetEvent that returned it
 	cqe  shm.CQE
+	spin spin.Counter
 }
 
 // CreateCQ creates a CQ of at least cqe entries (ibv_create_cq), with its
@@ -129,8 +131,10 @@ func (q *CQ) mapRing(fds []int, n int) error {
 	return nil
 }
 
-// Poll takes up to len(wcs) completions (ibv_poll_cq) without a system call.
-// A ring whose index the daemon could not have written is ErrCorrupt.
+// Poll takes up to len(wcs) completions (ibv_poll_cq) without a system call,
+// but for a yield of the CPU in each run of spin.Every polls that find
+// nothing (internal/spin: the daemon's engine thread may be waiting for this
+// CPU). A ring whose index the daemon could not have written is ErrCorrupt.
 func (q *CQ) Poll(wcs []verbs.WC) (int, error) {
 	avail, err := q.ring.Available()
 	if err != nil {
@@ -152,6 +156,9 @@ func (q *CQ) Poll(wcs []verbs.WC) (int, error) {
 	}
 	if n > 0 {
 		q.ring.Release(n)
+		q.spin.Found()
+	} else {
+		q.spin.Idle()
 	}
 	return n, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/internal/testutil/leakcheck"
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/link"
@@ -581,5 +582,26 @@ func TestRemoteSRQ(t *testing.T) {
 	}
 	if err := srq.Destroy(); !errors.Is(err, verbs.ErrBusy) {
 		t.Errorf("destroying an SRQ its QPs use: %v", err)
+	}
+}
+
+// An attached process spinning on its CQ yields its CPU on one in spin.Every
+// polls that find nothing: the daemon's engine thread may be waiting for it
+// (internal/spin).
+func TestRemoteEmptyPollsYield(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	cq, err := d.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]verbs.WC, 4)
+	for range 3 * spin.Every {
+		if n, err := cq.Poll(wcs); n != 0 || err != nil {
+			t.Fatalf("an empty CQ: %d completions, %v", n, err)
+		}
+	}
+	if got := cq.spin.Yields(); got != 3 {
+		t.Fatalf("%d empty polls yielded %d times, want 3", 3*spin.Every, got)
 	}
 }

@@ -360,6 +360,7 @@ func (s *session) postSend(i int) error {
 	for {
 		n, err := s.qps[i].PostSend(l)
 		if err == nil {
+			s.spin.Found()
 			if pl > 1 {
 				counts.sendLists.Add(1)
 			}
@@ -372,6 +373,7 @@ func (s *session) postSend(i int) error {
 		if s.halted() {
 			return s.aborted()
 		}
+		s.spin.Idle() // the engine that takes the ACKs may want this CPU
 		runtime.Gosched()
 	}
 }
@@ -843,7 +845,6 @@ func loadByte(b []byte, i int) byte {
 func (s *session) pollOne(c *verbs.CQ, dc *durClock, linger *time.Time) (wc *verbs.WC, ok bool, err error) {
 	for {
 		if c.Poll(s.w.wc[:1]) == 1 {
-			s.spin.Found()
 			return &s.w.wc[0], true, nil
 		}
 		if dc.ended() {
@@ -851,9 +852,6 @@ func (s *session) pollOne(c *verbs.CQ, dc *durClock, linger *time.Time) (wc *ver
 		}
 		if linger != nil && s.haltedLinger(linger) || linger == nil && s.halted() {
 			return nil, false, s.aborted()
-		}
-		if s.ch == nil && !s.p.BusyPoll {
-			s.spin.Idle() // the latency loops' spin yields its CPU now and then (internal/spin)
 		}
 		s.idle(c) // -e never comes with -D: a duration run sees its clock end
 	}
@@ -920,7 +918,7 @@ loop:
 					s.scq.Poll(nil)
 					counts.memDrives.Add(1)
 				} else {
-					s.spin.Idle() // as the latency loops' CQ polls do (pollOne)
+					s.spin.Idle() // as a CQ poll that finds nothing does
 				}
 				runtime.Gosched()
 			}

@@ -71,7 +71,7 @@ type session struct {
 	my, rem  []Dest
 
 	w    wrs          // the work requests and counters of the loops
-	spin spin.Counter // the latency loops' spins, on their CQ or on memory
+	spin spin.Counter // the loops' spins on memory and on a full send queue
 
 	stop     atomic.Bool // set when the run must end: cancelled, or the peer left
 	peerGone atomic.Bool
@@ -658,8 +658,8 @@ func (s *session) idle(cqs ...*verbs.CQ) {
 // counts are what the package's tests read to see an option at work: the
 // times -e armed its CQs to sleep on the channel, the lists -l and
 // --recv_post_list posted, the receives posted to an SRQ, write_lat's memory
-// spins that ran the engine (--busy-poll), and the yields of the latency
-// loops' spins (internal/spin).
+// spins that ran the engine (--busy-poll), and the yields of the loops' own
+// spins (on memory, on a full send queue; internal/spin).
 var counts struct {
 	events, sendLists, recvLists, srqRecvs, memDrives, spinYields atomic.Uint64
 }
