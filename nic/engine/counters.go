@@ -109,7 +109,7 @@ const (
 	EngHandoffDrops                      // engine_handoff_drops: such frames dropped, the other engine's ring full
 	EngTxDeferred                        // engine_tx_deferred: Drive passes that left their transmit to the next, a completion in for the poller
 	EngWakeWaits                         // engine_wake_waits: idle waits for a doorbell alone, busy pollers taking the frames
-	EngRoomWaits                         // engine_room_waits: RC QPs that waited for the shard's in-flight PSNs to fall (cwnd.go)
+	EngRoomWaits                         // engine_room_waits: RC QPs that waited for the PSNs in flight to their destination to fall (cwnd.go)
 	NumEngineCounters
 )
 

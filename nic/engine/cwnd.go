@@ -12,62 +12,108 @@
 //
 // The windows of many QPs still add up past any ring: 256 QPs at the least
 // window of 2 are 512 packets, and after each retry they grow again into the
-// overflow. So a shard also bounds what all its RC QPs have in flight
-// together (maxShardInflight), as rxe bounds each QP's packets in the
+// overflow. So a shard also bounds what its RC QPs to one destination have in
+// flight together (maxDestInflight), as rxe bounds each QP's packets in the
 // kernel's queues (RXE_INFLIGHT_SKBS_PER_QP_HIGH): a QP past the bound waits
 // until ACKs bring the total down, in turn with the others (RFC 3124's
-// congestion manager shares one window among the flows to a host, in the
-// same spirit).
+// congestion manager shares one window among the flows to a host). Per
+// destination, so that a peer that stops acknowledging (or QPs to an address
+// that does not answer, with a long local ACK timeout) holds up only the
+// traffic to it, never another peer's or another process's.
 
 package engine
 
 import (
+	"slices"
+
+	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
-// maxShardInflight is the most RC request PSNs a shard's QPs have sent and
-// not had acknowledged, together. A receiver's AF_XDP ring here holds 2048
-// frames (1024 of RoCE MTU 4096, two chunks each); the bound keeps one sender
-// to half of that, far above the bandwidth-delay product of a veth pair (about
-// 60 packets of 4 KiB at 1 GB/s and 250 us) and of a real link.
-const maxShardInflight = 512
+// maxDestInflight is the most RC request PSNs a shard's QPs to one
+// destination have sent and not had acknowledged, together. A receiver's
+// AF_XDP ring here holds 2048 frames (1024 of RoCE MTU 4096, two chunks
+// each); the bound keeps one sender to half of that, far above the
+// bandwidth-delay product of a veth pair (about 60 packets of 4 KiB at 1 GB/s
+// and 250 us) and of a real link.
+const maxDestInflight = 512
 
-// shardFull reports whether qp's next PSN would take the shard past
-// maxShardInflight; then qp waits in roomWait until account wakes it.
-func (e *engine) shardFull(qp *QP) bool {
-	if e.inflight+max(qp.req.psn.Sub(qp.comp.psn), 0)-qp.counted < maxShardInflight {
+// destRoom is what a shard's RC QPs to one destination GID have in flight.
+// Engine-owned; it lives while a QP to the destination that may send (RTS,
+// SQD) has used it: at most one room per such QP.
+type destRoom struct {
+	gid      netdev.GID
+	inflight int32 // the PSNs counted by its QPs
+	holders  int   // its QPs with PSNs counted or waiting
+	wait     []*QP // QPs waiting for inflight to fall, in the order they came
+}
+
+// destFull reports whether qp's next PSN would take its destination past
+// maxDestInflight; then qp waits in the destination's room until account
+// wakes it.
+func (e *engine) destFull(qp *QP) bool {
+	r := e.roomOf(qp)
+	if r.inflight+max(qp.req.psn.Sub(qp.comp.psn), 0)-qp.counted < maxDestInflight {
 		return false
 	}
 	if !qp.roomWait {
 		qp.roomWait = true
-		e.roomWait = append(e.roomWait, qp)
+		r.wait = append(r.wait, qp)
 		e.sh.ecnt.inc(EngRoomWaits)
 	}
 	return true
 }
 
-// account brings qp's share of the shard's inflight up to date: its PSNs sent
-// and not acknowledged while it may send, none once it cannot (ERR, RESET,
-// destroyed). Once the total falls to three quarters of the bound, the QPs
-// that waited are scheduled again, in the order they came.
+// roomOf returns qp's destination room, taking one for it on first use.
+func (e *engine) roomOf(qp *QP) *destRoom {
+	if qp.room == nil {
+		r := e.rooms[qp.av.DGID]
+		if r == nil {
+			r = &destRoom{gid: qp.av.DGID}
+			e.rooms[qp.av.DGID] = r
+		}
+		r.holders++
+		qp.room = r
+	}
+	return qp.room
+}
+
+// account brings qp's share of its destination's inflight up to date: its
+// PSNs sent and not acknowledged while it may send, none once it cannot (ERR,
+// RESET, destroyed), when it also leaves the room. Once a room's total falls
+// to three quarters of the bound, the QPs that waited are scheduled again.
 func (e *engine) account(qp *QP) {
+	r := qp.room
+	if r == nil {
+		return // nothing counted, not waiting
+	}
+	sending := qp.live && qp.typ == qpattr.RC && (qp.state == qpattr.RTS || qp.state == qpattr.SQD)
 	var out int32
-	if qp.live && qp.typ == qpattr.RC && (qp.state == qpattr.RTS || qp.state == qpattr.SQD) {
+	if sending {
 		out = max(qp.req.psn.Sub(qp.comp.psn), 0)
 	}
-	if out == qp.counted {
-		return
-	}
-	e.inflight += out - qp.counted
-	qp.counted = out
-	if len(e.roomWait) > 0 && e.inflight <= maxShardInflight*3/4 {
-		for i, w := range e.roomWait {
-			w.roomWait = false
-			e.schedule(w)
-			e.roomWait[i] = nil
+	if out != qp.counted {
+		r.inflight += out - qp.counted
+		qp.counted = out
+		if len(r.wait) > 0 && r.inflight <= maxDestInflight*3/4 {
+			for i, w := range r.wait {
+				w.roomWait = false
+				e.schedule(w)
+				r.wait[i] = nil
+			}
+			r.wait = r.wait[:0]
 		}
-		e.roomWait = e.roomWait[:0]
+	}
+	if !sending { // the engine holds no pointer to a QP that cannot send
+		if qp.roomWait {
+			r.wait = slices.DeleteFunc(r.wait, func(w *QP) bool { return w == qp })
+			qp.roomWait = false
+		}
+		qp.room = nil
+		if r.holders--; r.holders == 0 {
+			delete(e.rooms, r.gid)
+		}
 	}
 }
 

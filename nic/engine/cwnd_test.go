@@ -2,11 +2,13 @@ package engine
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
@@ -112,11 +114,11 @@ func TestCwndOnLoss(t *testing.T) {
 	}
 }
 
-// TestShardInflightBound: a shard's RC QPs together never have more than
-// maxShardInflight PSNs unacknowledged; those past it wait and go on as ACKs
-// come, every WR completing; and a QP that is destroyed or errored leaves
-// the count (or the shard would stop sending for good).
-func TestShardInflightBound(t *testing.T) {
+// TestDestInflightBound: a shard's RC QPs to one destination together never
+// have more than maxDestInflight PSNs unacknowledged; those past it wait and
+// go on as ACKs come, every WR completing; and a QP that is destroyed or
+// errored leaves the count (or the destination would get nothing more).
+func TestDestInflightBound(t *testing.T) {
 	p := newPair(t, pairOpts{})
 	const nqp, wrs, size = 16, 4, 16 * 1024 // 16 PSNs per WR at MTU 1024: 64 per QP, 1024 in all
 	cap := qpattr.Cap{MaxSendWR: wrs, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
@@ -141,7 +143,13 @@ func TestShardInflightBound(t *testing.T) {
 	}
 	sa, sb := p.a.sh[0], p.b.sh[0]
 	e := &sa.e
-	// counted checks the shard's total against its QPs' own PSNs.
+	// counted checks the destination's total against its QPs' own PSNs.
+	room := func() *destRoom {
+		if len(e.rooms) > 1 {
+			t.Fatalf("%d destination rooms, want at most 1", len(e.rooms))
+		}
+		return e.rooms[bs[0].gid()]
+	}
 	counted := func() int32 {
 		var sum int32
 		for _, a := range as {
@@ -149,8 +157,12 @@ func TestShardInflightBound(t *testing.T) {
 				sum += max(a.qp.req.psn.Sub(a.qp.comp.psn), 0)
 			}
 		}
-		if sum != e.inflight {
-			t.Fatalf("the shard counts %d PSNs in flight, its QPs %d", e.inflight, sum)
+		var n int32
+		if r := room(); r != nil {
+			n = r.inflight
+		}
+		if sum != n {
+			t.Fatalf("the destination counts %d PSNs in flight, its QPs %d", n, sum)
 		}
 		return sum
 	}
@@ -173,8 +185,8 @@ func TestShardInflightBound(t *testing.T) {
 	for range 8 {
 		e.transmit()
 	}
-	if n := counted(); n != maxShardInflight || len(e.roomWait) == 0 {
-		t.Fatalf("after A's passes: %d PSNs in flight (bound %d), %d QPs waiting", n, maxShardInflight, len(e.roomWait))
+	if n := counted(); n != maxDestInflight || len(room().wait) == 0 {
+		t.Fatalf("after A's passes: %d PSNs in flight (bound %d), %d QPs waiting", n, maxDestInflight, len(room().wait))
 	}
 	// A QP destroyed and one errored leave the count.
 	var gone []*node
@@ -186,7 +198,7 @@ func TestShardInflightBound(t *testing.T) {
 			break
 		}
 	}
-	before, c0, c1 := e.inflight, gone[0].qp.counted, gone[1].qp.counted
+	before, c0, c1 := counted(), gone[0].qp.counted, gone[1].qp.counted
 	destroyed := gone[0].qp.Destroy()
 	errored := gone[1].qp.Modify(&QPAttr{Attr: qpattr.Attr{State: qpattr.Err}}, qpattr.AttrState)
 	e.runControl()
@@ -216,12 +228,50 @@ func TestShardInflightBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa.drive.Lock()
-	n, waiting := counted(), len(e.roomWait)
+	n, r := counted(), room()
 	sa.drive.Unlock()
-	if n != 0 || waiting != 0 {
-		t.Fatalf("all done: %d PSNs still counted in flight, %d QPs waiting", n, waiting)
+	if n != 0 || len(r.wait) != 0 || r.holders != nqp-2 {
+		t.Fatalf("all done: %d PSNs still counted in flight, %d QPs waiting, %d QPs holding the room (want %d)",
+			n, len(r.wait), r.holders, nqp-2)
 	}
 	if w := p.a.EngineCounters()[EngRoomWaits]; w == 0 {
 		t.Fatal("no QP waited for room")
+	}
+}
+
+// TestDestInflightIsolation: QPs to a destination that never acknowledges
+// (with a local ACK timeout of hours) fill only their own destination's
+// room: a QP to another destination, on the same shard, still moves. Were the
+// bound per shard, a process could stall every other's traffic this way.
+func TestDestInflightIsolation(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	const size = 64 * 1024 // 64 PSNs at MTU 1024
+	cap := qpattr.Cap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	hole := netdev.GIDFromAddr(netip.MustParseAddr("192.0.2.99")) // B drops what is not for it
+	var stuck []*node
+	for range 5 {
+		a := newNode(t, p.a, nodeOpts{cap: cap, bufLen: 2 * size})
+		b := newNode(t, p.b, nodeOpts{cap: cap, bufLen: 2 * size})
+		connect(t, a, b, connOpts{timeout: 31, dgidA: hole})
+		for k := range 2 {
+			send(t, a, SendWR{WRID: uint64(k), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(uint64(k*size), size)},
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		}
+		stuck = append(stuck, a)
+	}
+	waitFor(t, "the black hole's room to fill", func() bool { return p.a.EngineCounters()[EngRoomWaits] > 0 })
+	a, b := newNode(t, p.a, nodeOpts{cap: cap, bufLen: size}), newNode(t, p.b, nodeOpts{cap: cap, bufLen: size})
+	connect(t, a, b, connOpts{})
+	fill(a.buf, 9)
+	send(t, a, SendWR{WRID: 7, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success {
+		t.Fatalf("a WRITE to a peer that answers, beside QPs stuck on one that does not: %+v", w)
+	}
+	checkBytes(t, "the WRITE", b.buf, a.buf)
+	for _, s := range stuck {
+		if n := s.cq.Len(); n != 0 {
+			t.Fatalf("a QP to the black hole completed %d WRs", n)
+		}
 	}
 }

@@ -642,13 +642,12 @@ type engine struct {
 	handed     uint64   // the shards this pass handed frames to, a bit each
 	pollers    []Poller // AddPoller's
 	budget     int
-	mtu        int    // port MTU in bytes (UD)
-	scratch    []byte // one READ response's payload gathered from a page list
-	wants      *cq.CQ // Drive's: the CQ its caller polls
-	deferred   bool   // the last pass left its transmit to the next (wants)
-	drivenSeen uint64 // the goroutine's: EngDriven when it last slept
-	inflight   int32  // RC request PSNs sent and not acknowledged, over the shard's QPs (cwnd.go)
-	roomWait   []*QP  // RC QPs waiting for inflight to fall (cwnd.go)
+	mtu        int                      // port MTU in bytes (UD)
+	scratch    []byte                   // one READ response's payload gathered from a page list
+	wants      *cq.CQ                   // Drive's: the CQ its caller polls
+	deferred   bool                     // the last pass left its transmit to the next (wants)
+	drivenSeen uint64                   // the goroutine's: EngDriven when it last slept
+	rooms      map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -656,6 +655,7 @@ type engine struct {
 func (e *engine) init(d *Device, sh *shard) {
 	e.d, e.sh = d, sh
 	e.qps = make(map[uint32]*QP)
+	e.rooms = make(map[netdev.GID]*destRoom)
 	frameCap := d.info.MTU + maxEthernetLen
 	e.tx = newTxBatch(d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
 	e.rxBufs = make([][]byte, d.cfg.Batch)

@@ -169,6 +169,7 @@ type connOpts struct {
 	rdAtomic   uint8
 	access     uint32
 	psnA, psnB wire.PSN
+	dgidA      netdev.GID // A's destination instead of B's GID (one that does not answer)
 }
 
 // connect takes two RC or UC QPs through INIT, RTR and RTS to each other.
@@ -201,7 +202,7 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 	if o.psnB == 0 {
 		o.psnB = 0xfffff0 // wraps during the tests
 	}
-	up := func(x, y *node, sq, rq wire.PSN) {
+	up := func(x, y *node, dgid netdev.GID, rq wire.PSN) {
 		t.Helper()
 		rc := x.qp.typ == qpattr.RC
 		acc := o.access
@@ -214,7 +215,7 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 		}
 		rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: o.mtu, DestQPN: y.qp.QPN(), RQPSN: rq,
 			MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR},
-			AV: AV{DGID: y.gid(), DMAC: y.d.info.MAC}}
+			AV: AV{DGID: dgid, DMAC: y.d.info.MAC}}
 		mask := qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN
 		if rc {
 			mask |= qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer
@@ -235,8 +236,13 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 			t.Fatalf("RTS: %v", err)
 		}
 	}
-	up(a, b, o.psnA, o.psnB)
-	up(b, a, o.psnB, o.psnA)
+	toB := b.gid()
+	if o.dgidA != (netdev.GID{}) {
+		toB = o.dgidA
+	}
+	up(a, b, toB, o.psnB)
+	up(b, a, a.gid(), o.psnA)
+
 	rts(a, o.psnA)
 	rts(b, o.psnB)
 }

@@ -191,7 +191,7 @@ func (d *Device) sportFor(qp *QP, destQPN, flowLabel uint32) uint16 {
 func (e *engine) setState(qp *QP, s qpattr.State) {
 	qp.state = s
 	qp.attr.State = s
-	defer e.account(qp) // ERR and RESET take qp's PSNs out of the shard's inflight
+	defer e.account(qp) // ERR and RESET take qp's PSNs out of its destination's room
 	switch s {
 	case qpattr.Reset:
 		qp.setPubState(uint32(s)) // posters stop before the rings empty

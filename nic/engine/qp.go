@@ -4,7 +4,6 @@
 package engine
 
 import (
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -58,8 +57,9 @@ type QP struct {
 	// ---- engine ----
 	live       bool // in the engine's QP table
 	inActive   bool
-	counted    int32 // RC: its PSNs in the shard's inflight (cwnd.go)
-	roomWait   bool  // RC: in the shard's roomWait list
+	room       *destRoom // RC: its destination's PSNs in flight, while it counts or waits there (cwnd.go)
+	counted    int32     // RC: its PSNs in room.inflight
+	roomWait   bool      // RC: in room.wait
 	state      qpattr.State
 	attr       qpattr.Attr
 	av         AV
@@ -293,11 +293,7 @@ func (e *engine) destroyQP(qp *QP) {
 	qp.setPubState(stateDestroyed)
 	qp.n.dead.Store(true)
 	qp.live = false
-	e.account(qp)
-	if qp.roomWait { // the engine holds no pointer to a destroyed QP
-		e.roomWait = slices.DeleteFunc(e.roomWait, func(w *QP) bool { return w == qp })
-		qp.roomWait = false
-	}
+	e.account(qp) // out of its destination's room
 	delete(e.qps, qp.qpn)
 	// Its type 2 windows go with it: a new QP may get its number, and must not
 	// inherit what a peer was given for this one.

@@ -71,7 +71,7 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 			req.waitPSN = true
 			return false
 		}
-		if qp.typ == qpattr.RC && e.shardFull(qp) {
+		if qp.typ == qpattr.RC && e.destFull(qp) {
 			return false
 		}
 		// Room in the batch first: a READ or atomic takes its initiator slot only
