@@ -17,14 +17,16 @@
 // kernel's queues (RXE_INFLIGHT_SKBS_PER_QP_HIGH): a QP past the bound waits
 // until ACKs bring the total down, in turn with the others (RFC 3124's
 // congestion manager shares one window among the flows to a host). Per
-// destination, so that a peer that stops acknowledging (or QPs to an address
-// that does not answer, with a long local ACK timeout) holds up only the
-// traffic to it, never another peer's or another process's.
+// destination, so that QPs to an address that does not answer hold up only
+// the traffic to it; and a QP's PSNs stop counting once no ACK has moved them
+// for roomStale, so that QPs no peer answers (a wrong destination QPN, with a
+// local ACK timeout of hours) do not hold up the others to a healthy peer.
 
 package engine
 
 import (
 	"slices"
+	"time"
 
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
@@ -39,14 +41,23 @@ import (
 // and 250 us) and of a real link.
 const maxDestInflight = 512
 
+// roomStale is how long a QP's PSNs count in its destination's room with no
+// ACK moving them: after that they no longer hold others back, until an ACK
+// comes. A QP's local ACK timeout is its own (up to 4.096 us x 2^31, hours),
+// and QPs that are never answered (a destination QPN the peer does not have)
+// would otherwise hold another process's traffic to a healthy peer that long.
+// perftest's default timeout (14) is 67 ms: such a QP has retried by then.
+const roomStale = 100 * time.Millisecond
+
 // destRoom is what a shard's RC QPs to one destination GID have in flight.
 // Engine-owned; it lives while a QP to the destination that may send (RTS,
-// SQD) has used it: at most one room per such QP.
+// SQD) has used it.
 type destRoom struct {
 	gid      netdev.GID
-	inflight int32 // the PSNs counted by its QPs
-	holders  int   // its QPs with PSNs counted or waiting
-	wait     []*QP // QPs waiting for inflight to fall, in the order they came
+	inflight int32         // the PSNs counted by its QPs
+	qps      []*QP         // the QPs that use it
+	wait     []*QP         // QPs waiting for inflight to fall, in the order they came
+	swept    time.Duration // when sweep last looked for stale QPs
 }
 
 // destFull reports whether qp's next PSN would take its destination past
@@ -57,15 +68,57 @@ func (e *engine) destFull(qp *QP) bool {
 	if r.inflight+max(qp.req.psn.Sub(qp.comp.psn), 0)-qp.counted < maxDestInflight {
 		return false
 	}
+	if e.now-r.swept >= roomStale/4 && e.sweep(r) {
+		return e.destFull(qp)
+	}
 	if !qp.roomWait {
 		qp.roomWait = true
 		r.wait = append(r.wait, qp)
 		e.sh.ecnt.inc(EngRoomWaits)
+		// Should only QPs that never get an ACK hold the room, no ACK
+		// would wake the waiters: the timer sweeps for them.
+		e.timers.set(&qp.roomTimer, e.now+roomStale/4)
 	}
 	return true
 }
 
-// roomOf returns qp's destination room, taking one for it on first use.
+// roomTimerExpired sweeps qp's room while qp still waits there, and looks
+// again later if that freed nothing.
+func (e *engine) roomTimerExpired(qp *QP) {
+	r := qp.room
+	if !qp.roomWait || r == nil {
+		return
+	}
+	if e.now-r.swept >= roomStale/4 {
+		e.sweep(r)
+	}
+	if qp.roomWait { // not scheduled by the sweep
+		e.timers.set(&qp.roomTimer, e.now+roomStale/4)
+	}
+}
+
+// sweep takes out of r the PSNs of its QPs that have had no ACK for
+// roomStale, and reports whether it took any. A full room looks at most
+// four times per roomStale.
+func (e *engine) sweep(r *destRoom) bool {
+	r.swept = e.now
+	took := false
+	for _, q := range r.qps {
+		if q.counted > 0 && e.now-q.roomSince > roomStale {
+			q.roomStale = true
+			r.inflight -= q.counted
+			q.counted = 0
+			took = true
+			e.sh.ecnt.inc(EngRoomStale)
+		}
+	}
+	if took {
+		e.roomFreed(r)
+	}
+	return took
+}
+
+// roomOf returns qp's destination room, joining it on first use.
 func (e *engine) roomOf(qp *QP) *destRoom {
 	if qp.room == nil {
 		r := e.rooms[qp.av.DGID]
@@ -73,16 +126,16 @@ func (e *engine) roomOf(qp *QP) *destRoom {
 			r = &destRoom{gid: qp.av.DGID}
 			e.rooms[qp.av.DGID] = r
 		}
-		r.holders++
+		r.qps = append(r.qps, qp)
 		qp.room = r
+		qp.roomAcked = qp.comp.psn
 	}
 	return qp.room
 }
 
 // account brings qp's share of its destination's inflight up to date: its
-// PSNs sent and not acknowledged while it may send, none once it cannot (ERR,
-// RESET, destroyed), when it also leaves the room. Once a room's total falls
-// to three quarters of the bound, the QPs that waited are scheduled again.
+// PSNs sent and not acknowledged while it may send (none while stale), none
+// once it cannot (ERR, RESET, destroyed), when it also leaves the room.
 func (e *engine) account(qp *QP) {
 	r := qp.room
 	if r == nil {
@@ -93,28 +146,45 @@ func (e *engine) account(qp *QP) {
 	if sending {
 		out = max(qp.req.psn.Sub(qp.comp.psn), 0)
 	}
+	if qp.comp.psn != qp.roomAcked || qp.counted == 0 && !qp.roomStale {
+		// An ACK moved it, or it starts counting: its clock starts again.
+		qp.roomAcked, qp.roomSince, qp.roomStale = qp.comp.psn, e.now, false
+	}
+	if qp.roomStale {
+		out = 0
+	}
 	if out != qp.counted {
 		r.inflight += out - qp.counted
 		qp.counted = out
-		if len(r.wait) > 0 && r.inflight <= maxDestInflight*3/4 {
-			for i, w := range r.wait {
-				w.roomWait = false
-				e.schedule(w)
-				r.wait[i] = nil
-			}
-			r.wait = r.wait[:0]
-		}
+		e.roomFreed(r)
 	}
 	if !sending { // the engine holds no pointer to a QP that cannot send
 		if qp.roomWait {
 			r.wait = slices.DeleteFunc(r.wait, func(w *QP) bool { return w == qp })
 			qp.roomWait = false
+			e.timers.stop(&qp.roomTimer)
 		}
-		qp.room = nil
-		if r.holders--; r.holders == 0 {
+		r.qps = slices.DeleteFunc(r.qps, func(w *QP) bool { return w == qp })
+		qp.room, qp.roomStale = nil, false
+		if len(r.qps) == 0 {
 			delete(e.rooms, r.gid)
 		}
 	}
+}
+
+// roomFreed schedules the QPs that waited in r once its total has fallen to
+// three quarters of the bound.
+func (e *engine) roomFreed(r *destRoom) {
+	if len(r.wait) == 0 || r.inflight > maxDestInflight*3/4 {
+		return
+	}
+	for i, w := range r.wait {
+		w.roomWait = false
+		e.timers.stop(&w.roomTimer)
+		e.schedule(w)
+		r.wait[i] = nil
+	}
+	r.wait = r.wait[:0]
 }
 
 // cwndLoss shrinks the window as a retry from acked starts: to half after a

@@ -230,9 +230,9 @@ func TestDestInflightBound(t *testing.T) {
 	sa.drive.Lock()
 	n, r := counted(), room()
 	sa.drive.Unlock()
-	if n != 0 || len(r.wait) != 0 || r.holders != nqp-2 {
+	if n != 0 || len(r.wait) != 0 || len(r.qps) != nqp-2 {
 		t.Fatalf("all done: %d PSNs still counted in flight, %d QPs waiting, %d QPs holding the room (want %d)",
-			n, len(r.wait), r.holders, nqp-2)
+			n, len(r.wait), len(r.qps), nqp-2)
 	}
 	if w := p.a.EngineCounters()[EngRoomWaits]; w == 0 {
 		t.Fatal("no QP waited for room")
@@ -273,5 +273,42 @@ func TestDestInflightIsolation(t *testing.T) {
 		if n := s.cq.Len(); n != 0 {
 			t.Fatalf("a QP to the black hole completed %d WRs", n)
 		}
+	}
+}
+
+// TestDestInflightStaleQPs plays a hostile process on a shared device: its QPs
+// send to a healthy peer's address but to a QPN the peer does not have, so
+// nothing is ever acknowledged, with a local ACK timeout of hours. Their PSNs
+// fill the peer's room; once no ACK has moved them for roomStale they stop
+// counting, and another QP's WRITE to that peer completes. Without that, it
+// would wait for their timeout.
+func TestDestInflightStaleQPs(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	const size = 64 * 1024 // 64 PSNs at MTU 1024
+	cap := qpattr.Cap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	for range 5 {
+		a := newNode(t, p.a, nodeOpts{cap: cap, bufLen: 2 * size})
+		b := newNode(t, p.b, nodeOpts{cap: cap, bufLen: 2 * size})
+		connect(t, a, b, connOpts{timeout: 31, destQPNA: 0xabcde})
+		for k := range 2 {
+			send(t, a, SendWR{WRID: uint64(k), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(uint64(k*size), size)},
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		}
+	}
+	waitFor(t, "the peer's room to fill", func() bool { return p.a.EngineCounters()[EngRoomWaits] > 0 })
+	a, b := newNode(t, p.a, nodeOpts{cap: cap, bufLen: size}), newNode(t, p.b, nodeOpts{cap: cap, bufLen: size})
+	connect(t, a, b, connOpts{})
+	fill(a.buf, 5)
+	start := time.Now()
+	send(t, a, SendWR{WRID: 7, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success {
+		t.Fatalf("a WRITE to a healthy peer, beside QPs it never answers: %+v", w)
+	}
+	checkBytes(t, "the WRITE", b.buf, a.buf)
+	stale := p.a.EngineCounters()[EngRoomStale]
+	t.Logf("the WRITE completed after %v; %d QPs went stale", time.Since(start).Round(time.Millisecond), stale)
+	if stale == 0 {
+		t.Fatal("no QP went stale: the test did not fill the room with them")
 	}
 }

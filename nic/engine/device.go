@@ -850,6 +850,8 @@ func (e *engine) fireTimers() {
 			e.retransmitTimeout(qp)
 		case timerRNR:
 			e.rnrTimerExpired(qp)
+		case timerRoom:
+			e.roomTimerExpired(qp)
 		}
 	}
 }

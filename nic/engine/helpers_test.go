@@ -170,6 +170,7 @@ type connOpts struct {
 	access     uint32
 	psnA, psnB wire.PSN
 	dgidA      netdev.GID // A's destination instead of B's GID (one that does not answer)
+	destQPNA   uint32     // A's destination QPN instead of B's QP's (one B does not have)
 }
 
 // connect takes two RC or UC QPs through INIT, RTR and RTS to each other.
@@ -202,7 +203,7 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 	if o.psnB == 0 {
 		o.psnB = 0xfffff0 // wraps during the tests
 	}
-	up := func(x, y *node, dgid netdev.GID, rq wire.PSN) {
+	up := func(x, y *node, dgid netdev.GID, destQPN uint32, rq wire.PSN) {
 		t.Helper()
 		rc := x.qp.typ == qpattr.RC
 		acc := o.access
@@ -213,7 +214,7 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 		if err := x.qp.ModifySync(&init, qpattr.AttrState|qpattr.AttrPKeyIndex|qpattr.AttrPort|qpattr.AttrAccessFlags); err != nil {
 			t.Fatalf("INIT: %v", err)
 		}
-		rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: o.mtu, DestQPN: y.qp.QPN(), RQPSN: rq,
+		rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: o.mtu, DestQPN: destQPN, RQPSN: rq,
 			MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR},
 			AV: AV{DGID: dgid, DMAC: y.d.info.MAC}}
 		mask := qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN
@@ -240,8 +241,12 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 	if o.dgidA != (netdev.GID{}) {
 		toB = o.dgidA
 	}
-	up(a, b, toB, o.psnB)
-	up(b, a, a.gid(), o.psnA)
+	toQPN := b.qp.QPN()
+	if o.destQPNA != 0 {
+		toQPN = o.destQPNA
+	}
+	up(a, b, toB, toQPN, o.psnB)
+	up(b, a, a.gid(), a.qp.QPN(), o.psnA)
 
 	rts(a, o.psnA)
 	rts(b, o.psnB)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/nic/qpattr"
+	"github.com/xrnic/xrnic/nic/wire"
 )
 
 // QPInitAttr is struct ibv_qp_init_attr. A plain value: CreateQP copies it.
@@ -57,9 +58,13 @@ type QP struct {
 	// ---- engine ----
 	live       bool // in the engine's QP table
 	inActive   bool
-	room       *destRoom // RC: its destination's PSNs in flight, while it counts or waits there (cwnd.go)
-	counted    int32     // RC: its PSNs in room.inflight
-	roomWait   bool      // RC: in room.wait
+	room       *destRoom     // RC: its destination's PSNs in flight, while it counts or waits there (cwnd.go)
+	counted    int32         // RC: its PSNs in room.inflight
+	roomWait   bool          // RC: in room.wait
+	roomStale  bool          // RC: no ACK for roomStale; counts nothing until one comes
+	roomAcked  wire.PSN      // RC: comp.psn when account last saw it move
+	roomSince  time.Duration // RC: when it last moved (or the QP started counting)
+	roomTimer  timer         // RC: armed while it waits in room
 	state      qpattr.State
 	attr       qpattr.Attr
 	av         AV
@@ -187,6 +192,7 @@ func (pd *PD) newQP(a QPInitAttr) (*QP, error) {
 	}
 	qp.retrans.init(qp, timerRetransmit)
 	qp.rnr.init(qp, timerRNR)
+	qp.roomTimer.init(qp, timerRoom)
 	qp.resetTransport()
 
 	// The PD, the CQs (IBA C11-17) and the SRQ may not go away under the QP.

@@ -11,6 +11,7 @@ type timerKind uint8
 const (
 	timerRetransmit timerKind = iota // rxe retransmit_timer: no ACK within the local ACK timeout
 	timerRNR                         // rxe rnr_nak_timer: the RNR NAK wait is over
+	timerRoom                        // a QP waiting in its destination's room looks for stale QPs there (cwnd.go)
 )
 
 // timer is one QP timer. Engine-owned: no locks.
