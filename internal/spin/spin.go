@@ -17,8 +17,8 @@
 // rarely. Yielding those loops' CPU lets a sender go as fast as its engine
 // can: that took 256 QPs past what their receiver's ring holds, and write_bw
 // -q 256 -t 31 -D 14 ended in "transport retry counter exceeded" in 2 runs of
-// 3, until each engine shard bounded what its QPs have in flight together
-// (nic/engine/cwnd.go).
+// 3, until the engine bounded what its QPs to one destination have in flight
+// together (nic/engine/cwnd.go).
 package spin
 
 import (

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/clock"
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
@@ -206,7 +207,7 @@ func TestDestInflightBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := counted(); n != before-c0-c1 {
-		t.Fatalf("destroying a QP with %d PSNs in flight and erroring one with %d left the shard's count at %d, from %d", c0, c1, n, before)
+		t.Fatalf("destroying a QP with %d PSNs in flight and erroring one with %d left the destination's count at %d, from %d", c0, c1, n, before)
 	}
 	locked = false
 	sa.drive.Unlock()
@@ -239,76 +240,70 @@ func TestDestInflightBound(t *testing.T) {
 	}
 }
 
-// TestDestInflightIsolation: QPs to a destination that never acknowledges
-// (with a local ACK timeout of hours) fill only their own destination's
-// room: a QP to another destination, on the same shard, still moves. Were the
-// bound per shard, a process could stall every other's traffic this way.
-func TestDestInflightIsolation(t *testing.T) {
-	p := newPair(t, pairOpts{})
-	const size = 64 * 1024 // 64 PSNs at MTU 1024
-	cap := qpattr.Cap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
-	hole := netdev.GIDFromAddr(netip.MustParseAddr("192.0.2.99")) // B drops what is not for it
-	var stuck []*node
-	for range 5 {
-		a := newNode(t, p.a, nodeOpts{cap: cap, bufLen: 2 * size})
-		b := newNode(t, p.b, nodeOpts{cap: cap, bufLen: 2 * size})
-		connect(t, a, b, connOpts{timeout: 31, dgidA: hole})
-		for k := range 2 {
-			send(t, a, SendWR{WRID: uint64(k), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(uint64(k*size), size)},
-				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-		}
-		stuck = append(stuck, a)
-	}
-	waitFor(t, "the black hole's room to fill", func() bool { return p.a.EngineCounters()[EngRoomWaits] > 0 })
-	a, b := newNode(t, p.a, nodeOpts{cap: cap, bufLen: size}), newNode(t, p.b, nodeOpts{cap: cap, bufLen: size})
-	connect(t, a, b, connOpts{})
-	fill(a.buf, 9)
-	send(t, a, SendWR{WRID: 7, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)},
-		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success {
-		t.Fatalf("a WRITE to a peer that answers, beside QPs stuck on one that does not: %+v", w)
-	}
-	checkBytes(t, "the WRITE", b.buf, a.buf)
-	for _, s := range stuck {
-		if n := s.cq.Len(); n != 0 {
-			t.Fatalf("a QP to the black hole completed %d WRs", n)
-		}
-	}
-}
-
-// TestDestInflightStaleQPs plays a hostile process on a shared device: its QPs
-// send to a healthy peer's address but to a QPN the peer does not have, so
-// nothing is ever acknowledged, with a local ACK timeout of hours. Their PSNs
-// fill the peer's room; once no ACK has moved them for roomStale they stop
-// counting, and another QP's WRITE to that peer completes. Without that, it
-// would wait for their timeout.
-func TestDestInflightStaleQPs(t *testing.T) {
-	p := newPair(t, pairOpts{})
-	const size = 64 * 1024 // 64 PSNs at MTU 1024
-	cap := qpattr.Cap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
-	for range 5 {
-		a := newNode(t, p.a, nodeOpts{cap: cap, bufLen: 2 * size})
-		b := newNode(t, p.b, nodeOpts{cap: cap, bufLen: 2 * size})
-		connect(t, a, b, connOpts{timeout: 31, destQPNA: 0xabcde})
-		for k := range 2 {
-			send(t, a, SendWR{WRID: uint64(k), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(uint64(k*size), size)},
-				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-		}
-	}
-	waitFor(t, "the peer's room to fill", func() bool { return p.a.EngineCounters()[EngRoomWaits] > 0 })
-	a, b := newNode(t, p.a, nodeOpts{cap: cap, bufLen: size}), newNode(t, p.b, nodeOpts{cap: cap, bufLen: size})
-	connect(t, a, b, connOpts{})
-	fill(a.buf, 5)
-	start := time.Now()
-	send(t, a, SendWR{WRID: 7, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)},
-		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-	if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success {
-		t.Fatalf("a WRITE to a healthy peer, beside QPs it never answers: %+v", w)
-	}
-	checkBytes(t, "the WRITE", b.buf, a.buf)
-	stale := p.a.EngineCounters()[EngRoomStale]
-	t.Logf("the WRITE completed after %v; %d QPs went stale", time.Since(start).Round(time.Millisecond), stale)
-	if stale == 0 {
-		t.Fatal("no QP went stale: the test did not fill the room with them")
+// TestDestInflightHostileQPs: five QPs whose 640 PSNs are never
+// acknowledged (local ACK timeout 31: hours), beside a QP that writes to the
+// healthy peer, on one shard and a clock that moves only when the test says.
+//   - To an address that does not answer, they fill only that address's
+//     room: the WRITE completes with the clock standing still. Were the bound
+//     per shard, it would wait for them (or, with the clock moving, for the
+//     stale sweep below).
+//   - To the healthy peer, at a QPN it does not have (a hostile process on
+//     the daemon's device), they fill its room and the WRITE waits; once the
+//     clock is past roomStale they stop counting and it completes. Without the
+//     sweep, or its timer, it would wait for their timeout.
+func TestDestInflightHostileQPs(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		co    connOpts
+		stale bool
+	}{
+		{"an address that does not answer", connOpts{timeout: 31, dgidA: netdev.GIDFromAddr(netip.MustParseAddr("192.0.2.99"))}, false},
+		{"a QPN the peer does not have", connOpts{timeout: 31, destQPNA: 0xabcde}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewManual(time.Unix(7000, 0))
+			p := newPair(t, pairOpts{clock: clk})
+			const size = 64 * 1024 // 64 PSNs at MTU 1024
+			cap := qpattr.Cap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+			write := func(from, to *node, id uint64, off uint64) {
+				send(t, from, SendWR{WRID: id, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{from.mr.SGE(off, size)},
+					RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()})
+			}
+			var stuck []*node
+			for range 5 {
+				a := newNode(t, p.a, nodeOpts{cap: cap, bufLen: 2 * size})
+				b := newNode(t, p.b, nodeOpts{cap: cap, bufLen: 2 * size})
+				connect(t, a, b, c.co)
+				write(a, b, 0, 0)
+				write(a, b, 1, size)
+				stuck = append(stuck, a)
+			}
+			waitFor(t, "their room to fill", func() bool { return p.a.EngineCounters()[EngRoomWaits] > 0 })
+			a, b := newNode(t, p.a, nodeOpts{cap: cap, bufLen: size}), newNode(t, p.b, nodeOpts{cap: cap, bufLen: size})
+			connect(t, a, b, connOpts{})
+			fill(a.buf, 9)
+			write(a, b, 7, 0)
+			if c.stale {
+				if err := p.a.Sync().Wait(); err != nil {
+					t.Fatal(err)
+				}
+				if n := a.cq.Len(); n != 0 {
+					t.Fatalf("the WRITE completed (%d WCs) while the hostile QPs filled its destination's room", n)
+				}
+				clk.Advance(roomStale + roomStale/2)
+			}
+			if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success {
+				t.Fatalf("the WRITE to the healthy peer: %+v", w)
+			}
+			checkBytes(t, "the WRITE", b.buf, a.buf)
+			for _, s := range stuck {
+				if n := s.cq.Len(); n != 0 {
+					t.Fatalf("a hostile QP completed %d WRs", n)
+				}
+			}
+			if stale := p.a.EngineCounters()[EngRoomStale]; (stale > 0) != c.stale {
+				t.Fatalf("%d QPs went stale", stale)
+			}
+		})
 	}
 }

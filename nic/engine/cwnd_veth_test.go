@@ -28,8 +28,9 @@ func TestManyQPsOverflowReceiver(t *testing.T) {
 }
 
 // TestManyQPsWithinReceiverRing: the same 64 QPs against a receiver with
-// xsk's default ring (2048 frames): the shard's bound on what its QPs have in
-// flight together (maxShardInflight, cwnd.go) keeps the sender within it, so
+// xsk's default ring (2048 frames): the bound on what a shard's QPs to one
+// destination have in flight together (maxDestInflight, cwnd.go) keeps the
+// sender within it, so
 // nothing drops and nothing is resent. Without the bound the windows add up
 // to 8192 packets and the receiver drops hundreds.
 func TestManyQPsWithinReceiverRing(t *testing.T) {
@@ -39,7 +40,7 @@ func TestManyQPsWithinReceiverRing(t *testing.T) {
 			st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, c[CntRetransmitted])
 	}
 	if ec[EngRoomWaits] == 0 {
-		t.Fatal("no QP waited for the shard's bound: the test did not reach it")
+		t.Fatal("no QP waited for the bound: the test did not reach it")
 	}
 }
 
