@@ -18,6 +18,7 @@ type route struct {
 	hdrLen int // Ethernet + IP + UDP
 	ipOff  int
 	udpOff int
+	ipSum  uint64 // IPv4: the header's sum without total length, ID and checksum
 	v6     bool
 	src    netip.Addr
 	dst    netip.Addr
@@ -59,6 +60,8 @@ func newRoute(p routeParams) (*route, error) {
 			Src: p.src, Dst: p.dst}
 		f.Encode(rt.hdr[rt.ipOff:])
 		rt.udpOff = rt.ipOff + wire.IPv4Len
+		ip := rt.hdr[rt.ipOff:rt.udpOff]
+		rt.ipSum = wire.PartialChecksum(ip[0:2]) + wire.PartialChecksum(ip[6:10]) + wire.PartialChecksum(ip[12:])
 	}
 	eth.Encode(rt.hdr[:])
 	u := wire.UDPFields{SrcPort: p.sport, DstPort: wire.UDPPortRoCEv2}
@@ -78,8 +81,7 @@ func (rt *route) begin(b []byte, ibLen int, ipID uint16) []byte {
 		ip := wire.IPv4(b[rt.ipOff:rt.udpOff])
 		ip.SetTotalLength(wire.IPv4Len + udpLen)
 		ip.SetID(ipID)
-		ip.SetChecksum(0)
-		ip.UpdateChecksum()
+		ip.SetChecksum(wire.FinishChecksum(rt.ipSum + uint64(wire.IPv4Len+udpLen) + uint64(ipID)))
 	}
 	wire.UDP(b[rt.udpOff:rt.hdrLen]).SetLength(udpLen)
 	return b[rt.hdrLen : rt.hdrLen+ibLen]
@@ -88,7 +90,7 @@ func (rt *route) begin(b []byte, ibLen int, ipID uint16) []byte {
 // finish computes the ICRC of a frame begun with begin and returns its length.
 func (rt *route) finish(b []byte, ibLen int) int {
 	n := rt.hdrLen + ibLen
-	icrc, _ := wire.ComputeICRC(b[rt.ipOff:rt.udpOff], b[rt.udpOff:rt.hdrLen], b[rt.hdrLen:n-wire.ICRCLen])
+	icrc, _ := wire.ICRCInPlace(b[rt.ipOff:n-wire.ICRCLen], rt.udpOff-rt.ipOff)
 	wire.PutICRC(b[n-wire.ICRCLen:n], icrc)
 	return n
 }

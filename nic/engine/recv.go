@@ -25,7 +25,7 @@ func (e *engine) handleFrame(b []byte) {
 			return
 		}
 	}
-	if err := p.VerifyICRC(); err != nil {
+	if err := p.VerifyICRCInPlace(); err != nil { // the engine owns b
 		c.inc(CntRcvdBadICRC)
 		return
 	}

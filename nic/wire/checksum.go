@@ -41,3 +41,12 @@ func fold(sum uint64) uint16 {
 // Checksum returns the RFC 1071 Internet checksum of b (the value to store in a
 // header whose checksum field was zero while summing).
 func Checksum(b []byte) uint16 { return ^fold(sum16(0, b)) }
+
+// PartialChecksum is the RFC 1071 sum of b before folding, for a header whose
+// fields are mostly fixed: add the words that change to it and store
+// FinishChecksum of the total (RFC 1624's incremental update).
+func PartialChecksum(b []byte) uint64 { return sum16(0, b) }
+
+// FinishChecksum folds a sum of 16-bit words and complements it: the value to
+// store in the checksum field.
+func FinishChecksum(sum uint64) uint16 { return ^fold(sum) }

@@ -106,7 +106,16 @@ func FuzzParse(f *testing.F) {
 		if want := canonical(&p); !bytes.Equal(buf[:n], want) {
 			t.Fatalf("re-encoded frame differs:\n got %x\nwant %x", buf[:n], want)
 		}
-		_ = p.VerifyICRC() // must not panic either way
+		// Either way it must not panic, and the one-pass form agrees and leaves
+		// the frame as it was.
+		before := bytes.Clone(frame)
+		err = p.VerifyICRC()
+		if err2 := p.VerifyICRCInPlace(); (err == nil) != (err2 == nil) {
+			t.Fatalf("VerifyICRC %v, VerifyICRCInPlace %v", err, err2)
+		}
+		if !bytes.Equal(frame, before) {
+			t.Fatalf("VerifyICRCInPlace changed the frame")
+		}
 	})
 }
 

@@ -5,6 +5,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"math/rand/v2"
 	"testing"
@@ -101,6 +102,15 @@ func TestICRCMatchesReference(t *testing.T) {
 		if got := p.ComputeICRC(); got != want {
 			t.Errorf("frame %d (%v): ComputeICRC = %#08x, reference %#08x", i, p.Opcode, got, want)
 		}
+		// The one-pass form, on the frame itself, which it must leave as it was.
+		before := bytes.Clone(fr)
+		ipOff := len(p.Ethernet) + len(p.VLAN)
+		if got, ok := ICRCInPlace(fr[ipOff:len(p.Frame)-ICRCLen], len(p.IPHeader())); !ok || got != want {
+			t.Errorf("frame %d (%v): ICRCInPlace = %#08x, %v; reference %#08x", i, p.Opcode, got, ok, want)
+		}
+		if !bytes.Equal(fr, before) {
+			t.Errorf("frame %d (%v): ICRCInPlace left the frame changed:\n got %x\nwant %x", i, p.Opcode, fr, before)
+		}
 		// The wire holds the value least-significant byte first.
 		if got := binary.LittleEndian.Uint32(p.ICRC); got != want {
 			t.Errorf("frame %d (%v): stored ICRC (LE) = %#08x, reference %#08x", i, p.Opcode, got, want)
@@ -121,6 +131,43 @@ func TestComputeICRCArgs(t *testing.T) {
 	} {
 		if _, ok := ComputeICRC(tc.ip, tc.udp, tc.ib); ok {
 			t.Errorf("%s: ok, want a refusal", tc.name)
+		}
+		if len(tc.ip) != IPv4Len && len(tc.ip) != IPv6Len {
+			if _, ok := ICRCInPlace(make([]byte, 100), len(tc.ip)); ok {
+				t.Errorf("ICRCInPlace, IP header of %d bytes: ok, want a refusal", len(tc.ip))
+			}
+		}
+	}
+	for _, ipLen := range []int{IPv4Len, IPv6Len} {
+		if _, ok := ICRCInPlace(make([]byte, ipLen+UDPLen+BTHLen-1), ipLen); ok {
+			t.Errorf("ICRCInPlace, %d bytes after a %d-byte IP header: ok, want a refusal", UDPLen+BTHLen-1, ipLen)
+		}
+	}
+}
+
+// TestVerifyICRCInPlaceViews: a Packet whose views do not lie one after
+// another in its frame (a caller that put together its own) is still checked,
+// by the two-pass form.
+func TestVerifyICRCInPlaceViews(t *testing.T) {
+	for _, v := range []uint8{4, 6} {
+		for _, moved := range []string{"UDP header", "IB part"} {
+			fr := mustBuild(t, sampleFields(RCRDMAWriteOnly, v, 64))
+			var p Packet
+			if err := ParseAndVerify(fr, &p); err != nil {
+				t.Fatal(err)
+			}
+			b := (*[]byte)(&p.UDP)
+			if moved == "IB part" {
+				b = &p.Raw
+			}
+			*b = bytes.Clone(*b)
+			if err := p.VerifyICRCInPlace(); err != nil {
+				t.Errorf("IPv%d, %s elsewhere: %v", v, moved, err)
+			}
+			(*b)[1] ^= 1 // the UDP source port; the IB part's BTH
+			if err := p.VerifyICRCInPlace(); !errors.Is(err, ErrBadICRC) {
+				t.Errorf("IPv%d, %s elsewhere and changed: %v, want ErrBadICRC", v, moved, err)
+			}
 		}
 	}
 }
@@ -164,6 +211,7 @@ func TestICRCBitFlip(t *testing.T) {
 	samples = append(samples, mustBuild(t, sampleFields(RCSendOnly, 4, 4096)), mustBuild(t, sampleFields(RCSendOnly, 6, 4096)))
 
 	for si, fr := range samples {
+		orig := bytes.Clone(fr)
 		var p Packet
 		if err := ParseAndVerify(fr, &p); err != nil {
 			t.Fatalf("sample %d: %v", si, err)
@@ -180,6 +228,9 @@ func TestICRCBitFlip(t *testing.T) {
 			for bit := range 8 {
 				fr[i] ^= 1 << bit
 				err := p.VerifyICRC()
+				if err2 := p.VerifyICRCInPlace(); (err2 == nil) != (err == nil) {
+					t.Errorf("sample %d (%v), bit %d of byte %d flipped: VerifyICRC %v, VerifyICRCInPlace %v", si, p.Opcode, bit, i, err, err2)
+				}
 				fr[i] ^= 1 << bit
 				covered := i >= ipOff && !icrcMasked(ipv6, i-ipOff, bit)
 				switch {
@@ -196,6 +247,9 @@ func TestICRCBitFlip(t *testing.T) {
 		}
 		if err := p.VerifyICRC(); err != nil {
 			t.Fatalf("sample %d: not restored: %v", si, err)
+		}
+		if !bytes.Equal(fr, orig) {
+			t.Fatalf("sample %d: the frame changed:\n got %x\nwant %x", si, fr, orig)
 		}
 		t.Logf("sample %d (%v, %d bytes): %d bits flipped, %d caught", si, p.Opcode, len(p.Frame), flipped, caught)
 	}

@@ -81,6 +81,32 @@ func (p *Packet) VerifyICRC() error {
 	return p.VerifyICRCWith(p.IPHeader(), p.UDP)
 }
 
+// VerifyICRCInPlace is VerifyICRC in one CRC pass (ICRCInPlace): for a caller
+// that owns the frame, as the engine owns a frame it received.
+func (p *Packet) VerifyICRCInPlace() error {
+	ip := p.IPHeader()
+	if ip == nil {
+		return errNoIP
+	}
+	if len(p.Raw) < BTHLen+ICRCLen {
+		return errBTHShort
+	}
+	// Parse's views lie one after another, ending with the frame.
+	f, n := p.Frame, len(ip)+len(p.UDP)+len(p.Raw)
+	if len(p.UDP) != UDPLen || n > len(f) || &f[len(f)-n] != &ip[0] ||
+		&f[len(f)-n+len(ip)] != &p.UDP[0] || &f[len(f)-len(p.Raw)] != &p.Raw[0] {
+		return p.VerifyICRCWith(ip, p.UDP)
+	}
+	got, ok := ICRCInPlace(f[len(f)-n:len(f)-ICRCLen], len(ip))
+	if !ok {
+		return errICRCArgs
+	}
+	if got != p.StoredICRC() {
+		return errICRC
+	}
+	return nil
+}
+
 // UpdateICRC recomputes and stores the ICRC, after the caller changed fields in
 // place (a retransmission's PSN, say).
 func (p *Packet) UpdateICRC() { PutICRC(p.ICRC, p.ComputeICRC()) }
