@@ -170,6 +170,17 @@ func TestVerifyICRCInPlaceViews(t *testing.T) {
 			}
 		}
 	}
+	// An IP header of a length no RoCEv2 packet has is refused, not indexed.
+	var p Packet
+	if err := ParseAndVerify(mustBuild(t, sampleFields(RCSendOnly, 4, 8)), &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 19} {
+		p.IPv4 = p.IPv4[:n]
+		if err := p.VerifyICRCInPlace(); err == nil {
+			t.Errorf("IPv4 header of %d bytes: verified", n)
+		}
+	}
 }
 
 // icrcMasked lists the bits that the ICRC leaves out, by offset from the IP header.

@@ -91,6 +91,9 @@ func (p *Packet) VerifyICRCInPlace() error {
 	if len(p.Raw) < BTHLen+ICRCLen {
 		return errBTHShort
 	}
+	if len(ip) != IPv4Len && len(ip) != IPv6Len {
+		return errICRCArgs
+	}
 	// Parse's views lie one after another, ending with the frame.
 	f, n := p.Frame, len(ip)+len(p.UDP)+len(p.Raw)
 	if len(p.UDP) != UDPLen || n > len(f) || &f[len(f)-n] != &ip[0] ||
