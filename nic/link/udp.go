@@ -630,7 +630,7 @@ func setIPv4ID(f []byte, id uint16) {
 		return
 	}
 	end := udp + ulen
-	if icrc, ok := wire.ComputeICRC(ip, f[udp:udp+wire.UDPLen], f[udp+wire.UDPLen:end-wire.ICRCLen]); ok {
+	if icrc, ok := wire.ICRCInPlace(f[off:end-wire.ICRCLen], wire.IPv4Len); ok { // f is ours till we return
 		wire.PutICRC(f[end-wire.ICRCLen:], icrc)
 	}
 }
@@ -761,6 +761,6 @@ func icrcMatches(f []byte) bool {
 	if len(f) < udp+wire.UDPLen+wire.BTHLen+wire.ICRCLen {
 		return false
 	}
-	icrc, ok := wire.ComputeICRC(f[wire.EthernetLen:udp], f[udp:udp+wire.UDPLen], f[udp+wire.UDPLen:len(f)-wire.ICRCLen])
+	icrc, ok := wire.ICRCInPlace(f[wire.EthernetLen:len(f)-wire.ICRCLen], wire.IPv4Len) // the reader's buffer, ours now
 	return ok && icrc == wire.GetICRC(f[len(f)-wire.ICRCLen:])
 }
