@@ -68,7 +68,7 @@ func (e *engine) destFull(qp *QP) bool {
 	if r.inflight+max(qp.req.psn.Sub(qp.comp.psn), 0)-qp.counted < maxDestInflight {
 		return false
 	}
-	if e.now-r.swept >= roomStale/4 && e.sweep(r) {
+	if e.sweep(r) {
 		return e.destFull(qp)
 	}
 	if !qp.roomWait {
@@ -89,9 +89,7 @@ func (e *engine) roomTimerExpired(qp *QP) {
 	if !qp.roomWait || r == nil {
 		return
 	}
-	if e.now-r.swept >= roomStale/4 {
-		e.sweep(r)
-	}
+	e.sweep(r)
 	if qp.roomWait { // not scheduled by the sweep
 		e.timers.set(&qp.roomTimer, e.now+roomStale/4)
 	}
@@ -99,8 +97,11 @@ func (e *engine) roomTimerExpired(qp *QP) {
 
 // sweep takes out of r the PSNs of its QPs that have had no ACK for
 // roomStale, and reports whether it took any. A full room looks at most
-// four times per roomStale.
+// four times per roomStale: sooner, it takes nothing.
 func (e *engine) sweep(r *destRoom) bool {
+	if e.now-r.swept < roomStale/4 {
+		return false
+	}
 	r.swept = e.now
 	took := false
 	for _, q := range r.qps {
