@@ -195,8 +195,10 @@ func (sh *shard) routineEngine() {
 		}
 		timeout := e.sleepFor(blocked)
 		sh.sleeping.Store(true)
-		// A frame handed over after the last look would wait for the next wake-up.
-		if e.handoffPending() {
+		// A frame handed over, or a doorbell rung, after the last look would
+		// wait for the next wake-up: ring does not wake an engine that is
+		// not sleeping.
+		if e.handoffPending() || sh.dbHead.Load() != nil {
 			sh.sleeping.Store(false)
 			sh.drive.Unlock()
 			continue
