@@ -63,6 +63,7 @@ type udpSock struct {
 	names []unix.RawSockaddrInet6 // large enough for either family
 	oob   []byte                  // per message: a UDP_SEGMENT control message
 	gso   bool                    // sends runs of equal datagrams as one (UDP_SEGMENT)
+	shift wire.ICRCShift          // the writer's, for setIPv4ID
 	gro   *groStage               // receives coalesced datagrams (UDP_GRO); nil without
 }
 
@@ -593,7 +594,7 @@ func (s *udpSock) gather(frames [][]byte, iovs []unix.Iovec, dst netip.Addr, fir
 			_, src0, _ = frameSource(frames[0])
 		}
 		if s.local.Is4() {
-			setIPv4ID(frames[n], uint16(n))
+			setIPv4ID(frames[n], uint16(n), &s.shift)
 		}
 		iovs[n] = unix.Iovec{}
 		if len(pl) > 0 {
@@ -610,14 +611,16 @@ func (s *udpSock) gather(frames [][]byte, iovs []unix.Iovec, dst netip.Addr, fir
 }
 
 // setIPv4ID sets an IPv4 frame's identification to id and, if it changed,
-// its ICRC to match.
-func setIPv4ID(f []byte, id uint16) {
+// carries the change into its ICRC (wire.PatchICRC: no pass over the frame;
+// an ICRC that was wrong stays wrong).
+func setIPv4ID(f []byte, id uint16, sh *wire.ICRCShift) {
 	off, et, ok := l3(f)
 	if !ok || et != 0x0800 || len(f) < off+wire.IPv4Len {
 		return
 	}
 	ip := f[off : off+wire.IPv4Len]
-	if binary.BigEndian.Uint16(ip[4:]) == id {
+	was := binary.BigEndian.Uint16(ip[4:])
+	if was == id {
 		return
 	}
 	binary.BigEndian.PutUint16(ip[4:], id)
@@ -629,10 +632,9 @@ func setIPv4ID(f []byte, id uint16) {
 	if ulen < wire.UDPLen+wire.BTHLen+wire.ICRCLen || udp+ulen > len(f) {
 		return
 	}
-	end := udp + ulen
-	if icrc, ok := wire.ICRCInPlace(f[off:end-wire.ICRCLen], wire.IPv4Len); ok { // f is ours till we return
-		wire.PutICRC(f[end-wire.ICRCLen:], icrc)
-	}
+	at := udp + ulen - wire.ICRCLen
+	diff := [2]byte{byte((was ^ id) >> 8), byte(was ^ id)}
+	wire.PutICRC(f[at:], wire.PatchICRC(wire.GetICRC(f[at:]), diff[:], at-(off+6), sh))
 }
 
 // groStage receives coalesced datagrams (UDP_GRO) and hands them out one
@@ -649,6 +651,7 @@ type groStage struct {
 	cur   int   // datagram being handed out
 	off   int   // offset of its next segment
 	idx   int   // that segment's index
+	zero  bool  // the datagram's segments carry identification 0 (found at its second)
 
 	coalesced, fixedID uint64 // datagrams GRO coalesced; segments of them sent one by one (tests)
 }
@@ -706,7 +709,7 @@ func (g *groStage) fill(fd int, dropped *atomic.Uint64) (int, error) {
 			}
 		}
 	}
-	g.n, g.cur, g.off, g.idx = int(r), 0, 0, 0
+	g.n, g.cur, g.off, g.idx, g.zero = int(r), 0, 0, 0, false
 	return int(r), nil
 }
 
@@ -736,10 +739,18 @@ func (g *groStage) recv(s *udpSock, bufs [][]byte, sizes []int, dropped *atomic.
 			} else {
 				copy(b[s.hdr:], g.bufs[g.cur][g.off:g.off+plen])
 				sizes[n] = s.hdr + s.rebuildHeader(b, &g.names[g.cur], plen, uint16(g.idx))
-				if g.idx > 0 && s.local.Is4() && !icrcMatches(b[:sizes[n]]) {
-					// Datagrams sent one by one, each with identification 0
-					// (a peer without GSO), that GRO coalesced: try that.
-					s.rebuildHeader(b, &g.names[g.cur], plen, 0) // the engine checks the ICRC
+				// GRO coalesces a flow's datagrams while their identifications
+				// all go up by one or are all the same, which it decides at the
+				// second (inet_gro_flush in include/net/gro.h): the second
+				// segment's ICRC tells which for every segment after it, so
+				// only it takes a pass here (the engine checks every frame).
+				if g.idx == 1 && s.local.Is4() {
+					// Identification 0 for all: datagrams sent one by one (a
+					// peer without GSO) that GRO coalesced.
+					g.zero = !icrcMatches(b[:sizes[n]])
+				}
+				if g.idx > 0 && g.zero {
+					s.rebuildHeader(b, &g.names[g.cur], plen, 0)
 					g.fixedID++
 				}
 				n++
@@ -748,7 +759,7 @@ func (g *groStage) recv(s *udpSock, bufs [][]byte, sizes []int, dropped *atomic.
 		g.off += plen
 		g.idx++
 		if plen <= 0 || g.off >= g.lens[g.cur] {
-			g.cur, g.off, g.idx = g.cur+1, 0, 0
+			g.cur, g.off, g.idx, g.zero = g.cur+1, 0, 0, false
 		}
 	}
 	return n, nil

@@ -100,57 +100,110 @@ func testOffload(t *testing.T, p *testenv.Pair, v6 bool) {
 // for segment i of a GSO send; identification 0 for packets sent one by one,
 // each with 0, that GRO coalesced on the way in (a peer without GSO behind a
 // receiver with GRO; veth's NAPI polls each datagram alone, so this test
-// stages the datagram itself).
+// stages the datagrams itself). The second segment decides for the rest of its
+// datagram alone: the staged datagrams alternate, and the reader takes them
+// 3 frames at a time, so a decision is also carried across calls.
 func TestGROSplit(t *testing.T) {
 	a := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.1")}
 	b := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.2")}
-	for _, gso := range []bool{true, false} {
-		var frames [][]byte
+	s := &udpSock{hdr: wire.EthernetLen + wire.IPv4Len + wire.UDPLen, local: b.IPv4, gro: newGROStage()}
+	g := s.gro
+	var sh wire.ICRCShift
+	var frames [][]byte
+	var wantFixed uint64
+	for d, gso := range []bool{true, false, false, true, true} {
 		var staged []byte
 		for i := range 5 {
-			pl := bytes.Repeat([]byte{byte(i)}, 1024)
+			pl := bytes.Repeat([]byte{byte(d*5 + i)}, 1024)
 			if i == 4 {
 				pl = pl[:100]
 			}
-			f, err := testenv.RoCESendOnly(a, b, false, uint32(i), pl)
+			f, err := testenv.RoCESendOnly(a, b, false, uint32(d*5+i), pl)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if gso {
-				setIPv4ID(f, uint16(i))
+				setIPv4ID(f, uint16(i), &sh)
+			} else if i > 0 {
+				wantFixed++
 			}
 			frames = append(frames, f)
 			_, udp, _ := splitFrame(f)
 			staged = append(staged, udp...)
 		}
-		s := &udpSock{hdr: wire.EthernetLen + wire.IPv4Len + wire.UDPLen, local: b.IPv4, gro: newGROStage()}
-		g := s.gro
-		_, first, _ := splitFrame(frames[0])
-		g.n, g.lens[0], g.segs[0] = 1, len(staged), len(first)
-		copy(g.bufs[0], staged)
-		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&g.names[0]))
+		_, first, _ := splitFrame(frames[d*5])
+		g.lens[d], g.segs[d] = len(staged), len(first)
+		copy(g.bufs[d], staged)
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(&g.names[d]))
 		sa.Family, sa.Port, sa.Addr = unix.AF_INET, ntohs(RoCEv2Port), a.IPv4.As4()
-		bufs, sizes := make([][]byte, len(frames)), make([]int, len(frames))
-		for i := range bufs {
-			bufs[i] = make([]byte, 2048)
+	}
+	g.n = 5
+	bufs, sizes := make([][]byte, len(frames)), make([]int, len(frames))
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	var dropped atomic.Uint64
+	for got := 0; got < len(frames); {
+		k := min(3, len(frames)-got)
+		n, err := g.recv(s, bufs[got:got+k], sizes[got:got+k], &dropped)
+		if err != nil || n != k {
+			t.Fatalf("recv after %d frames = %d, %v; want %d", got, n, err, k)
 		}
-		var dropped atomic.Uint64
-		n, err := g.recv(s, bufs, sizes, &dropped)
-		if err != nil || n != len(frames) {
-			t.Fatalf("gso=%v: recv = %d, %v", gso, n, err)
+		got += n
+	}
+	var pkt wire.Packet
+	for i := range frames {
+		f := bufs[i][:sizes[i]]
+		if err := wire.ParseAndVerify(f, &pkt); err != nil {
+			t.Errorf("frame %d (datagram %d): %v", i, i/5, err)
 		}
-		var pkt wire.Packet
-		for i := range frames {
-			f := bufs[i][:sizes[i]]
-			if err := wire.ParseAndVerify(f, &pkt); err != nil {
-				t.Errorf("gso=%v frame %d: %v", gso, i, err)
+		if !sameFrame(f, frames[i]) {
+			t.Errorf("frame %d (datagram %d) differs from what was sent", i, i/5)
+		}
+	}
+	if g.fixedID != wantFixed {
+		t.Errorf("%d segments given identification 0, want %d", g.fixedID, wantFixed)
+	}
+}
+
+// TestSetIPv4IDICRC: renumbering a frame carries the change into its ICRC
+// (the value a full pass over the renumbered frame gives), for payloads of
+// 0-4096 bytes and identifications whose change carries across both bytes;
+// one ICRCShift serves frames of every length. A frame whose ICRC was wrong
+// keeps it wrong by the same bits: the link fixes no corruption it was given.
+func TestSetIPv4IDICRC(t *testing.T) {
+	a := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.1")}
+	b := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.2")}
+	full := func(f []byte) uint32 {
+		icrc, ok := wire.ICRCInPlace(f[wire.EthernetLen:len(f)-wire.ICRCLen], wire.IPv4Len)
+		if !ok {
+			t.Fatal("ICRCInPlace refused a frame")
+		}
+		return icrc
+	}
+	var sh wire.ICRCShift
+	for _, size := range []int{0, 1, 100, 1024, 4096, 100} {
+		for _, id := range []uint16{1, 0x00FF, 0x0100, 0x7FFF, 0xFFFF, 0} {
+			f, err := testenv.RoCESendOnly(a, b, false, 7, bytes.Repeat([]byte{0xA5}, size))
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !sameFrame(f, frames[i]) {
-				t.Errorf("gso=%v frame %d differs from what was sent", gso, i)
+			binary.BigEndian.PutUint16(f[wire.EthernetLen+4:], 0x1234) // and its ICRC to match
+			wire.PutICRC(f[len(f)-wire.ICRCLen:], full(f))
+			bad := bytes.Clone(f)
+			bad[len(bad)-1] ^= 0x40
+
+			setIPv4ID(f, id, &sh)
+			setIPv4ID(bad, id, &sh)
+			if got := binary.BigEndian.Uint16(f[wire.EthernetLen+4:]); got != id {
+				t.Fatalf("payload %d: identification %#04x, want %#04x", size, got, id)
 			}
-		}
-		if want := map[bool]uint64{true: 0, false: 4}[gso]; g.fixedID != want {
-			t.Errorf("gso=%v: %d segments given identification 0, want %d", gso, g.fixedID, want)
+			if got, want := wire.GetICRC(f[len(f)-wire.ICRCLen:]), full(f); got != want {
+				t.Fatalf("payload %d, id %#04x: ICRC %#08x, a full pass gives %#08x", size, id, got, want)
+			}
+			if got, want := wire.GetICRC(bad[len(bad)-wire.ICRCLen:]), full(bad)^0x40<<24; got != want {
+				t.Fatalf("payload %d, id %#04x: a wrong ICRC became %#08x, want %#08x (still wrong)", size, id, got, want)
+			}
 		}
 	}
 }

@@ -148,3 +148,64 @@ func PutICRC(b []byte, icrc uint32) { binary.LittleEndian.PutUint32(b[:ICRCLen],
 
 // GetICRC reads an ICRC stored by PutICRC.
 func GetICRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b[:ICRCLen]) }
+
+// CRC-32 is linear: the CRCs of two inputs of one length differ by the raw
+// CRC (zero seed, no inversion) of their xor. A change of a few bytes with n
+// bytes of input after it changes the CRC by the raw CRC of the change times
+// x^(8n) modulo the polynomial. PatchICRC uses that to carry a change of a
+// covered field into a known ICRC without a pass over the bytes after it: the
+// UDP link renumbers the IPv4 identification (IBTA 17.3.4 does not mask it)
+// of each segment of a GSO send, after the engine computed the ICRC.
+
+// x2k[k] is x^(2^k) modulo the reflected IEEE polynomial, with bit 31 the
+// coefficient of x^0 (the reflected order of crc32.IEEE).
+var x2k = func() (t [64]uint32) {
+	t[0] = 1 << 30 // x
+	for k := 1; k < len(t); k++ {
+		t[k] = mulModP(t[k-1], t[k-1])
+	}
+	return t
+}()
+
+// mulModP returns a times b modulo the polynomial, both reflected.
+func mulModP(a, b uint32) uint32 {
+	var p uint32
+	for i := 31; i >= 0; i-- { // a's coefficients of x^0, x^1, ...
+		p ^= b & -(a >> i & 1)
+		b = b>>1 ^ crc32.IEEE&-(b&1) // b times x
+	}
+	return p
+}
+
+// ICRCShift holds x^(8n) modulo the polynomial for the last n PatchICRC was
+// given: the frames of a GSO run share their length. Its zero value is ready;
+// one owner.
+type ICRCShift struct {
+	n   int
+	pow uint32 // 0 until computed: no power of x is 0 modulo the polynomial
+}
+
+func (s *ICRCShift) of(n int) uint32 {
+	if s.pow == 0 || s.n != n {
+		p := uint32(1) << 31 // x^0
+		for k, e := 0, uint64(n)<<3; e != 0; k, e = k+1, e>>1 {
+			if e&1 != 0 {
+				p = mulModP(x2k[k], p)
+			}
+		}
+		s.n, s.pow = n, p
+	}
+	return s.pow
+}
+
+// PatchICRC returns the ICRC of a packet whose ICRC was icrc once diff, the
+// xor of a covered field's old and new bytes, is xor-ed into it at a point
+// that after covered bytes follow (up to the ICRC). The field must not be
+// one the ICRC masks. s caches the factor for after.
+func PatchICRC(icrc uint32, diff []byte, after int, s *ICRCShift) uint32 {
+	var d uint32
+	for _, c := range diff {
+		d = crcTab[0][byte(d)^c] ^ d>>8
+	}
+	return icrc ^ mulModP(s.of(after), d)
+}

@@ -265,3 +265,74 @@ func TestICRCBitFlip(t *testing.T) {
 		t.Logf("sample %d (%v, %d bytes): %d bits flipped, %d caught", si, p.Opcode, len(p.Frame), flipped, caught)
 	}
 }
+
+// TestPatchICRC: carrying a change of covered bytes into a known ICRC gives
+// the ICRC a full pass over the changed packet gives, for changes of 1-4
+// bytes anywhere the masks leave alone, in packets of 40-9000 bytes, with one
+// ICRCShift reused across lengths (its cache must follow n).
+func TestPatchICRC(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 26))
+	var sh ICRCShift
+	for i := range 3000 {
+		v6 := i%2 == 1
+		ipLen := IPv4Len
+		if v6 {
+			ipLen = IPv6Len
+		}
+		n := ipLen + UDPLen + BTHLen + rng.IntN(9000)
+		if i%7 == 0 {
+			n = ipLen + UDPLen + BTHLen // headers alone
+		}
+		b := make([]byte, n)
+		for k := range b {
+			b[k] = byte(rng.Uint32())
+		}
+		icrc, ok := ICRCInPlace(b, ipLen)
+		if !ok {
+			t.Fatalf("ICRCInPlace refused %d bytes", n)
+		}
+		w := 1 + rng.IntN(4)
+		off := rng.IntN(n - w + 1)
+		if overlapsMask(v6, off, w) {
+			continue
+		}
+		diff := make([]byte, w)
+		for k := range diff {
+			diff[k] = byte(rng.Uint32())
+			b[off+k] ^= diff[k]
+		}
+		want, _ := ICRCInPlace(b, ipLen)
+		if got := PatchICRC(icrc, diff, n-off-w, &sh); got != want {
+			t.Fatalf("packet %d (%d bytes, IPv6 %v): %d bytes changed at %d: patched %#08x, a full pass %#08x", i, n, v6, w, off, got, want)
+		}
+	}
+}
+
+// overlapsMask reports whether bytes [off, off+w) of a packet that starts at
+// its IP header hold a field the ICRC masks.
+func overlapsMask(v6 bool, off, w int) bool {
+	for k := off; k < off+w; k++ {
+		for bit := range 8 {
+			if icrcMasked(v6, k, bit) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestICRCShiftPowers checks the factor against its definition: the raw CRC
+// of a change followed by n zero bytes, run byte by byte.
+func TestICRCShiftPowers(t *testing.T) {
+	var sh ICRCShift
+	for _, n := range []int{0, 1, 2, 3, 7, 8, 64, 1000, 4096, 4170, 65535, 1 << 20} {
+		d := uint32(0x12345678)
+		r := d
+		for range n {
+			r = crcTab[0][byte(r)] ^ r>>8
+		}
+		if got := mulModP(sh.of(n), d); got != r {
+			t.Errorf("n %d: %#08x times the factor is %#08x, want %#08x", n, d, got, r)
+		}
+	}
+}
