@@ -249,6 +249,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	}
 	row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 --link udp-gso", r.res["MsgRate"], r.res["MsgRate"]/udpRate,
 		"UDP GSO/GRO 64 B")
+	row("%-44s %9s %9.2fx %s", "", "", r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B") // issue 20's bar
 	// Latency: the engine goroutine's (against kernel UDP blocking), and
 	// run to completion, --busy-poll (against raw AF_XDP busy-polling).
 	for _, busy := range []bool{false, true} {
