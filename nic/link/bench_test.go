@@ -3,7 +3,6 @@ package link
 import (
 	"bytes"
 	"fmt"
-	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -54,8 +53,7 @@ func BenchmarkVethReceive(b *testing.B) {
 //
 //	go test -run '^$' -bench SetIPv4ID ./nic/link/
 func BenchmarkSetIPv4ID(b *testing.B) {
-	a := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.1")}
-	p := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.2")}
+	a, p := docPair()
 	f, err := testenv.RoCESendOnly(a, p, false, 1, bytes.Repeat([]byte{'x'}, 4096))
 	if err != nil {
 		b.Fatal(err)

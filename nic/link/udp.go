@@ -634,7 +634,8 @@ func setIPv4ID(f []byte, id uint16, sh *wire.ICRCShift) {
 	}
 	at := udp + ulen - wire.ICRCLen
 	diff := [2]byte{byte((was ^ id) >> 8), byte(was ^ id)}
-	wire.PutICRC(f[at:], wire.PatchICRC(wire.GetICRC(f[at:]), diff[:], at-(off+6), sh))
+	after := at - (off + 6) // covered bytes after the identification (ip[4:6])
+	wire.PutICRC(f[at:], wire.PatchICRC(wire.GetICRC(f[at:]), diff[:], after, sh))
 }
 
 // groStage receives coalesced datagrams (UDP_GRO) and hands them out one

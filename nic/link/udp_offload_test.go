@@ -95,6 +95,15 @@ func testOffload(t *testing.T, p *testenv.Pair, v6 bool) {
 	}
 }
 
+// docPair is two IPv4 endpoints of the documentation range (RFC 5737)
+// with zero MACs, for frames these tests build and hand to the link's
+// code directly.
+func docPair() (a, b *testenv.Endpoint) {
+	a = &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.1")}
+	b = &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.2")}
+	return a, b
+}
+
 // TestGROSplit: a coalesced datagram of RoCE packets is handed out one
 // frame per packet, each with the header its segment had: identification i
 // for segment i of a GSO send; identification 0 for packets sent one by one,
@@ -104,8 +113,7 @@ func testOffload(t *testing.T, p *testenv.Pair, v6 bool) {
 // datagram alone: the staged datagrams alternate, and the reader takes them
 // 3 frames at a time, so a decision is also carried across calls.
 func TestGROSplit(t *testing.T) {
-	a := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.1")}
-	b := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.2")}
+	a, b := docPair()
 	s := &udpSock{hdr: wire.EthernetLen + wire.IPv4Len + wire.UDPLen, local: b.IPv4, gro: newGROStage()}
 	g := s.gro
 	var sh wire.ICRCShift
@@ -172,8 +180,7 @@ func TestGROSplit(t *testing.T) {
 // one ICRCShift serves frames of every length. A frame whose ICRC was wrong
 // keeps it wrong by the same bits: the link fixes no corruption it was given.
 func TestSetIPv4IDICRC(t *testing.T) {
-	a := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.1")}
-	b := &testenv.Endpoint{MAC: make([]byte, 6), IPv4: netip.MustParseAddr("192.0.2.2")}
+	a, b := docPair()
 	full := func(f []byte) uint32 {
 		icrc, ok := wire.ICRCInPlace(f[wire.EthernetLen:len(f)-wire.ICRCLen], wire.IPv4Len)
 		if !ok {
