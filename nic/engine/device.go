@@ -601,10 +601,14 @@ func (e *engine) step() (stop, more, blocked bool) {
 	}
 	e.fireTimers()
 	e.drainDoorbells()
-	if w := e.wants; w != nil && !e.deferred && w.Len() > 0 {
-		// A busy poller's completion is in: it takes it before this pass's
-		// ACKs and responses go, which go with its next post or Drive (one
-		// pass later at most: a receiver that only polls still ACKs).
+	wrote := e.wrote
+	e.wrote = false
+	if w := e.wants; w != nil && !e.deferred && (w.Len() > 0 || wrote) {
+		// A busy poller's completion is in, or a WRITE it may spin on
+		// (perftest's write_lat watches the last byte): it takes it before
+		// this pass's ACKs and responses go, which go with its next post or
+		// Drive (one pass later at most: a receiver that only polls still
+		// ACKs). Its reply then shares their transmit call.
 		e.deferred = true
 		e.sh.ecnt.inc(EngTxDeferred)
 		busy = true
@@ -646,6 +650,7 @@ type engine struct {
 	scratch    []byte                   // one READ response's payload gathered from a page list
 	wants      *cq.CQ                   // Drive's: the CQ its caller polls
 	deferred   bool                     // the last pass left its transmit to the next (wants)
+	wrote      bool                     // this pass ended an inbound WRITE message
 	drivenSeen uint64                   // the goroutine's: EngDriven when it last slept
 	rooms      map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
 

@@ -221,6 +221,60 @@ func TestDeferredTransmitBeforeDestroy(t *testing.T) {
 	}
 }
 
+// TestBusyPollWriteDefersAck: a busy poller's pass that ends an inbound
+// WRITE, with no completion for it (write_lat's side spinning on the last
+// byte), leaves its ACK to the next pass; the reply the poller then posts
+// leaves with that ACK in one transmit call, where it took two.
+func TestBusyPollWriteDefersAck(t *testing.T) {
+	p, a, b := rcPair(t, pairOpts{busy: true}, nodeOpts{}, connOpts{})
+	sh := p.b.sh[0]
+	sh.drive.Lock() // B's engine goroutine waits: this test runs B's passes
+	locked := true
+	defer func() {
+		if locked {
+			sh.drive.Unlock()
+		}
+	}()
+	e := &sh.e
+	pass := func(wants *CQ) {
+		if wants != nil {
+			e.wants = wants.CQ
+		}
+		if stop, _, _ := e.step(); stop {
+			t.Fatal("B's engine stopped")
+		}
+		e.wants = nil
+	}
+	fill(a.buf[:64], 5)
+	fill(b.buf[:64], 6)
+	sent := func(d *Device) uint64 { c := d.Counters(); return c[CntSentPkts] }
+	send(t, a, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)},
+		RemoteAddr: b.mr.Addr() + 4096, RKey: b.mr.RKey()})
+	waitFor(t, "A's WRITE", func() bool { return sent(p.a) >= 1 })
+	before, batches := sent(p.b), p.b.EngineCounters()[EngTxBatches]
+	pass(b.cq) // the poller of B's CQ, which the WRITE brings nothing
+	checkBytes(t, "the WRITE", b.buf[4096:4096+64], a.buf[:64])
+	if c := p.b.EngineCounters(); c[EngTxDeferred] != 1 || sent(p.b) != before {
+		t.Fatalf("B's pass: %d deferred, %d frames sent; want its ACK left to the next pass", c[EngTxDeferred], sent(p.b)-before)
+	}
+	// B's reply; its post finds the drive held and rings the doorbell.
+	send(t, b, SendWR{WRID: 2, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{b.mr.SGE(0, 64)},
+		RemoteAddr: a.mr.Addr() + 4096, RKey: a.mr.RKey()})
+	pass(nil)
+	if n, calls := sent(p.b)-before, p.b.EngineCounters()[EngTxBatches]-batches; n != 2 || calls != 1 {
+		t.Fatalf("B's next pass sent %d frames in %d transmit calls; want the ACK and the reply in one", n, calls)
+	}
+	locked = false
+	sh.drive.Unlock()
+	if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success || w.WRID != 1 {
+		t.Fatalf("A's WRITE: %+v", w)
+	}
+	if w := pollN(t, b.cq, 1, 10*time.Second)[0]; w.Status != cq.Success || w.WRID != 2 {
+		t.Fatalf("B's WRITE: %+v", w)
+	}
+	checkBytes(t, "the reply", a.buf[4096:4096+64], b.buf[:64])
+}
+
 // TestBusyPollResponderThatDoesNotPoll: under BusyPoll, a side whose
 // application never polls (read_lat's responder) still has its frames
 // taken at once: its engine goroutine, which no poller has driven, sleeps

@@ -457,6 +457,9 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 			r.va += uint64(n)
 			r.resid -= uint32(n)
 		}
+		if mask&wire.MaskLast != 0 {
+			e.wrote = true // a poller may be spinning on this memory (write_lat)
+		}
 	case mask&wire.MaskRead != 0:
 		return e.readRequest(qp, p)
 	case mask&wire.MaskAtomic != 0:
