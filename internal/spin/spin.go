@@ -53,6 +53,10 @@ func (c *Counter) Idle() {
 // yield is sched_yield(2); a variable for the test that counts its calls.
 var yield = func() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
+// Yield yields the CPU once (sched_yield(2)): for a thread that spins by its
+// own count, as the engine's does before it sleeps.
+func Yield() { yield() }
+
 // Found notes a look that found something: the count of empty looks starts
 // again, so that a thread finding work often (a bandwidth loop) yields
 // rarely.

@@ -111,6 +111,7 @@ const (
 	EngWakeWaits                         // engine_wake_waits: idle waits for a doorbell alone, busy pollers taking the frames
 	EngRoomWaits                         // engine_room_waits: RC QPs that waited for the PSNs in flight to their destination to fall (cwnd.go)
 	EngRoomStale                         // engine_room_stale: RC QPs whose PSNs stopped counting there, no ACK for roomStale
+	EngIdleSpins                         // engine_idle_spins: passes that found nothing and yielded the CPU before the engine slept
 	NumEngineCounters
 )
 
@@ -118,7 +119,7 @@ var engineCounterNames = [NumEngineCounters]string{
 	"engine_loops", "engine_rx_polls", "engine_rx_batches", "engine_rx_frames",
 	"engine_tx_batches", "engine_tx_frames", "engine_idle_waits", "engine_timers_fired", "engine_driven",
 	"engine_handoffs", "engine_handoff_drops", "engine_tx_deferred", "engine_wake_waits",
-	"engine_room_waits", "engine_room_stale",
+	"engine_room_waits", "engine_room_stale", "engine_idle_spins",
 }
 
 func (c EngineCounter) String() string {

@@ -37,3 +37,31 @@ func TestDoorbellWhileAwake(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineSpinsBeforeSleeping: after a busy pass the engine goroutine
+// yields through idleSpins empty passes before it sleeps, so that work coming
+// meanwhile needs no wake-up; and it does sleep once they are done, burning
+// no CPU while nothing comes.
+func TestEngineSpinsBeforeSleeping(t *testing.T) {
+	p, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{})
+	sh := p.a.sh[0]
+	before := p.a.EngineCounters()
+	for i := range 10 {
+		send(t, a, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled | SendInline,
+			SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		pollN(t, a.cq, 1, 10*time.Second)
+	}
+	waitFor(t, "A's engine asleep", sh.sleeping.Load)
+	after := p.a.EngineCounters()
+	spins, sleeps := after[EngIdleSpins]-before[EngIdleSpins], after[EngIdleWaits]-before[EngIdleWaits]
+	t.Logf("%d empty passes spun, %d sleeps", spins, sleeps)
+	if sleeps == 0 || spins == 0 || spins < idleSpins*sleeps {
+		t.Fatalf("%d spins before %d sleeps; want at least %d before each", spins, sleeps, idleSpins)
+	}
+	// Asleep, it runs no pass until something comes.
+	loops := p.a.EngineCounters()[EngLoops]
+	time.Sleep(20 * time.Millisecond)
+	if n := p.a.EngineCounters()[EngLoops] - loops; n > 1 || !sh.sleeping.Load() {
+		t.Fatalf("an idle engine ran %d passes in 20 ms (asleep: %v)", n, sh.sleeping.Load())
+	}
+}

@@ -40,6 +40,7 @@ const (
 	maxEthernetLen   = 18 // Ethernet header with an 802.1Q tag
 	roceOverhead     = 40 + 8 + 40 + 4
 	blockedTxBackoff = 50 * time.Microsecond // retry a full TX ring this soon
+	idleSpins        = 20                    // empty passes the engine yields through before it sleeps (shard.go)
 )
 
 // roceOverhead is what an IP MTU must hold beyond the RoCE payload: an IPv6 header
