@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,6 +171,29 @@ func TestBusyPollRunToCompletion(t *testing.T) {
 	}
 }
 
+// holdDrive takes d's first shard's drive, so that its engine goroutine waits
+// and the test runs that engine's passes itself: pass runs one, as a busy
+// poller of wants (nil: as a post) would. release gives the drive back; the
+// test's cleanup does if the test did not.
+func holdDrive(t *testing.T, d *Device) (pass func(wants *CQ), release func()) {
+	sh := d.sh[0]
+	sh.drive.Lock()
+	var once sync.Once
+	release = func() { once.Do(sh.drive.Unlock) }
+	t.Cleanup(release)
+	e := &sh.e
+	pass = func(wants *CQ) {
+		if wants != nil {
+			e.wants = wants.CQ
+		}
+		if stop, _, _ := e.step(); stop {
+			t.Fatal("the engine stopped")
+		}
+		e.wants = nil
+	}
+	return pass, release
+}
+
 // TestDeferredTransmitBeforeDestroy: a busy poller's pass that left its
 // transmit to the next (its completion first) still has its ACKs leave when
 // the next thing the engine does is destroy the QP. write_lat --busy-poll's
@@ -178,24 +202,7 @@ func TestBusyPollRunToCompletion(t *testing.T) {
 // go out, or the peer retries into "retry exceeded" (a CI failure).
 func TestDeferredTransmitBeforeDestroy(t *testing.T) {
 	p, a, b := rcPair(t, pairOpts{busy: true}, nodeOpts{}, connOpts{timeout: 12, retry: 1})
-	sh := p.b.sh[0]
-	sh.drive.Lock() // B's engine goroutine waits: this test runs B's passes
-	locked := true
-	defer func() {
-		if locked {
-			sh.drive.Unlock()
-		}
-	}()
-	e := &sh.e
-	pass := func(wants *CQ) {
-		if wants != nil {
-			e.wants = wants.CQ
-		}
-		if stop, _, _ := e.step(); stop {
-			t.Fatal("B's engine stopped")
-		}
-		e.wants = nil
-	}
+	pass, release := holdDrive(t, p.b) // B's engine goroutine waits: this test runs B's passes
 	sent := func(d *Device) uint64 { c := d.Counters(); return c[CntSentPkts] }
 	// B WRITEs to A; A's ACK and then A's own WRITE wait on B's link.
 	send(t, b, SendWR{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{b.mr.SGE(0, 64)},
@@ -211,8 +218,7 @@ func TestDeferredTransmitBeforeDestroy(t *testing.T) {
 		t.Fatalf("B's pass: %d deferred, %d frames sent; want its transmit left to the next pass", c[EngTxDeferred], sent(p.b)-ackedBefore)
 	}
 	op := b.qp.Destroy()
-	locked = false
-	sh.drive.Unlock()
+	release()
 	if err := op.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -227,24 +233,7 @@ func TestDeferredTransmitBeforeDestroy(t *testing.T) {
 // leaves with that ACK in one transmit call, where it took two.
 func TestBusyPollWriteDefersAck(t *testing.T) {
 	p, a, b := rcPair(t, pairOpts{busy: true}, nodeOpts{}, connOpts{})
-	sh := p.b.sh[0]
-	sh.drive.Lock() // B's engine goroutine waits: this test runs B's passes
-	locked := true
-	defer func() {
-		if locked {
-			sh.drive.Unlock()
-		}
-	}()
-	e := &sh.e
-	pass := func(wants *CQ) {
-		if wants != nil {
-			e.wants = wants.CQ
-		}
-		if stop, _, _ := e.step(); stop {
-			t.Fatal("B's engine stopped")
-		}
-		e.wants = nil
-	}
+	pass, release := holdDrive(t, p.b) // B's engine goroutine waits: this test runs B's passes
 	fill(a.buf[:64], 5)
 	fill(b.buf[:64], 6)
 	sent := func(d *Device) uint64 { c := d.Counters(); return c[CntSentPkts] }
@@ -264,8 +253,7 @@ func TestBusyPollWriteDefersAck(t *testing.T) {
 	if n, calls := sent(p.b)-before, p.b.EngineCounters()[EngTxBatches]-batches; n != 2 || calls != 1 {
 		t.Fatalf("B's next pass sent %d frames in %d transmit calls; want the ACK and the reply in one", n, calls)
 	}
-	locked = false
-	sh.drive.Unlock()
+	release()
 	if w := pollN(t, a.cq, 1, 10*time.Second)[0]; w.Status != cq.Success || w.WRID != 1 {
 		t.Fatalf("A's WRITE: %+v", w)
 	}
