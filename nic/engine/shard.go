@@ -196,8 +196,8 @@ func (sh *shard) routineEngine() {
 			// sender's kernel, which costs an IPI here and waits for the
 			// scheduler. The NAPI busy-poll idea (PLATFORM 9). Measured on
 			// the veth pair, 2 cores: write_bw 64 KiB 960-1024 -> 1250-1440
-			// MB/s, write_lat typical 15-22 -> 8-9 us. 200 passes starved
-			// the posting thread (64-byte rate below no spin).
+			// MB/s, write_lat typical 15-32 -> 7.8-8.9 us. Longer spins took
+			// the posting thread's CPU (README, "The engine spins").
 			spins++
 			sh.ecnt.inc(EngIdleSpins)
 			sh.drive.Unlock()
