@@ -115,14 +115,7 @@ const writeIters = 200
 func writeBW(t *testing.T, g *guest, xrnicServer bool, lossPct int) {
 	name := artifactName(t)
 	if lossPct > 0 && xrnicServer {
-		if out, err := g.exec(t, shortTimeout, fmt.Sprintf("tc qdisc add dev eth0 root netem loss %d%%", lossPct)); err != nil {
-			t.Fatalf("netem in the guest: %v: %s", err, out)
-		}
-		t.Cleanup(func() {
-			if out, err := g.exec(t, shortTimeout, "tc qdisc del dev eth0 root"); err != nil {
-				t.Errorf("netem in the guest: %v: %s", err, out)
-			}
-		})
+		g.netem(t, fmt.Sprintf("loss %d%%", lossPct))
 	}
 	if lossPct > 0 && !xrnicServer {
 		a := dropOnWire(t, float64(lossPct)/100)

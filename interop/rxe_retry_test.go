@@ -45,14 +45,7 @@ func TestRxeRetryShift(t *testing.T) {
 	// (8 every 5 ms) without orphaning them, as a loaded host's slow transmit
 	// completions would: the resend pauses every 64 packets, and the ACK
 	// arrives within the message.
-	if out, err := g.exec(t, shortTimeout, "tc qdisc add dev eth0 root netem slot 5ms 5ms packets 8 limit 10000"); err != nil {
-		t.Fatalf("netem in the guest: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := g.exec(t, shortTimeout, "tc qdisc del dev eth0 root"); err != nil {
-			t.Errorf("netem in the guest: %v: %s", err, out)
-		}
-	})
+	g.netem(t, "slot 5ms 5ms packets 8 limit 10000")
 	const pkts = 120 // 120 KiB at RoCE MTU 1024: two messages fill rxe's 128-PSN window
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {

@@ -45,20 +45,7 @@ var soakCases = []struct{ test, args string }{
 // impair puts the soak's impairment on both directions until the test ends.
 func impair(t *testing.T, g *guest) {
 	t.Helper()
-	guest := func(cmds ...string) {
-		t.Helper()
-		for _, c := range cmds {
-			if out, err := g.exec(t, shortTimeout, c); err != nil {
-				t.Fatalf("in the guest, %s: %v: %s", c, err, out)
-			}
-		}
-	}
-	t.Cleanup(func() {
-		if out, err := g.exec(t, shortTimeout, "tc qdisc del dev eth0 root"); err != nil {
-			t.Errorf("netem in the guest: %v: %s", err, out)
-		}
-	})
-	guest("tc qdisc add dev eth0 root netem " + soakNetem)
+	g.netem(t, soakNetem)
 	a := dropOnWire(t, soakDrop)
 	t.Cleanup(func() {
 		c, err := a.Counters()

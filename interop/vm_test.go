@@ -253,7 +253,26 @@ func teardown() error {
 type guest struct {
 	mtu     int // RoCE path MTU: 1024 (netdev MTU 1500) or 4096 (netdev MTU 9000)
 	netMTU  int
-	reboots int // after its network died (playWith)
+	reboots int    // after its network died (playWith)
+	netemOn string // the netem a test put on eth0 (g.netem); a reboot puts it back
+}
+
+// netem puts a netem qdisc with args on the guest's eth0 until the test
+// ends. A reboot in between (playWith, when the guest's network died) puts
+// it back, so that the rerun runs impaired like the run it repeats, and the
+// cleanup finds a qdisc to delete.
+func (g *guest) netem(t *testing.T, args string) {
+	t.Helper()
+	if out, err := g.exec(t, shortTimeout, "tc qdisc add dev eth0 root netem "+args); err != nil {
+		t.Fatalf("netem in the guest: %v: %s", err, out)
+	}
+	g.netemOn = args
+	t.Cleanup(func() {
+		g.netemOn = ""
+		if out, err := g.exec(t, shortTimeout, "tc qdisc del dev eth0 root"); err != nil {
+			t.Errorf("netem in the guest: %v: %s", err, out)
+		}
+	})
 }
 
 // boot brings up the network and the guest for one RoCE MTU; cleanup tears both
@@ -339,6 +358,11 @@ func (g *guest) reboot(t *testing.T, name string) {
 	}
 	g.startVM(t)
 	g.reboots++
+	if g.netemOn != "" {
+		if out, err := g.exec(t, shortTimeout, "tc qdisc add dev eth0 root netem "+g.netemOn); err != nil {
+			t.Fatalf("netem in the rebooted guest: %v: %s", err, out)
+		}
+	}
 }
 
 // qemuMonitor runs HMP commands on the guest's monitor and returns their
