@@ -46,6 +46,18 @@ func TestCompare(t *testing.T) {
 			t.Errorf("no row %q", w)
 		}
 	}
+	// Each latency's tails beside the baseline's own at the same percentile.
+	if n := strings.Count(out.String(), "UDP blocking one way, same percentile"); n != 6 {
+		t.Errorf("%d tail rows against UDP blocking's, want 6 (3 tests x 99 %%, 99.9 %%)", n)
+	}
+	if n := strings.Count(out.String(), "raw AF_XDP busy one way, same percentile"); n != 6 {
+		t.Errorf("%d tail rows against raw AF_XDP busy's, want 6", n)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "same percentile") && firstNumber(strings.Fields(strings.ReplaceAll(l, "x ", " "))) <= 0 {
+			t.Errorf("%q: no positive ratio", l)
+		}
+	}
 	if t.Failed() {
 		t.Log(out.String())
 	}
