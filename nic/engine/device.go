@@ -629,30 +629,30 @@ func (e *engine) step() (stop, more, blocked bool) {
 // engine is the state of the engine's loop: only the holder of its shard's drive
 // touches it (the engine goroutine, or a busy poller in Drive).
 type engine struct {
-	d          *Device
-	sh         *shard
-	now        time.Duration
-	qps        map[uint32]*QP
-	active     []*QP // QPs with transmit work, in turn order
-	next       []*QP // the next round of active
-	timers     timerHeap
-	tx         txBatch
-	rxBufs     [][]byte
-	rxSizes    []int
-	pkt        wire.Packet
-	wc         cq.WC
-	syncs      []ctlReq
-	pending    []ctlReq
-	handed     uint64   // the shards this pass handed frames to, a bit each
-	pollers    []Poller // AddPoller's
-	budget     int
-	mtu        int                      // port MTU in bytes (UD)
-	scratch    []byte                   // one READ response's payload gathered from a page list
-	wants      *cq.CQ                   // Drive's: the CQ its caller polls
-	deferred   bool                     // the last pass left its transmit to the next (wants)
-	wrote      bool                     // this pass ended an inbound WRITE message
-	drivenSeen uint64                   // the goroutine's: EngDriven when it last slept
-	rooms      map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
+	d        *Device
+	sh       *shard
+	now      time.Duration
+	qps      map[uint32]*QP
+	active   []*QP // QPs with transmit work, in turn order
+	next     []*QP // the next round of active
+	timers   timerHeap
+	tx       txBatch
+	rxBufs   [][]byte
+	rxSizes  []int
+	pkt      wire.Packet
+	wc       cq.WC
+	syncs    []ctlReq
+	pending  []ctlReq
+	handed   uint64   // the shards this pass handed frames to, a bit each
+	pollers  []Poller // AddPoller's
+	budget   int
+	mtu      int                      // port MTU in bytes (UD)
+	scratch  []byte                   // one READ response's payload gathered from a page list
+	wants    *cq.CQ                   // Drive's: the CQ its caller polls
+	deferred bool                     // the last pass left its transmit to the next (wants)
+	wrote    bool                     // this pass ended an inbound WRITE message
+	polled   bool                     // the goroutine's: busy pollers drove while it last slept
+	rooms    map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -827,18 +827,15 @@ func (e *engine) idle(timeout time.Duration) {
 		return
 	}
 	wait := e.sh.link.Wait
-	if ww, ok := e.sh.link.(link.WakeWaiter); ok && e.d.cfg.BusyPoll {
-		// Pollers that drove since the last sleep take the frames: sleep
+	if ww, ok := e.sh.link.(link.WakeWaiter); ok && e.polled {
+		// Pollers that drove while it last slept take the frames: sleep
 		// till a doorbell or busyTick, and a frame wakes no one (the
 		// sender's kernel skips the wake-up, and this goroutine does not
 		// take the drive from a poller). Once none has driven for a
 		// busyTick, frames wake it again (a side that does not poll, as
 		// read_lat's responder).
-		if n := e.sh.ecnt[EngDriven].Load(); n != e.drivenSeen {
-			e.drivenSeen = n
-			e.sh.ecnt.inc(EngWakeWaits)
-			wait = ww.WaitWake
-		}
+		e.sh.ecnt.inc(EngWakeWaits)
+		wait = ww.WaitWake
 	}
 	if err := wait(timeout); err != nil {
 		e.linkFailed()

@@ -266,12 +266,15 @@ func TestBusyPollWriteDefersAck(t *testing.T) {
 // TestBusyPollResponderThatDoesNotPoll: under BusyPoll, a side whose
 // application never polls (read_lat's responder) still has its frames
 // taken at once: its engine goroutine, which no poller has driven, sleeps
-// on the frames as well as on the doorbell (no engine_wake_waits).
+// on the frames as well as on the doorbell (no engine_wake_waits), and
+// spins before it sleeps as without BusyPoll. The side that polls leaves
+// the work to its poller and does not spin.
 func TestBusyPollResponderThatDoesNotPoll(t *testing.T) {
 	p, a, b := rcPair(t, pairOpts{busy: true}, nodeOpts{}, connOpts{})
 	fill(b.buf[:4096], 3)
 	const n = 100
 	var w [1]cq.WC
+	a0 := p.a.EngineCounters()
 	for i := range n {
 		send(t, a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(8192, 64)},
 			RemoteAddr: b.mr.Addr() + uint64(i%32)*64, RKey: b.mr.RKey()})
@@ -285,9 +288,24 @@ func TestBusyPollResponderThatDoesNotPoll(t *testing.T) {
 		}
 		checkBytes(t, name("READ %d", i), a.buf[8192:8192+64], b.buf[(i%32)*64:(i%32)*64+64])
 	}
-	cb := p.b.EngineCounters()
+	waitFor(t, "B's engine asleep", p.b.sh[0].sleeping.Load)
+	cb, ca := p.b.EngineCounters(), p.a.EngineCounters()
+	for k := range ca {
+		ca[k] -= a0[k]
+	}
 	if cb[EngDriven] != 0 || cb[EngWakeWaits] != 0 {
 		t.Fatalf("the responder, never polled: %d passes driven, %d sleeps that left the frames to pollers", cb[EngDriven], cb[EngWakeWaits])
+	}
+	t.Logf("responder: %d spins, %d sleeps; requester: %d spins, %d sleeps, %d passes driven",
+		cb[EngIdleSpins], cb[EngIdleWaits], ca[EngIdleSpins], ca[EngIdleWaits], ca[EngDriven])
+	if cb[EngIdleWaits] == 0 || cb[EngIdleSpins] < idleSpins*cb[EngIdleWaits] {
+		t.Errorf("the responder spun %d passes before %d sleeps; want at least %d before each", cb[EngIdleSpins], cb[EngIdleWaits], idleSpins)
+	}
+	// The requester's goroutine spins only after a sleep its poller did not
+	// drive through (none here, unless the poller was held off a whole
+	// busyTick); spinning regardless, it spins before every sleep.
+	if ca[EngDriven] == 0 || ca[EngIdleWaits] == 0 || ca[EngIdleSpins] >= idleSpins*ca[EngIdleWaits] {
+		t.Errorf("the requester, its CQ polled: %d passes driven, %d spins before %d sleeps", ca[EngDriven], ca[EngIdleSpins], ca[EngIdleWaits])
 	}
 }
 

@@ -189,7 +189,7 @@ func (sh *shard) routineEngine() {
 		}
 		if more {
 			spins = 0
-		} else if spins < idleSpins && !blocked && !d.cfg.BusyPoll {
+		} else if spins < idleSpins && !blocked && !e.polled {
 			// Spin a little before sleeping, yielding the CPU at each empty
 			// pass: work that comes meanwhile (the peer's reply, the next
 			// posts) finds the engine awake, with no wake-up through the
@@ -197,7 +197,10 @@ func (sh *shard) routineEngine() {
 			// scheduler. The NAPI busy-poll idea (PLATFORM 9). Measured on
 			// the veth pair, 2 cores: write_bw 64 KiB 960-1024 -> 1250-1440
 			// MB/s, write_lat typical 15-32 -> 7.8-8.9 us. Longer spins took
-			// the posting thread's CPU (README, "The engine spins").
+			// the posting thread's CPU (README, "The engine spins"). Not
+			// while busy pollers drive (e.polled): they take the work. A
+			// side whose application does not poll (read_lat's responder,
+			// write_bw's server) has only this goroutine, and spins.
 			spins++
 			sh.ecnt.inc(EngIdleSpins)
 			sh.drive.Unlock()
@@ -223,9 +226,13 @@ func (sh *shard) routineEngine() {
 			sh.drive.Unlock()
 			continue
 		}
+		// Pollers drive (drive1) only while this goroutine sleeps, so
+		// whether they did during this sleep says whether they still do.
+		driven := sh.ecnt[EngDriven].Load()
 		sh.drive.Unlock()
 		e.idle(timeout)
 		sh.sleeping.Store(false)
+		e.polled = d.cfg.BusyPoll && sh.ecnt[EngDriven].Load() != driven
 		if len(e.pollers) > 0 {
 			sh.drive.Lock()
 			e.pollersIdle(false)
