@@ -276,7 +276,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 				typ, typ/(us(base.p50)/way), baseName+wayName)
 			for _, p := range []struct {
 				name, key string
-				base  time.Duration
+				base      time.Duration
 			}{{"  99 %", "percentile_99", base.p99}, {"  99.9 %", "percentile_99.9", base.p999}} {
 				v := r.res[p.key]
 				row("%-44s %10.2f us %9.2fx %s", p.name, v, v/typ, "typical")
