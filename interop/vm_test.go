@@ -59,6 +59,7 @@ var suite struct {
 	cache     string // RXE_VM_CACHE
 	bench     string // bench, built for this run
 	lib       string // xrnic's libibverbs.so.1 and librdmacm.so.1 (clib/), built for this run
+	slowConn  string // testdata/connect_delay.c, built for this run: LD_PRELOAD it for a late rdma_connect
 	artifacts string
 	err       error // why the suite cannot run; every test fails with it
 	skip      string
@@ -136,6 +137,11 @@ func prepare() (tmp string, err error) {
 	suite.lib = filepath.Join(tmp, "lib")
 	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "clib", "build.sh"), suite.lib).CombinedOutput(); err != nil {
 		return tmp, fmt.Errorf("clib/build.sh: %v: %s", err, bytes.TrimSpace(out))
+	}
+	suite.slowConn = filepath.Join(tmp, "connect_delay.so")
+	if out, err := exec.CommandContext(ctx, "cc", "-shared", "-fPIC", "-Wall", "-o", suite.slowConn,
+		filepath.Join(root, "interop", "testdata", "connect_delay.c"), "-ldl").CombinedOutput(); err != nil {
+		return tmp, fmt.Errorf("cc testdata/connect_delay.c: %v: %s", err, bytes.TrimSpace(out))
 	}
 	if err := sweepStale(); err != nil {
 		return tmp, err
