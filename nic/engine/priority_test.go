@@ -14,6 +14,8 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/wire"
+
+	"golang.org/x/sys/unix"
 )
 
 // threadsAt counts this process's threads whose nice value is nice
@@ -69,9 +71,11 @@ func TestEngineThreadPriority(t *testing.T) {
 				t.Fatal(err)
 			}
 			// A pass of the engine's loop: its goroutine has set its thread up.
+			// Asleep, it is past the spin, which it runs at its plain nice.
 			if err := d.Sync().Wait(); err != nil {
 				t.Fatal(err)
 			}
+			waitFor(t, "the engine asleep", d.sh[0].sleeping.Load)
 			if got := threadsAt(t, engineNice) - before; got != c.want {
 				t.Errorf("%d threads at nice %d with the device open, want %d", got, engineNice, c.want)
 			}
@@ -370,4 +374,63 @@ func TestPassBounds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEngineSpinsAtPlainPriority: the raised engine thread spins before it
+// sleeps at the nice value it had, so that its yields let the application on
+// its CPU run (under EEVDF a yield at nice -20 hardly does), and works and
+// sleeps at engineNice, so that a woken engine still runs ahead.
+func TestEngineSpinsAtPlainPriority(t *testing.T) {
+	testutil.RequireRoot(t) // CAP_SYS_NICE
+	plain := 20 - mustPriority(t, unix.Gettid())
+	type change struct {
+		low  bool
+		nice int
+	}
+	var mu sync.Mutex
+	var seen []change
+	f := func(low bool) { // on the engine's thread
+		prio, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+		if err != nil {
+			prio = 20 - 99
+		}
+		mu.Lock()
+		seen = append(seen, change{low, 20 - prio})
+		mu.Unlock()
+	}
+	spinHook.Store(&f)
+	t.Cleanup(func() { spinHook.Store(nil) })
+	p, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{})
+	for i := range 10 {
+		send(t, a, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled | SendInline,
+			SGL: []SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+		pollN(t, a.cq, 1, 10*time.Second)
+	}
+	waitFor(t, "A's engine asleep", p.a.sh[0].sleeping.Load)
+	waitFor(t, "B's engine asleep", p.b.sh[0].sleeping.Load)
+	mu.Lock()
+	defer mu.Unlock()
+	lows := 0
+	for _, c := range seen {
+		want := engineNice
+		if c.low {
+			want = plain
+			lows++
+		}
+		if c.nice != want {
+			t.Errorf("the engine's thread at nice %d when its spin turned %v, want %d", c.nice, c.low, want)
+		}
+	}
+	if lows == 0 || len(seen) < 2*lows-1 {
+		t.Fatalf("%d changes of the engine's priority, %d of them to spin at nice %d: want spins at it, each followed by engineNice", len(seen), lows, plain)
+	}
+}
+
+func mustPriority(t *testing.T, tid int) int {
+	t.Helper()
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prio
 }

@@ -169,8 +169,11 @@ func (f *fan) finish(err error) {
 func (sh *shard) routineEngine() {
 	d := sh.d
 	defer close(sh.done)
+	var th engThread
 	if !d.cfg.PlainThread && !d.cfg.BusyPoll {
-		defer raiseThread(d.cfg.Logf)()
+		var restore func()
+		restore, th = raiseThread(d.cfg.Logf)
+		defer restore()
 	}
 	d.cfg.Logf("engine: RoutineEngine started on %s link %s queue %d", d.info.Kind, d.info.Name, sh.idx)
 	defer d.cfg.Logf("engine: RoutineEngine stopped")
@@ -189,6 +192,7 @@ func (sh *shard) routineEngine() {
 		}
 		if more {
 			spins = 0
+			th.spinning(false)
 		} else if spins < idleSpins && !blocked && !e.polled {
 			// Spin a little before sleeping, yielding the CPU at each empty
 			// pass: work that comes meanwhile (the peer's reply, the next
@@ -201,6 +205,7 @@ func (sh *shard) routineEngine() {
 			// while busy pollers drive (e.polled): they take the work. A
 			// side whose application does not poll (read_lat's responder,
 			// write_bw's server) has only this goroutine, and spins.
+			th.spinning(true)
 			spins++
 			sh.ecnt.inc(EngIdleSpins)
 			sh.drive.Unlock()
@@ -216,6 +221,7 @@ func (sh *shard) routineEngine() {
 			continue
 		}
 		spins = 0
+		th.spinning(false) // a frame wakes it at engineNice
 		timeout := e.sleepFor(blocked)
 		sh.sleeping.Store(true)
 		// A frame handed over, or a doorbell rung, after the last look would
@@ -246,7 +252,7 @@ func (sh *shard) routineEngine() {
 // unlocks it, so that the priority goes to no other goroutine. A thread that
 // ended locked would be kept parked for good if it were the main thread, at
 // engineNice.
-func raiseThread(logf func(string, ...any)) (restore func()) {
+func raiseThread(logf func(string, ...any)) (restore func(), th engThread) {
 	runtime.LockOSThread()
 	tid := unix.Gettid()
 	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid) // the kernel's 20 - nice
@@ -256,14 +262,49 @@ func raiseThread(logf func(string, ...any)) (restore func()) {
 	if err != nil {
 		logf("engine: the engine thread keeps its priority (nice %d: %v)", engineNice, err)
 		runtime.UnlockOSThread()
-		return func() {}
+		return func() {}, engThread{}
 	}
 	return func() {
 		if unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio) == nil {
 			runtime.UnlockOSThread()
 		} // else the thread stays locked, and ends with the goroutine
+	}, engThread{tid: tid, plain: 20 - prio}
+}
+
+// engThread is the engine goroutine's raised thread; the zero value is a
+// thread that was not raised, which spinning leaves alone. Goroutine-owned.
+type engThread struct {
+	tid   int
+	plain int  // the nice value the thread had before raiseThread
+	low   bool // at plain: the engine spins
+}
+
+// spinning puts the thread at its plain nice value while the engine spins
+// before it sleeps, and back at engineNice when it works or sleeps. A spin is
+// speculative, and at engineNice its sched_yield hardly lets a nice 0 thread
+// in: EEVDF moves a yielding thread's deadline on by a slice scaled by its
+// weight, 1/87 of a nice 0 thread's. The application on the engine's CPU
+// starved: send_bw's receiver fell 512 receives behind (RNR NAKs), and the
+// 64-byte WRITE poster waited (README, "The engine spins").
+func (t *engThread) spinning(on bool) {
+	if t.tid == 0 || t.low == on {
+		return
+	}
+	n := engineNice
+	if on {
+		n = t.plain
+	}
+	if unix.Setpriority(unix.PRIO_PROCESS, t.tid, n) == nil {
+		t.low = on
+		if f := spinHook.Load(); f != nil {
+			(*f)(on)
+		}
 	}
 }
+
+// spinHook, when a test sets it, is called on the engine's thread after
+// spinning changed its priority.
+var spinHook atomic.Pointer[func(low bool)]
 
 // Drive runs one pass of each engine's loop on the caller's goroutine when
 // no other goroutine runs one (run to completion: a thread busy-polling its
