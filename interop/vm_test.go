@@ -269,9 +269,7 @@ type guest struct {
 // cleanup finds a qdisc to delete.
 func (g *guest) netem(t *testing.T, args string) {
 	t.Helper()
-	if out, err := g.exec(t, shortTimeout, "tc qdisc add dev eth0 root netem "+args); err != nil {
-		t.Fatalf("netem in the guest: %v: %s", err, out)
-	}
+	g.addNetem(t, args)
 	g.netemOn = args
 	t.Cleanup(func() {
 		g.netemOn = ""
@@ -365,9 +363,15 @@ func (g *guest) reboot(t *testing.T, name string) {
 	g.startVM(t)
 	g.reboots++
 	if g.netemOn != "" {
-		if out, err := g.exec(t, shortTimeout, "tc qdisc add dev eth0 root netem "+g.netemOn); err != nil {
-			t.Fatalf("netem in the rebooted guest: %v: %s", err, out)
-		}
+		g.addNetem(t, g.netemOn)
+	}
+}
+
+// addNetem puts a root netem qdisc with args on the guest's eth0.
+func (g *guest) addNetem(t *testing.T, args string) {
+	t.Helper()
+	if out, err := g.exec(t, shortTimeout, "tc qdisc add dev eth0 root netem "+args); err != nil {
+		t.Fatalf("netem in the guest: %v: %s", err, out)
 	}
 }
 

@@ -60,8 +60,6 @@ func TestCompare(t *testing.T) {
 		if strings.HasPrefix(l, "read_lat") && !strings.Contains(l, "round trip") {
 			t.Errorf("%q: read_lat is a round trip", l)
 		}
-	}
-	for _, l := range lines {
 		if strings.Contains(l, "same percentile") && firstNumber(strings.Fields(strings.ReplaceAll(l, "x ", " "))) <= 0 {
 			t.Errorf("%q: no positive ratio", l)
 		}

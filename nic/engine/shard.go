@@ -171,9 +171,8 @@ func (sh *shard) routineEngine() {
 	defer close(sh.done)
 	var th engThread
 	if !d.cfg.PlainThread && !d.cfg.BusyPoll {
-		var restore func()
-		restore, th = raiseThread(d.cfg.Logf)
-		defer restore()
+		th = raiseThread(d.cfg.Logf)
+		defer th.restore()
 	}
 	d.cfg.Logf("engine: RoutineEngine started on %s link %s queue %d", d.info.Kind, d.info.Name, sh.idx)
 	defer d.cfg.Logf("engine: RoutineEngine stopped")
@@ -248,11 +247,10 @@ func (sh *shard) routineEngine() {
 }
 
 // raiseThread locks the calling goroutine to its thread and raises the thread
-// to engineNice. The function it returns puts the thread's priority back and
-// unlocks it, so that the priority goes to no other goroutine. A thread that
-// ended locked would be kept parked for good if it were the main thread, at
-// engineNice.
-func raiseThread(logf func(string, ...any)) (restore func(), th engThread) {
+// to engineNice. Its restore puts the thread's priority back and unlocks it,
+// so that the priority goes to no other goroutine. A thread that ended locked
+// would be kept parked for good if it were the main thread, at engineNice.
+func raiseThread(logf func(string, ...any)) engThread {
 	runtime.LockOSThread()
 	tid := unix.Gettid()
 	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid) // the kernel's 20 - nice
@@ -262,21 +260,28 @@ func raiseThread(logf func(string, ...any)) (restore func(), th engThread) {
 	if err != nil {
 		logf("engine: the engine thread keeps its priority (nice %d: %v)", engineNice, err)
 		runtime.UnlockOSThread()
-		return func() {}, engThread{}
+		return engThread{}
 	}
-	return func() {
-		if unix.Setpriority(unix.PRIO_PROCESS, tid, 20-prio) == nil {
-			runtime.UnlockOSThread()
-		} // else the thread stays locked, and ends with the goroutine
-	}, engThread{tid: tid, plain: 20 - prio}
+	return engThread{tid: tid, plain: 20 - prio}
 }
 
 // engThread is the engine goroutine's raised thread; the zero value is a
-// thread that was not raised, which spinning leaves alone. Goroutine-owned.
+// thread that was not raised, which spinning and restore leave alone.
+// Goroutine-owned.
 type engThread struct {
 	tid   int
 	plain int  // the nice value the thread had before raiseThread
 	low   bool // at plain: the engine spins
+}
+
+// restore puts the thread back at its plain nice value and unlocks it.
+func (t *engThread) restore() {
+	if t.tid == 0 {
+		return
+	}
+	if unix.Setpriority(unix.PRIO_PROCESS, t.tid, t.plain) == nil {
+		runtime.UnlockOSThread()
+	} // else the thread stays locked, and ends with the goroutine
 }
 
 // spinning puts the thread at its plain nice value while the engine spins
