@@ -326,9 +326,37 @@ func (g *guest) startVM(t *testing.T) {
 		t.Fatalf("the guest did not boot (rxe-vm start: %v): %s", err, lastLine(out))
 	}
 	t.Logf("guest booted in %.1f s (RoCE MTU %d, netdev MTU %d)", time.Since(start).Seconds(), g.mtu, g.netMTU)
+	// Each boot starts with an empty share; host and guest are both bookworm,
+	// so the host's build of connect_delay.so loads in the guest.
+	so, err := os.ReadFile(suite.slowConn)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(suite.cache, "run", vmName, "share", guestSlowConn), so, 0o755)
+	}
+	if err != nil {
+		t.Fatalf("connect_delay.so into the guest's share: %v", err)
+	}
 	out, err := g.exec(t, shortTimeout, "rdma link show; ibv_devinfo -d "+guestDev+" | grep -E 'state|active_mtu'")
 	if err != nil || !strings.Contains(out, "ACTIVE") || !strings.Contains(out, fmt.Sprintf("active_mtu:\t\t%d", g.mtu)) {
 		t.Fatalf("guest's rxe0 is not ACTIVE at MTU %d (%v):\n%s", g.mtu, err, out)
+	}
+}
+
+// guestSlowConn is connect_delay.so's name in the guest's share (/share).
+const guestSlowConn = "connect_delay.so"
+
+// lateConnect is the guest's command cmd with connect_delay.so preloaded: a
+// perftest client over rdma_cm (-R) that connects 250 ms late, so xrnic's
+// server has listened again (testdata/connect_delay.c).
+func lateConnect(cmd string) string {
+	return "LD_PRELOAD=/share/" + guestSlowConn + " " + cmd
+}
+
+// checkLateConnect fails t unless the client's output, prog's, shows that
+// connect_delay.so was loaded.
+func checkLateConnect(t *testing.T, prog, out string) {
+	t.Helper()
+	if !strings.Contains(out, "connect_delay: rdma_connect 250 ms late") {
+		t.Errorf("the client's %s did not connect through testdata/connect_delay.c:\n%s", prog, out)
 	}
 }
 

@@ -1,14 +1,17 @@
 /*
  * connect_delay.so: rdma_connect(3), 250 ms late. LD_PRELOADed into
- * Debian's perftest when it connects over rdma_cm (-R) to the guest.
+ * Debian's perftest when it connects over rdma_cm (-R): the host's, through
+ * xrnic's library, to the guest, and the guest's (built here: host and guest
+ * are both bookworm) to xrnic.
  *
  * With -R, perftest's server listens twice: for the parameter exchange, then,
  * once the exchange is over, for the test's QPs. Its client sends the second
- * REQ about 1 ms after the exchange; the emulated guest sometimes listens
- * later, and rejects the REQ (invalid service ID). perftest 4.5+0.17's retry
+ * REQ 1-4 ms after the exchange; the server sometimes listens later (the
+ * emulated guest, or on a loaded host xrnic's side, descheduled), and rejects
+ * the REQ (invalid service ID). perftest 4.5+0.17's retry
  * then runs on the nodes it has just freed (rdma_cm_client_connection after
  * rdma_cm_destroy_cma) and crashes; upstream fixed it in 3d9d8d0, and waits
- * 100 ms between tries. This gives the guest that time before the first try.
+ * 100 ms between tries. This gives the server that time before the first try.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
