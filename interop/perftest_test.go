@@ -76,16 +76,16 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 	// again then.
 	// With -R the guest's server listens on rdma_cm, not TCP.
 	guestReady := func(j *job) { g.waitListen(t, 18515, j) }
-	late := strings.Contains(args, "-R") && xrnicServer
 	if strings.Contains(args, "-R") {
 		guestReady = func(j *job) {
 			g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:18515'", "rdma_cm listener on 18515", j)
 		}
-		if xrnicServer {
-			// bench listens again after the exchange, as perftest does;
-			// the guest's perftest may connect before that (clibPair).
-			perftest = lateConnect(perftest)
-		}
+	}
+	// bench listens again after the exchange, as perftest does; the guest's
+	// perftest may connect before that (clibPair).
+	late := strings.Contains(args, "-R") && xrnicServer
+	if late {
+		perftest = lateConnect(perftest)
 	}
 	c, xOut, gOut := playWith(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
 		func(_, gOut string) string { return misread(lat || xrnicServer || test == "send_bw", gOut) }, guestReady)
