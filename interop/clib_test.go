@@ -73,7 +73,7 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 		}
 		ready = "rdma_listen"
 		guestReady = func(j *job) {
-			g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:7174'", "rdma_cm listener on 7174", j)
+			g.waitCMListen(t, 7174, "rdma_cm listener", j)
 		}
 	case strings.HasPrefix(prog, "ibv_"):
 		host = append(host, strings.Fields(args)...)
@@ -96,11 +96,7 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 				i := slices.Index(host, "stdbuf")
 				host = slices.Insert(host, i, "env", "LD_PRELOAD="+suite.slowConn)
 			}
-		}
-		if strings.Contains(args, "-R") {
-			guestReady = func(j *job) {
-				g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:18515'", "rdma_cm listener on 18515", j)
-			}
+			guestReady = func(j *job) { g.waitCMListen(t, 18515, "rdma_cm listener", j) }
 		}
 	}
 	lat := strings.HasSuffix(prog, "_lat")

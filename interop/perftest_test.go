@@ -78,7 +78,7 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 	guestReady := func(j *job) { g.waitListen(t, 18515, j) }
 	if strings.Contains(args, "-R") {
 		guestReady = func(j *job) {
-			g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:18515'", "rdma_cm listener on 18515", j)
+			g.waitCMListen(t, 18515, "rdma_cm listener", j)
 		}
 	}
 	// bench listens again after the exchange, as perftest does; the guest's

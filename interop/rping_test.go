@@ -76,7 +76,7 @@ func rpingPair(t *testing.T, g *guest, xrnicServer bool, lossPct int, ndk bool) 
 		guestCmd = "rping -s -v -S " + fmt.Sprint(rpingSize) + " -a " + ipGuest
 	}
 	c, xOut, gOut := playWith(t, g, name, bench, guestCmd, xrnicServer, ready, nil, func(j *job) {
-		g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:7174'", "rdma_cm listener on 7174", j)
+		g.waitCMListen(t, 7174, "rdma_cm listener", j)
 	})
 	client, server := gOut, xOut
 	if !xrnicServer {

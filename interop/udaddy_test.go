@@ -33,7 +33,7 @@ func udaddyPair(t *testing.T, g *guest, xrnicServer bool) {
 		guestCmd = "udaddy " + udaddyArgs
 	}
 	c, xOut, gOut := playWith(t, g, name, bench, guestCmd, xrnicServer, "udaddy: starting server", nil, func(j *job) {
-		g.waitCount(t, "rdma resource show cm_id | grep -c 'state LISTEN.*:7174'", "udaddy's listener on 7174", j)
+		g.waitCMListen(t, 7174, "udaddy's listener", j)
 	})
 	const client = "udaddy: starting client\nudaddy: connecting\ninitiating data transfers\nreceiving data transfers\n" +
 		"data transfers complete\ntest complete\nreturn status 0\n"

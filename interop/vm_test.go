@@ -512,6 +512,13 @@ func (g *guest) waitListen(t *testing.T, port int, j *job) {
 	g.waitCount(t, fmt.Sprintf("ss -Hltn 'sport = :%d' | wc -l", port), fmt.Sprintf("TCP port %d", port), j)
 }
 
+// waitCMListen waits until an rdma_cm ID in the guest listens on port, as
+// "rdma resource show cm_id" shows it (state LISTEN); what names it.
+func (g *guest) waitCMListen(t *testing.T, port int, what string, j *job) {
+	t.Helper()
+	g.waitCount(t, fmt.Sprintf("rdma resource show cm_id | grep -c 'state LISTEN.*:%d'", port), fmt.Sprintf("%s on %d", what, port), j)
+}
+
 // waitCount waits until the guest's shell command cmd prints a count above 0.
 func (g *guest) waitCount(t *testing.T, cmd, what string, j *job) {
 	t.Helper()
