@@ -64,8 +64,12 @@ generate-check:
 # rdma_rxe under qemu (building its image first if absent), then ibv_rc_pingpong
 # and ib_write_bw in the guest against bench, both roles, RoCE MTU 1024 and 4096.
 # Captures, both sides' output and ICRC reports land in artifacts/interop/.
+# A failure's messages come again at the end (scripts/test-failures.awk): CI
+# keeps the log's tail.
 interop:
-	$(GO) test -tags interop -count=1 -timeout 48m -v ./interop/
+	mkdir -p artifacts
+	{ $(GO) test -tags interop -count=1 -timeout 48m -v ./interop/ 2>&1; echo $$? > artifacts/interop.rc; } | tee artifacts/interop.log
+	@rc=$$(cat artifacts/interop.rc); [ "$$rc" = 0 ] || awk -f scripts/test-failures.awk artifacts/interop.log; exit $$rc
 
 # xrnic against its baselines in one run on one veth pair (root; iperf3).
 bench-compare:

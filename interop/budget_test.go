@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,6 +97,27 @@ func began(name string) func(outcome string) {
 	}
 }
 
+// checkedAfter turns name's run, recorded "ok", into "failed: checks" if t
+// fails in the checks that follow it (results, shapes, captures), so that
+// the account names every failure.
+func checkedAfter(t *testing.T, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		budget.mu.Lock()
+		defer budget.mu.Unlock()
+		for i := len(budget.runs) - 1; i >= 0; i-- {
+			if r := &budget.runs[i]; r.name == name {
+				if r.outcome == "ok" {
+					r.outcome = "failed: checks"
+				}
+				return
+			}
+		}
+	})
+}
+
 // account writes where the suite's time went: runs and reruns by cause, the
 // slowest runs, and what was still running if the time ran out. It is short:
 // CI keeps the tail of the output.
@@ -125,6 +147,11 @@ func account(w io.Writer) {
 	slices.SortFunc(slow, func(a, b runRecord) int { return int(b.took - a.took) })
 	for _, r := range slow[:min(6, len(slow))] {
 		fmt.Fprintf(w, "interop: slowest: %6.1f s %s (%s)\n", r.took.Seconds(), r.name, r.outcome)
+	}
+	for _, r := range budget.runs {
+		if strings.HasPrefix(r.outcome, "failed") {
+			fmt.Fprintf(w, "interop: %s: %s after %.1f s\n", r.outcome, r.name, r.took.Seconds())
+		}
 	}
 	if budget.ctx != nil && budget.ctx.Err() == context.DeadlineExceeded {
 		fmt.Fprintf(w, "interop: OUT OF TIME: the suite stopped %v before go test's -timeout\n", budgetMargin)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -251,7 +252,9 @@ var (
 	addrLine = regexp.MustCompile(`(?m)^ (local|remote) address: LID \w+ QPN (\w+) PSN (\w+) RKey (\w+) VAddr (\w+)$`)
 	bwHeader = regexp.MustCompile(`(?m)^ #bytes +#iterations +BW peak.*$`)
 	bwResult = regexp.MustCompile(`(?m)^ (\d+) +(\d+) +([\d.]+) +([\d.]+)\s+([\d.]+)\s*$`)
-	mtuLine  = regexp.MustCompile(`(?m)^ Mtu +: .*$`)
+	// Any result line of a latency table, its seven times whatever they are.
+	latLine = regexp.MustCompile(`(?m)^ \d+ +\d+((?:[ \t]+\S+){7})[ \t]*$`)
+	mtuLine = regexp.MustCompile(`(?m)^ Mtu +: .*$`)
 )
 
 // vaddr returns the VAddr of perftest's local or remote address line.
@@ -281,13 +284,23 @@ type bwLine struct {
 func (l bwLine) sane() bool { return l.avg > 0 && l.avg <= l.peak*1.001 && l.avg < 12500 }
 
 // clockMisread tells a perftest run whose CPU clock calibration failed, as it
-// can under emulation (the harness's README): perftest says it cannot produce a
-// report (get_cpu_mhz's fit of cycles against time was poor), or prints
-// numbers that cannot be. A peak of 0.00 is perftest's "no peak" (noPeak: the
-// receiver of send_bw, -N, -D), not a misread: only the average is judged then.
+// can under emulation or on a loaded host (the harness's README): perftest
+// says it cannot produce a report (get_cpu_mhz's fit of cycles against time
+// was poor), or prints numbers that cannot be. A peak of 0.00 is perftest's
+// "no peak" (noPeak: the receiver of send_bw, -N, -D), not a misread: only the
+// average is judged then. A latency test reports on regardless
+// (print_report_lat divides by the failed calibration's 0 MHz): its line
+// then holds inf and -nan.
 func clockMisread(out string) bool {
 	if strings.Contains(out, "Can't produce a report") {
 		return true
+	}
+	for _, m := range latLine.FindAllStringSubmatch(out, -1) {
+		for _, f := range strings.Fields(m[1]) {
+			if v, err := strconv.ParseFloat(f, 64); err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+				return true
+			}
+		}
 	}
 	m := lastBW(out) // with -a, the largest size (2 bytes may well show 0.00)
 	if m == nil {
@@ -301,10 +314,13 @@ func clockMisread(out string) bool {
 	return !(bwLine{peak: peak, avg: avg}).sane()
 }
 
-// misread is "clock misread" when a run whose guest measures misread its clock.
-func misread(measures bool, gOut string) string {
-	if measures && clockMisread(gOut) {
-		return "clock misread"
+// misread is "clock misread" when a run whose perftests measure misread a
+// clock: the guest's, or with the C library the host's too.
+func misread(measures bool, outs ...string) string {
+	for _, out := range outs {
+		if measures && clockMisread(out) {
+			return "clock misread"
+		}
 	}
 	return ""
 }

@@ -101,7 +101,7 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 	}
 	lat := strings.HasSuffix(prog, "_lat")
 	c, xOut, gOut := playWith(t, g, name, host, guestCmd, xrnicServer, ready,
-		func(_, gOut string) string { return misread(strings.HasPrefix(prog, "ib_"), gOut) }, guestReady)
+		func(xOut, gOut string) string { return misread(strings.HasPrefix(prog, "ib_"), xOut, gOut) }, guestReady)
 	for who, out := range map[string]string{"xrnic's " + prog: xOut, "rxe's " + prog: gOut} {
 		switch {
 		case strings.Contains(out, "invalid data") || strings.Contains(out, "data mismatch"):

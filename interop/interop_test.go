@@ -523,6 +523,7 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 			t.Fatalf("bench: %v, %s: %v\n--- bench:\n%s\n--- %s:\n%s", xErr, tool, gErr, xOut, tool, gOut)
 		}
 		ended("ok")
+		checkedAfter(t, name)
 		return c, xOut, gOut
 	}
 }

@@ -151,8 +151,8 @@ func TestSuiteFailsClearly(t *testing.T) {
 }
 
 // TestClockMisread: perftest's own "no peak" report (send_bw's receiver prints a
-// peak of 0.00) is a result, not a misread clock; a failed calibration or an
-// average above the peak is.
+// peak of 0.00) is a result, not a misread clock; a failed calibration, an
+// average above the peak, or a latency line of inf and -nan is.
 func TestClockMisread(t *testing.T) {
 	for _, c := range []struct {
 		out  string
@@ -163,6 +163,13 @@ func TestClockMisread(t *testing.T) {
 		{" 65536      200              12.00              19.32  \t\t   0.000309\n", true},
 		{" 65536      200              0.00               0.00  \t\t   0.000000\n", true},
 		{"Correlation coefficient r^2: 0.4 < 0.9\nCan't produce a report\n", true},
+		// ib_write_lat, its calibration failed (a guest's gettimeofday made
+		// to jump 5 ms every 40th call), and a good one.
+		{" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n" +
+			" 64      200          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf    \n", true},
+		{" 2       200          53.09          2098.76      75.45    \t       94.08        \t148.32 \t\t1934.42 \t\t2098.76\n", false},
+		// A bandwidth line's five fields with the next line's are no latency line.
+		{" 65536      200              26.13              19.32  \t\t   0.000309\n inf -nan\n", false},
 	} {
 		if got := clockMisread(c.out); got != c.want {
 			t.Errorf("clockMisread(%q) = %v, want %v", c.out, got, c.want)
