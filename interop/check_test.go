@@ -317,10 +317,8 @@ func clockMisread(out string) bool {
 // misread is "clock misread" when a run whose perftests measure misread a
 // clock: the guest's, or with the C library the host's too.
 func misread(measures bool, outs ...string) string {
-	for _, out := range outs {
-		if measures && clockMisread(out) {
-			return "clock misread"
-		}
+	if measures && slices.ContainsFunc(outs, clockMisread) {
+		return "clock misread"
 	}
 	return ""
 }
