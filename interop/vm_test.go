@@ -116,12 +116,6 @@ func prepare() (tmp string, err error) {
 	if suite.artifacts == "" {
 		suite.artifacts = filepath.Join(root, "artifacts", "interop")
 	}
-	if err := os.RemoveAll(suite.artifacts); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(suite.artifacts, 0o755); err != nil {
-		return "", err
-	}
 	tmp, err = os.MkdirTemp("", "xrnic-interop-")
 	if err != nil {
 		return "", err
@@ -144,6 +138,14 @@ func prepare() (tmp string, err error) {
 		return tmp, fmt.Errorf("cc testdata/connect_delay.c: %v: %s", err, bytes.TrimSpace(out))
 	}
 	if err := sweepStale(); err != nil {
+		return tmp, err
+	}
+	// Emptied only now: a second suite in this tree, its namespaces still a
+	// live run's, would otherwise delete that run's captures under it.
+	if err := os.RemoveAll(suite.artifacts); err != nil {
+		return tmp, err
+	}
+	if err := os.MkdirAll(suite.artifacts, 0o755); err != nil {
 		return tmp, err
 	}
 	if imgs, _ := filepath.Glob(filepath.Join(suite.cache, "images", "base.cpio*")); len(imgs) == 0 {
