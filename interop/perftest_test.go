@@ -71,22 +71,23 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 	bench := append([]string{suite.bench, test, "-d", ifXrnic, "-x", "1", "--progress", "off"}, strings.Fields(args)...)
 	perftest := fmt.Sprintf("ib_%s -d %s -x 1 %s", test, guestDev, args)
 	lat := strings.HasSuffix(test, "_lat")
-	// The guest measures in latency tests, as a bandwidth client, and as
-	// send_bw's server: its clock calibration can fail under emulation; run
-	// again then.
+	rdmaCM := fieldsWith(args, "-R") != ""
 	// With -R the guest's server listens on rdma_cm, not TCP.
 	guestReady := func(j *job) { g.waitListen(t, 18515, j) }
-	if strings.Contains(args, "-R") {
+	if rdmaCM {
 		guestReady = func(j *job) {
 			g.waitCMListen(t, 18515, "rdma_cm listener", j)
 		}
 	}
 	// bench listens again after the exchange, as perftest does; the guest's
 	// perftest may connect before that (clibPair).
-	late := strings.Contains(args, "-R") && xrnicServer
+	late := rdmaCM && xrnicServer
 	if late {
 		perftest = lateConnect(perftest)
 	}
+	// The guest measures in latency tests, as a bandwidth client, and as
+	// send_bw's server: its clock calibration can fail under emulation; run
+	// again then.
 	c, xOut, gOut := playWith(t, g, name, bench, perftest, xrnicServer, "Waiting for client to connect",
 		func(_, gOut string) string { return misread(lat || xrnicServer || test == "send_bw", gOut) }, guestReady)
 	compareShapes(t, test+" "+args, xrnicServer, xOut, gOut)
@@ -133,7 +134,7 @@ func perftestPair(t *testing.T, g *guest, test, args string, xrnicServer bool) {
 	}
 	all := frames(t, c.path)
 	conn := fieldAfter(args, "-c")
-	if fieldsWith(args, "-R") != "" {
+	if rdmaCM {
 		// The exchange's RC connection, and the test's: REQ/REP/RTU, or for UD
 		// a SIDR_REQ answered by a SIDR_REP.
 		mads := " " + strings.Join(cmMADs(all), " ") + " "
