@@ -637,8 +637,9 @@ type engine struct {
 	next     []*QP // the next round of active
 	timers   timerHeap
 	tx       txBatch
-	rxBufs   [][]byte
+	rxBufs   [][]byte // ReadBatch's buffers, or with a lender its frames
 	rxSizes  []int
+	lender   link.Lender // the link, when it lends frames in place
 	pkt      wire.Packet
 	wc       cq.WC
 	syncs    []ctlReq
@@ -664,8 +665,10 @@ func (e *engine) init(d *Device, sh *shard) {
 	frameCap := d.info.MTU + maxEthernetLen
 	e.tx = newTxBatch(d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
 	e.rxBufs = make([][]byte, d.cfg.Batch)
-	for i := range e.rxBufs {
-		e.rxBufs[i] = make([]byte, frameCap)
+	if e.lender, _ = sh.link.(link.Lender); e.lender == nil {
+		for i := range e.rxBufs {
+			e.rxBufs[i] = make([]byte, frameCap)
+		}
 	}
 	e.rxSizes = make([]int, d.cfg.Batch)
 	e.budget = d.cfg.TxBudget
@@ -741,7 +744,13 @@ func (e *engine) receive() bool {
 		if e.linkDead.Load() {
 			return got
 		}
-		n, err := e.sh.link.ReadBatch(e.rxBufs, e.rxSizes)
+		var n int
+		var err error
+		if e.lender != nil {
+			n, err = e.lender.Lend(e.rxBufs)
+		} else {
+			n, err = e.sh.link.ReadBatch(e.rxBufs, e.rxSizes)
+		}
 		e.sh.ecnt.inc(EngRxPolls)
 		if err != nil {
 			e.linkFailed()
@@ -753,8 +762,15 @@ func (e *engine) receive() bool {
 		got = true
 		e.sh.ecnt.inc(EngRxBatches)
 		e.sh.ecnt.add(EngRxFrames, uint64(n))
-		for i := 0; i < n; i++ {
-			e.handleFrame(e.rxBufs[i][:e.rxSizes[i]])
+		if e.lender != nil {
+			for _, f := range e.rxBufs[:n] {
+				e.handleFrame(f)
+			}
+			e.lender.Reclaim()
+		} else {
+			for i := 0; i < n; i++ {
+				e.handleFrame(e.rxBufs[i][:e.rxSizes[i]])
+			}
 		}
 		if n < len(e.rxBufs) {
 			return got

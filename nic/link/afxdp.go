@@ -40,11 +40,20 @@ type AFXDP struct {
 	// The data path holds closeMu shared; Close wakes it and takes it exclusively,
 	// so the socket's memory is never unmapped under the owner (xsk's contract).
 	closeMu sync.RWMutex
+	// lendMu is held from a Lend that lent frames to its Reclaim; Close takes
+	// it before closeMu, so a lent frame is never unmapped under its reader,
+	// who may write (and take closeMu shared) meanwhile.
+	lendMu  sync.Mutex
+	lent    int      // pkts[:lent] are lent
+	scratch [][]byte // Lend's copies of frames Join cannot make one slice
 	closed  atomic.Bool
 	dropped atomic.Uint64 // frames longer than the reader's buffer
 }
 
-var _ Link = (*AFXDP)(nil)
+var (
+	_ Link   = (*AFXDP)(nil)
+	_ Lender = (*AFXDP)(nil)
+)
 
 // NewAFXDP attaches the steering program (unless opts.Attachment is given), opens an
 // AF_XDP socket on the queue and registers it in the program's XSKMAP. It works in
@@ -127,6 +136,58 @@ func (l *AFXDP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 	}
 	return n, nil
 }
+
+// Lend implements Lender: a frame of one chunk, or of two consecutive ones
+// (xsk.Packet.Join), is lent where it lies; any other is copied.
+func (l *AFXDP) Lend(frames [][]byte) (int, error) {
+	l.lendMu.Lock()
+	if l.closed.Load() {
+		l.lendMu.Unlock()
+		return 0, ErrClosed
+	}
+	want := min(len(frames), len(l.pkts))
+	got, err := l.sock.Receive(l.pkts[:want])
+	if got == 0 {
+		l.lendMu.Unlock()
+		return 0, mapXSKErr(err)
+	}
+	if l.scratch == nil {
+		l.scratch = make([][]byte, len(l.pkts))
+	}
+	n := 0
+	for i := range got {
+		p := &l.pkts[i]
+		b, ok := p.Join()
+		if !ok {
+			if l.scratch[n] == nil {
+				l.scratch[n] = make([]byte, l.frameCap())
+			}
+			if p.Len() > len(l.scratch[n]) {
+				l.dropped.Add(1)
+				continue
+			}
+			b = p.Bytes(l.scratch[n])
+		}
+		frames[n] = b
+		n++
+	}
+	l.lent = got
+	if n == 0 {
+		l.Reclaim()
+	}
+	return n, nil
+}
+
+// Reclaim implements Lender.
+func (l *AFXDP) Reclaim() {
+	l.sock.Release(l.pkts[:l.lent])
+	l.lent = 0
+	l.lendMu.Unlock()
+}
+
+// frameCap is the longest frame Lend copies: the interface's MTU and an
+// Ethernet header with a VLAN tag.
+func (l *AFXDP) frameCap() int { return l.info.MTU + 18 }
 
 // WriteBatch implements Link.
 func (l *AFXDP) WriteBatch(frames [][]byte) (int, error) {
@@ -245,6 +306,8 @@ func (l *AFXDP) Close() error {
 		return nil
 	}
 	_ = l.sock.Wake()
+	l.lendMu.Lock()
+	defer l.lendMu.Unlock()
 	l.closeMu.Lock()
 	defer l.closeMu.Unlock()
 	l.release()

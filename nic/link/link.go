@@ -93,6 +93,24 @@ type Link interface {
 	Close() error
 }
 
+// Lender is a Link that lends its received frames where they lie (an AF_XDP
+// socket's UMEM), instead of copying them into the caller's buffers as
+// ReadBatch does: the copy out of memory the kernel just wrote on another CPU
+// was the largest copy of a received frame (issue 20's profiles). Lend and
+// Reclaim belong to the goroutine that reads.
+type Lender interface {
+	// Lend stores up to len(frames) received frames in frames. They are the
+	// link's memory, which the caller may read and write until it calls
+	// Reclaim; a Lend that returned frames must be followed by Reclaim
+	// before anything else reads, and Close waits for it. It never blocks:
+	// with nothing pending it returns 0, nil and holds nothing. Frames it
+	// cannot lend whole are copied into the link's own buffers, and those
+	// longer than them dropped and counted (RxDropped), as ReadBatch does.
+	Lend(frames [][]byte) (int, error)
+	// Reclaim takes back the frames of the last Lend.
+	Reclaim()
+}
+
 // WakeWaiter is a Link that can wait for Wake (or timeout) alone, frames
 // left pending: the goroutine of an engine whose frames busy pollers take
 // (engine.Config.BusyPoll) sleeps so, and arriving frames wake no one.

@@ -342,6 +342,58 @@ func TestFakeChainAcrossWrap(t *testing.T) {
 	checkAccounting(t, s)
 }
 
+// TestFakeJoin receives frames of one, two and three chunks round a small
+// UMEM, released in the order they came: Join makes every frame of one or two
+// chunks one slice of the UMEM holding its bytes, except a two-chunk frame
+// whose chunks straddle the UMEM's end, and never one of three; a frame it
+// refuses keeps its segments, and one it joined reads the same through
+// Segment and CopyTo.
+func TestFakeJoin(t *testing.T) {
+	opts := DefaultOptions()
+	opts.NumFrames, opts.TxFrames = 32, 8 // 24 RX chunks
+	opts.MultiBuffer = true
+	s, k := newFakeSocket(t, opts)
+	per := s.cfg.FrameSize - RxHeadroom
+	pkts := make([]Packet, 1)
+	joined, straddled := 0, 0
+	for i := range 200 {
+		size := []int{100, per, per + 1, 2 * per, 2*per + 1}[i%5]
+		f := pattern(size, i)
+		if !k.deliver(f) {
+			t.Fatalf("deliver %d refused", i)
+		}
+		if n, _ := s.Receive(pkts); n != 1 {
+			t.Fatalf("frame %d: received %d", i, n)
+		}
+		p := &pkts[0]
+		first := p.Segment(0)
+		b, ok := p.Join()
+		switch {
+		case ok:
+			joined++
+			if !bytes.Equal(b, f) || &b[0] != &first[0] {
+				t.Fatalf("frame %d (%d bytes): Join gave other bytes, or not in place", i, size)
+			}
+		case p.NumSegments() == 2:
+			straddled++
+			if p.head != uint32(s.cfg.rxFrames-1) {
+				t.Fatalf("frame %d: two chunks from %d refused", i, p.head)
+			}
+		case p.NumSegments() != 3:
+			t.Fatalf("frame %d: %d segments refused", i, p.NumSegments())
+		}
+		whole := make([]byte, p.Len())
+		if p.CopyTo(whole); !bytes.Equal(whole, f) {
+			t.Fatalf("frame %d: CopyTo after Join differs", i)
+		}
+		s.Release(pkts)
+	}
+	if joined+straddled != 160 || straddled == 0 {
+		t.Errorf("joined %d and refused %d of the 160 frames of one or two chunks: want all but those straddling the end, and some of those", joined, straddled)
+	}
+	checkAccounting(t, s)
+}
+
 // TestFakeKickLoop checks that one Transmit call drains a batch far larger than
 // the per-sendto budget, and stops kicking when the kernel makes no progress.
 func TestFakeKickLoop(t *testing.T) {

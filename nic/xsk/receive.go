@@ -60,6 +60,37 @@ func (p *Packet) Bytes(scratch []byte) []byte {
 	return scratch[:p.CopyTo(scratch)]
 }
 
+// Join makes a frame of one or two segments one slice of the UMEM, in place,
+// and returns it: a second segment that lies in the chunk after the first,
+// which fills its own chunk to the end, moves down over its chunk's headroom
+// to meet the first (at most FrameSize-RxHeadroom bytes move, not the frame).
+// ok is false, and the Packet untouched, when its segments do not lie so (a
+// chain of three leaves headroom gaps): Bytes copies those. Release gives the
+// chunks back in the order they came, so the kernel fills them in that order
+// again, and a frame's two chunks are consecutive but where the UMEM wraps.
+// The slice aliases the UMEM, as Segment's do.
+func (p *Packet) Join() (b []byte, ok bool) {
+	if p.segs == 0 || p.segs > 2 {
+		return nil, false
+	}
+	s := p.s
+	f := p.head
+	m := s.meta[f]
+	lo := uint64(f)<<s.cfg.shift + uint64(m.off)
+	if p.segs == 2 {
+		g := m.next
+		if g != f+1 || int(m.off)+int(m.len) != s.cfg.FrameSize {
+			return nil, false
+		}
+		at := uint64(g) << s.cfg.shift
+		n := &s.meta[g]
+		copy(s.umem[at:at+uint64(n.len)], s.umem[at+uint64(n.off):at+uint64(n.off)+uint64(n.len)])
+		n.off = 0
+	}
+	hi := lo + uint64(p.n)
+	return s.umem[lo:hi:hi], true
+}
+
 // Receive takes up to len(pkts) complete packets from the RX ring without
 // blocking and stores them in pkts[:n], overwriting what was there: release
 // packets before reusing their slots, or their frames stay held. Each Packet
@@ -177,13 +208,15 @@ func (s *Socket) refill() {
 	}
 	r := &s.fill
 	k := min(int(r.free(uint32(s.rxFreeN))), s.rxFreeN)
-	for range k {
-		s.rxFreeN--
-		f := s.rxFree[s.rxFreeN]
+	// The last k freed, in the order they were freed: the order the kernel
+	// filled them (Join).
+	lo := s.rxFreeN - k
+	for _, f := range s.rxFree[lo:s.rxFreeN] {
 		s.state[f] = stFill
 		r.addrs[r.cachedProd&r.mask] = uint64(f) << s.cfg.shift
 		r.cachedProd++
 	}
+	s.rxFreeN = lo
 	if k > 0 {
 		r.submit()
 		s.fillN += k

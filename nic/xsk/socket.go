@@ -52,7 +52,8 @@ type Socket struct {
 	tx    descRing
 	state []frameState // per frame
 	meta  []segMeta    // per RX frame
-	// Free stacks of frame indices: rxFree[:rxFreeN], txFree[:txFreeN].
+	// Free frame indices: rxFree[:rxFreeN] in the order released (refill
+	// keeps it), txFree[:txFreeN] a stack.
 	rxFree  []uint32
 	txFree  []uint32
 	rxFreeN int
@@ -259,12 +260,12 @@ func (s *Socket) setup(cfg config, umem []byte, off unix.XDPMmapOffsets, mems [4
 	s.tx.init(mems[3], off.Tx, uint32(cfg.TxRingSize))
 	s.state = make([]frameState, cfg.NumFrames)
 	s.meta = make([]segMeta, cfg.rxFrames)
-	// Frames [0, rxFrames) feed the fill ring, the rest transmit. Pushed in
-	// reverse so that the lowest frames are used first.
+	// Frames [0, rxFrames) feed the fill ring, in order (refill), the rest
+	// transmit.
 	s.rxFree = make([]uint32, cfg.rxFrames)
 	for i := range s.rxFree {
-		s.rxFree[i] = uint32(cfg.rxFrames - 1 - i)
-		s.state[s.rxFree[i]] = stRxFree
+		s.rxFree[i] = uint32(i)
+		s.state[i] = stRxFree
 	}
 	s.rxFreeN = cfg.rxFrames
 	s.txFree = make([]uint32, cfg.TxFrames)

@@ -131,6 +131,11 @@ func TestReceive(t *testing.T) {
 				if !bytes.Equal(whole[hdrLen:], payload) {
 					t.Fatalf("payload %d: bytes differ", size)
 				}
+				// Fill order is release order, so a frame's chunks are
+				// consecutive here: Join makes one or two of them one slice.
+				if b, ok := p.Join(); ok != (p.NumSegments() <= 2) || ok && !bytes.Equal(b, whole) {
+					t.Errorf("payload %d, %d segments: Join ok %v, same bytes %v", size, p.NumSegments(), ok, bytes.Equal(b, whole))
+				}
 				s.Release(pkts[:1])
 				if pkts[0].NumSegments() != 0 {
 					t.Errorf("Release did not clear the Packet")

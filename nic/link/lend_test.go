@@ -1,0 +1,155 @@
+package link
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/xrnic/xrnic/nic/wire"
+	"github.com/xrnic/xrnic/nic/xsk"
+	"github.com/xrnic/xrnic/testenv"
+)
+
+// lendN lends and reclaims until n frames came, returning copies of them and
+// how many were lent where they lay (not in the link's scratch buffers).
+func lendN(t testing.TB, l *AFXDP, n int) (got [][]byte, inPlace int) {
+	t.Helper()
+	frames := make([][]byte, 64)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) < n && time.Now().Before(deadline) {
+		k, err := l.Lend(frames)
+		if err != nil {
+			t.Fatalf("Lend: %v", err)
+		}
+		if k == 0 {
+			l.Wait(50 * time.Millisecond)
+			continue
+		}
+		for _, f := range frames[:k] {
+			got = append(got, bytes.Clone(f))
+			if !inScratch(l, f) {
+				inPlace++
+			}
+		}
+		l.Reclaim()
+	}
+	if len(got) != n {
+		t.Fatalf("lent %d frames, want %d", len(got), n)
+	}
+	return got, inPlace
+}
+
+func inScratch(l *AFXDP, f []byte) bool {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(f)))
+	for _, s := range l.scratch {
+		if len(s) > 0 && p >= uintptr(unsafe.Pointer(&s[0])) && p < uintptr(unsafe.Pointer(&s[0]))+uintptr(len(s)) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAFXDPLend receives RoCE frames of one and two UMEM chunks by Lend on a
+// real veth pair, through a UMEM small enough to wrap many times: each frame
+// arrives whole and intact, whether lent in place (one chunk, or two that
+// xsk.Packet.Join made one) or copied (two chunks where the UMEM wraps).
+func TestAFXDPLend(t *testing.T) {
+	const mtu = 4096
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: mtu + 128})
+	lb := openOn(t, &p.B, KindAFXDP)
+	var la *AFXDP
+	if err := p.A.Do(func() (err error) {
+		// 48 RX chunks: two-chunk frames straddle the UMEM's end now and then.
+		la, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode,
+			Socket: xsk.Options{NumFrames: 64, TxFrames: 16}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close() })
+	// Frames of one chunk (3840 bytes: FrameSize-RxHeadroom) and of two, 7
+	// chunks a round: its start goes round every chunk of the 48.
+	sizes := []int{mtu, 3900, 0, mtu - 1}
+	total, inPlace := 0, 0
+	for round := range 40 {
+		var frames [][]byte
+		for i, size := range sizes {
+			payload := bytes.Repeat([]byte{byte(round*16 + i + 1)}, size)
+			frames = append(frames, roceFrame(t, &p.B, &p.A, round%2 == 1, uint32(round*16+i), payload))
+		}
+		sendAll(t, lb, frames)
+		got, k := lendN(t, la, len(frames))
+		var pk wire.Packet
+		for i := range frames {
+			if !sameFrame(got[i], frames[i]) {
+				t.Fatalf("round %d frame %d (%d bytes) arrived changed:\n got %x\nwant %x", round, i, len(frames[i]), head(got[i]), head(frames[i]))
+			}
+			if err := wire.ParseAndVerify(got[i], &pk); err != nil {
+				t.Fatalf("round %d frame %d: %v", round, i, err)
+			}
+		}
+		total += len(frames)
+		inPlace += k
+	}
+	// Every frame but those straddling the UMEM's end is lent in place.
+	if inPlace < total*3/4 || inPlace == total {
+		t.Errorf("%d of %d frames lent in place: want most, but not those that straddle the UMEM's end", inPlace, total)
+	}
+	t.Logf("%d of %d frames lent in place", inPlace, total)
+}
+
+// TestAFXDPCloseWaitsForReclaim: Close does not unmap the UMEM under frames
+// that are lent; it returns once they are reclaimed, and Lend then fails.
+func TestAFXDPCloseWaitsForReclaim(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 1500})
+	lb := openOn(t, &p.B, KindAFXDP)
+	var la *AFXDP
+	if err := p.A.Do(func() (err error) {
+		la, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := roceFrame(t, &p.B, &p.A, false, 1, bytes.Repeat([]byte{7}, 512))
+	sendAll(t, lb, [][]byte{want})
+	frames := make([][]byte, 8)
+	deadline := time.Now().Add(5 * time.Second)
+	n := 0
+	for n == 0 && time.Now().Before(deadline) {
+		var err error
+		if n, err = la.Lend(frames); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			la.Wait(50 * time.Millisecond)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("lent %d frames, want 1", n)
+	}
+	closed := make(chan error)
+	go func() { closed <- la.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a frame was lent", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// Still mapped, and still writable by its borrower (WriteBatch works too).
+	frames[0][len(frames[0])-1] ^= 0xff
+	frames[0][len(frames[0])-1] ^= 0xff
+	if !bytes.Equal(frames[0], want) {
+		t.Errorf("lent frame changed under Close")
+	}
+	if _, err := la.WriteBatch([][]byte{want}); err != nil && !errors.Is(err, ErrClosed) {
+		t.Errorf("WriteBatch while Close waits: %v", err)
+	}
+	la.Reclaim()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := la.Lend(frames); !errors.Is(err, ErrClosed) {
+		t.Errorf("Lend after Close: %v, want ErrClosed", err)
+	}
+}
