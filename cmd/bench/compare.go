@@ -150,7 +150,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	}
 
 	// The best raw figures are the bars.
-	bestBW := max(payloadGbps(raw["native4096"], 4096), payloadGbps(raw["generic4096"], 4096)) * 1000 / 8 // MB/s
+	bestBW := perftestMBps(max(payloadGbps(raw["native4096"], 4096), payloadGbps(raw["generic4096"], 4096)))
 	bestRate := max(raw["native64"].FramesPerSecond(), raw["generic64"].FramesPerSecond()) / 1e6
 
 	// xrnic, each test a server in A's namespace and a client in B's.
@@ -234,7 +234,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		"raw AF_XDP 64 B")
 	// The UDP link with GSO and GRO (--link udp-gso), against the same
 	// sockets' raw figures and against kernel TCP.
-	udpBW := payloadGbps(raw[fmt.Sprint(link.KindUDPGSO, 4096)], 4096) * 1000 / 8
+	udpBW := perftestMBps(payloadGbps(raw[fmt.Sprint(link.KindUDPGSO, 4096)], 4096))
 	udpRate := raw[fmt.Sprint(link.KindUDPGSO, 64)].FramesPerSecond() / 1e6
 	for _, t := range []run{
 		{"write_bw", []string{"-s", "65536", "-n", n(msgs64K)}},
@@ -247,7 +247,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		}
 		bw := r.res["BW_average"]
 		row("%-44s %9.1f MB/s %9.2fx %s", t.test+" -s 65536 --link udp-gso", bw, bw/udpBW, "UDP GSO/GRO 4 KiB")
-		row("%-44s %9s %9.2fx %s", "", "", bw*8/1000/tcp.gbps, "kernel TCP")
+		row("%-44s %9s %9.2fx %s", "", "", bw/perftestMBps(tcp.gbps), "kernel TCP")
 		if t.test == "write_bw" {
 			row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcp.cpuPerGB, "kernel TCP")
 		}
@@ -294,6 +294,10 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// perftestMBps is a rate in Gbit/s in perftest's MB/s, the unit of bench's
+// BW_average: 2^20 bytes a second (perftest's MBS format factor), not 10^6.
+func perftestMBps(gbps float64) float64 { return gbps * 1e9 / 8 / (1 << 20) }
 
 // payloadGbps is r's RoCE payload rate.
 func payloadGbps(r link.ReceiveResult, size int) float64 {

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
 )
 
@@ -77,4 +79,15 @@ func firstNumber(f []string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestPerftestMBps: the compare's bars are in bench's own unit, perftest's MB/s
+// of 2^20 bytes. A run that moves 2^20 bytes of payload a second reports 1, and
+// a baseline moving 8.388608 Mbit/s of payload is that same rate.
+func TestPerftestMBps(t *testing.T) {
+	s := perftest.BWSamples{Posted: []int64{0}, Completed: []int64{1e9}}
+	r := perftest.ComputeBW(&s, 1<<20, 1, 1, true, false)
+	if got := r.Avg / perftestMBps(8*(1<<20)/1e9); math.Abs(got-1) > 1e-9 {
+		t.Errorf("1 MB/s of bench against its baseline: ratio %v, want 1", got)
+	}
 }
