@@ -151,16 +151,16 @@ func (l *AFXDP) Lend(frames [][]byte) (int, error) {
 		l.lendMu.Unlock()
 		return 0, mapXSKErr(err)
 	}
-	if l.scratch == nil {
-		l.scratch = make([][]byte, len(l.pkts))
-	}
 	n := 0
 	for i := range got {
 		p := &l.pkts[i]
 		b, ok := p.Join()
 		if !ok {
-			if l.scratch[n] == nil {
-				l.scratch[n] = make([]byte, l.frameCap())
+			if l.scratch == nil { // once, at the first frame that needs it
+				l.scratch = make([][]byte, len(l.pkts))
+				for k := range l.scratch {
+					l.scratch[k] = make([]byte, l.frameCap())
+				}
 			}
 			if p.Len() > len(l.scratch[n]) {
 				l.dropped.Add(1)

@@ -153,3 +153,43 @@ func TestAFXDPCloseWaitsForReclaim(t *testing.T) {
 		t.Errorf("Lend after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestAFXDPLendNoAllocs: lending and reclaiming allocate nothing, once the
+// link has met a frame it must copy (its buffers are made once, then).
+func TestAFXDPLendNoAllocs(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4096 + 128})
+	lb := openOn(t, &p.B, KindAFXDP)
+	var la *AFXDP
+	if err := p.A.Do(func() (err error) {
+		la, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode,
+			Socket: xsk.Options{NumFrames: 64, TxFrames: 16}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { la.Close() })
+	batch := make([][]byte, 1)
+	frames := make([][]byte, 64)
+	cycle := func() {
+		for n, _ := lb.WriteBatch(batch); n == 0; n, _ = lb.WriteBatch(batch) {
+		}
+		for tries := 0; tries < 1_000_000; tries++ {
+			if k, _ := la.Lend(frames); k > 0 {
+				la.Reclaim()
+				return
+			}
+		}
+	}
+	batch[0] = roceFrame(t, &p.B, &p.A, false, 1, nil) // one chunk: the two-chunk frames start at an odd one
+	cycle()
+	batch[0] = roceFrame(t, &p.B, &p.A, false, 2, bytes.Repeat([]byte{5}, 4096))
+	for range 32 { // round the 48 RX chunks: a frame straddles the end
+		cycle()
+	}
+	if la.scratch == nil {
+		t.Fatal("no frame straddled the UMEM's end")
+	}
+	if allocs := testing.AllocsPerRun(100, cycle); allocs != 0 {
+		t.Errorf("allocs per send+lend+reclaim = %v, want 0", allocs)
+	}
+}
