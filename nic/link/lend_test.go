@@ -41,6 +41,22 @@ func lendN(t testing.TB, l *AFXDP, n int) (got [][]byte, inPlace int) {
 	return got, inPlace
 }
 
+// openSmallUMEM opens an AF_XDP link on e with 48 RX chunks, so that
+// two-chunk frames straddle the UMEM's end now and then.
+func openSmallUMEM(t testing.TB, e *testenv.Endpoint) *AFXDP {
+	t.Helper()
+	var l *AFXDP
+	if err := e.Do(func() (err error) {
+		l, err = NewAFXDP(AFXDPOptions{Interface: e.Name, Mode: benchMode,
+			Socket: xsk.Options{NumFrames: 64, TxFrames: 16}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
 func inScratch(l *AFXDP, f []byte) bool {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(f)))
 	for _, s := range l.scratch {
@@ -59,16 +75,7 @@ func TestAFXDPLend(t *testing.T) {
 	const mtu = 4096
 	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: mtu + 128})
 	lb := openOn(t, &p.B, KindAFXDP)
-	var la *AFXDP
-	if err := p.A.Do(func() (err error) {
-		// 48 RX chunks: two-chunk frames straddle the UMEM's end now and then.
-		la, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode,
-			Socket: xsk.Options{NumFrames: 64, TxFrames: 16}})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close() })
+	la := openSmallUMEM(t, &p.A)
 	// Frames of one chunk (3840 bytes: FrameSize-RxHeadroom) and of two, 7
 	// chunks a round: its start goes round every chunk of the 48.
 	sizes := []int{mtu, 3900, 0, mtu - 1}
@@ -159,15 +166,7 @@ func TestAFXDPCloseWaitsForReclaim(t *testing.T) {
 func TestAFXDPLendNoAllocs(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4096 + 128})
 	lb := openOn(t, &p.B, KindAFXDP)
-	var la *AFXDP
-	if err := p.A.Do(func() (err error) {
-		la, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode,
-			Socket: xsk.Options{NumFrames: 64, TxFrames: 16}})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { la.Close() })
+	la := openSmallUMEM(t, &p.A)
 	batch := make([][]byte, 1)
 	frames := make([][]byte, 64)
 	cycle := func() {
