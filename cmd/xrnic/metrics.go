@@ -64,8 +64,8 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 // engineHelp explains each engine loop counter; these are not rxe's.
 var engineHelp = map[string]string{
 	"engine_loops":        "Passes of the engine loop.",
-	"engine_rx_polls":     "ReadBatch calls on the link.",
-	"engine_rx_batches":   "ReadBatch calls that returned frames.",
+	"engine_rx_polls":     "Reads of the link.",
+	"engine_rx_batches":   "Reads of the link that returned frames.",
 	"engine_rx_frames":    "Frames ReadBatch returned.",
 	"engine_tx_batches":   "WriteBatch calls on the link.",
 	"engine_tx_frames":    "Frames WriteBatch took.",

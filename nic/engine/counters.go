@@ -97,9 +97,9 @@ type EngineCounter int
 // The engine loop counters.
 const (
 	EngLoops        EngineCounter = iota // engine_loops: passes of the engine loop
-	EngRxPolls                           // engine_rx_polls: ReadBatch calls
-	EngRxBatches                         // engine_rx_batches: ReadBatch calls that returned frames
-	EngRxFrames                          // engine_rx_frames: frames ReadBatch returned
+	EngRxPolls                           // engine_rx_polls: reads of the link (Lend)
+	EngRxBatches                         // engine_rx_batches: reads that returned frames
+	EngRxFrames                          // engine_rx_frames: frames the reads returned
 	EngTxBatches                         // engine_tx_batches: WriteBatch calls
 	EngTxFrames                          // engine_tx_frames: frames WriteBatch took
 	EngIdleWaits                         // engine_idle_waits: waits for frames, a doorbell or a timer (link.Wait)

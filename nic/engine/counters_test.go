@@ -32,7 +32,7 @@ func TestEngineCounters(t *testing.T) {
 		{"A idle waits", ea[EngIdleWaits] > 0},
 		{"A WriteBatch calls", ea[EngTxBatches] > 0},
 		{"A frames written = sent_pkts", ea[EngTxFrames] == ca[CntSentPkts] && ea[EngTxFrames] >= writes*size/1024},
-		{"B ReadBatch calls", eb[EngRxPolls] >= eb[EngRxBatches] && eb[EngRxBatches] > 0},
+		{"B link reads", eb[EngRxPolls] >= eb[EngRxBatches] && eb[EngRxBatches] > 0},
 		{"B frames read", eb[EngRxFrames] >= eb[EngRxBatches] && eb[EngRxFrames] >= cb[CntRcvdPkts] && cb[CntRcvdPkts] >= writes*size/1024},
 		{"B ACKs written", eb[EngTxBatches] > 0 && eb[EngTxFrames] > 0},
 		{"no timer fired", ea[EngTimersFired] == 0 && eb[EngTimersFired] == 0},

@@ -637,9 +637,8 @@ type engine struct {
 	next     []*QP // the next round of active
 	timers   timerHeap
 	tx       txBatch
-	rxBufs   [][]byte // ReadBatch's buffers, or with a lender its frames
-	rxSizes  []int
-	lender   link.Lender // the link, when it lends frames in place
+	rx       link.Lender // the link, lending its frames in place or copies of them
+	rxFrames [][]byte    // the frames of the last Lend
 	pkt      wire.Packet
 	wc       cq.WC
 	syncs    []ctlReq
@@ -664,13 +663,8 @@ func (e *engine) init(d *Device, sh *shard) {
 	e.rooms = make(map[netdev.GID]*destRoom)
 	frameCap := d.info.MTU + maxEthernetLen
 	e.tx = newTxBatch(d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
-	e.rxBufs = make([][]byte, d.cfg.Batch)
-	if e.lender, _ = sh.link.(link.Lender); e.lender == nil {
-		for i := range e.rxBufs {
-			e.rxBufs[i] = make([]byte, frameCap)
-		}
-	}
-	e.rxSizes = make([]int, d.cfg.Batch)
+	e.rx = link.Lending(sh.link, d.cfg.Batch, frameCap)
+	e.rxFrames = make([][]byte, d.cfg.Batch)
 	e.budget = d.cfg.TxBudget
 	e.mtu = d.mtu.Bytes()
 	e.scratch = make([]byte, qpattr.MTU4096.Bytes())
@@ -744,13 +738,7 @@ func (e *engine) receive() bool {
 		if e.linkDead.Load() {
 			return got
 		}
-		var n int
-		var err error
-		if e.lender != nil {
-			n, err = e.lender.Lend(e.rxBufs)
-		} else {
-			n, err = e.sh.link.ReadBatch(e.rxBufs, e.rxSizes)
-		}
+		n, err := e.rx.Lend(e.rxFrames)
 		e.sh.ecnt.inc(EngRxPolls)
 		if err != nil {
 			e.linkFailed()
@@ -762,17 +750,11 @@ func (e *engine) receive() bool {
 		got = true
 		e.sh.ecnt.inc(EngRxBatches)
 		e.sh.ecnt.add(EngRxFrames, uint64(n))
-		if e.lender != nil {
-			for _, f := range e.rxBufs[:n] {
-				e.handleFrame(f)
-			}
-			e.lender.Reclaim()
-		} else {
-			for i := 0; i < n; i++ {
-				e.handleFrame(e.rxBufs[i][:e.rxSizes[i]])
-			}
+		for _, f := range e.rxFrames[:n] {
+			e.handleFrame(f)
 		}
-		if n < len(e.rxBufs) {
+		e.rx.Reclaim()
+		if n < len(e.rxFrames) {
 			return got
 		}
 	}

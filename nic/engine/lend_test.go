@@ -9,23 +9,18 @@ import (
 	"github.com/xrnic/xrnic/nic/qpattr"
 )
 
-// lendingLink lends a memory link's frames from buffers of its own, as an
-// AF_XDP link lends its UMEM (link.Lender), and poisons them at Reclaim.
+// lendingLink lends a memory link's frames, as an AF_XDP link lends its UMEM
+// (link.Lender), from copies link.Lending makes, and poisons them at Reclaim.
 type lendingLink struct {
 	link.Link
 	t     testing.TB
-	bufs  [][]byte
-	sizes []int
-	lent  bool // the engine's goroutine's, or its driver's
+	rx    link.Lender
+	lent  [][]byte // the engine's goroutine's, or its driver's
 	lends atomic.Int64
 }
 
 func newLendingLink(t testing.TB, l link.Link) *lendingLink {
-	x := &lendingLink{Link: l, t: t, bufs: make([][]byte, DefaultBatch), sizes: make([]int, DefaultBatch)}
-	for i := range x.bufs {
-		x.bufs[i] = make([]byte, l.Info().MTU+maxEthernetLen)
-	}
-	return x
+	return &lendingLink{Link: l, t: t, rx: link.Lending(l, DefaultBatch, l.Info().MTU+maxEthernetLen)}
 }
 
 func (l *lendingLink) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
@@ -34,28 +29,28 @@ func (l *lendingLink) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 }
 
 func (l *lendingLink) Lend(frames [][]byte) (int, error) {
-	if l.lent {
+	if l.lent != nil {
 		l.t.Error("Lend before the last Lend's Reclaim")
 	}
-	n, err := l.Link.ReadBatch(l.bufs[:min(len(frames), len(l.bufs))], l.sizes)
-	for i := range n {
-		frames[i] = l.bufs[i][:l.sizes[i]]
+	n, err := l.rx.Lend(frames)
+	if n > 0 {
+		l.lent = frames[:n]
 	}
-	l.lent = n > 0
 	l.lends.Add(int64(n))
 	return n, err
 }
 
 func (l *lendingLink) Reclaim() {
-	if !l.lent {
+	if l.lent == nil {
 		l.t.Error("Reclaim without frames lent")
 	}
-	for _, b := range l.bufs {
-		for i := range b {
-			b[i] = 0xee
+	for _, f := range l.lent {
+		for i := range f {
+			f[i] = 0xee
 		}
 	}
-	l.lent = false
+	l.lent = nil
+	l.rx.Reclaim()
 }
 
 // TestEngineReadsLentFrames: over a link that lends its frames, the engine

@@ -111,6 +111,38 @@ type Lender interface {
 	Reclaim()
 }
 
+// Lending returns l as a Lender: l itself when it lends, otherwise a Lender
+// that copies up to batch frames of up to frameCap bytes into buffers of its
+// own (ReadBatch) and lends those, with nothing to give back. It belongs to
+// ReadBatch's owner.
+func Lending(l Link, batch, frameCap int) Lender {
+	if x, ok := l.(Lender); ok {
+		return x
+	}
+	c := &copyLender{l: l, bufs: make([][]byte, batch), sizes: make([]int, batch)}
+	for i := range c.bufs {
+		c.bufs[i] = make([]byte, frameCap)
+	}
+	return c
+}
+
+// copyLender is Lending's Lender for a link that does not lend.
+type copyLender struct {
+	l     Link
+	bufs  [][]byte
+	sizes []int
+}
+
+func (c *copyLender) Lend(frames [][]byte) (int, error) {
+	n, err := c.l.ReadBatch(c.bufs[:min(len(frames), len(c.bufs))], c.sizes)
+	for i := range n {
+		frames[i] = c.bufs[i][:c.sizes[i]]
+	}
+	return n, err
+}
+
+func (c *copyLender) Reclaim() {}
+
 // WakeWaiter is a Link that can wait for Wake (or timeout) alone, frames
 // left pending: the goroutine of an engine whose frames busy pollers take
 // (engine.Config.BusyPoll) sleeps so, and arriving frames wake no one.
