@@ -810,7 +810,6 @@ func (e *engine) idle(timeout time.Duration) {
 	if timeout == 0 {
 		return
 	}
-	e.sh.ecnt.inc(EngIdleWaits)
 	if e.linkDead.Load() {
 		var tc <-chan time.Time
 		if timeout > 0 {

@@ -45,6 +45,7 @@ func TestDoorbellWhileAwake(t *testing.T) {
 func TestEngineSpinsBeforeSleeping(t *testing.T) {
 	p, a, b := rcPair(t, pairOpts{}, nodeOpts{}, connOpts{})
 	sh := p.a.sh[0]
+	waitFor(t, "A's engine asleep", asleep(sh, 0)) // not amid the spin that follows rcPair's setup
 	before := p.a.EngineCounters()
 	for i := range 10 {
 		send(t, a, SendWR{WRID: uint64(i), Opcode: WRRDMAWrite, Flags: SendSignaled | SendInline,
@@ -70,7 +71,7 @@ func TestEngineSpinsBeforeSleeping(t *testing.T) {
 }
 
 // asleep reports whether sh's goroutine sleeps in a wait counted after the
-// first waits ones: the loop sets sleeping just before idle counts the wait.
+// first waits ones (the loop counts a wait before it sets sleeping).
 func asleep(sh *shard, waits uint64) func() bool {
 	return func() bool { return sh.sleeping.Load() && sh.ecnt[EngIdleWaits].Load() > waits }
 }

@@ -222,6 +222,12 @@ func (sh *shard) routineEngine() {
 		spins = 0
 		th.spinning(false) // a frame wakes it at engineNice
 		timeout := e.sleepFor(blocked)
+		if timeout != 0 {
+			// Counted before sleeping is set, so that whoever sees it set
+			// sees the wait counted (a wait the check below cuts short
+			// counts as one that returned at once).
+			sh.ecnt.inc(EngIdleWaits)
+		}
 		sh.sleeping.Store(true)
 		// A frame handed over, or a doorbell rung, after the last look would
 		// wait for the next wake-up: ring does not wake an engine that is
