@@ -121,8 +121,8 @@ func ComputeICRC(ip, udp, ib []byte) (icrc uint32, ok bool) {
 	}
 	crc = crcMasked(crc, udp, maskUDP[:])
 	crc = crcMasked(crc, ib[:BTHLen], maskBTH[:])
-	// crc32.Update works on the inverted register: Update(^r, p) == ^raw(r, p),
-	// which is the final ~crc rxe stores. On amd64 it folds with PCLMULQDQ.
+	// updateIEEE, as crc32.Update, works on the inverted register:
+	// Update(^r, p) == ^raw(r, p), which is the final ~crc rxe stores.
 	return updateIEEE(^crc, ib[BTHLen:]), true
 }
 
