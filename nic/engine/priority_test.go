@@ -280,25 +280,50 @@ func TestBusyPollResponderThatDoesNotPoll(t *testing.T) {
 	fill(b.buf[:4096], 3)
 	const n = 100
 	var w [1]cq.WC
-	a0 := p.a.EngineCounters()
-	for i := range n {
-		send(t, a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(8192, 64)},
-			RemoteAddr: b.mr.Addr() + uint64(i%32)*64, RKey: b.mr.RKey()})
-		for end := time.Now().Add(10 * time.Second); a.cq.Poll(w[:]) == 0; {
-			if time.Now().After(end) {
-				t.Fatalf("READ %d: no completion within 10 s", i)
+	// reads runs n READs, polling for each, and returns what the requester's
+	// engine counted meanwhile.
+	reads := func() EngineCounters {
+		a0 := p.a.EngineCounters()
+		for i := range n {
+			send(t, a, SendWR{WRID: uint64(i), Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(8192, 64)},
+				RemoteAddr: b.mr.Addr() + uint64(i%32)*64, RKey: b.mr.RKey()})
+			for end := time.Now().Add(10 * time.Second); a.cq.Poll(w[:]) == 0; {
+				if time.Now().After(end) {
+					t.Fatalf("READ %d: no completion within 10 s", i)
+				}
 			}
+			if w[0].Status != cq.Success || w[0].WRID != uint64(i) {
+				t.Fatalf("READ %d: %+v", i, w[0])
+			}
+			checkBytes(t, name("READ %d", i), a.buf[8192:8192+64], b.buf[(i%32)*64:(i%32)*64+64])
 		}
-		if w[0].Status != cq.Success || w[0].WRID != uint64(i) {
-			t.Fatalf("READ %d: %+v", i, w[0])
+		ca := p.a.EngineCounters()
+		for k := range ca {
+			ca[k] -= a0[k]
 		}
-		checkBytes(t, name("READ %d", i), a.buf[8192:8192+64], b.buf[(i%32)*64:(i%32)*64+64])
+		return ca
+	}
+	// The requester's goroutine spins only after a sleep its poller did not
+	// drive through, and then until its next sleep; spinning regardless, it
+	// spins before every sleep. Its poller drives through every sleep unless
+	// the host holds the polling thread off a whole busyTick: under load (a
+	// CI host running other tests) that happened once in 200 runs, and then
+	// the goroutine spun 299 passes before 3 sleeps. So a run that looks like
+	// spinning regardless is measured again, twice at most.
+	var ca EngineCounters
+	for try := 1; ; try++ {
+		ca = reads()
+		if ca[EngDriven] != 0 && ca[EngIdleWaits] != 0 && ca[EngIdleSpins] < idleSpins*ca[EngIdleWaits] {
+			break
+		}
+		if try == 3 {
+			t.Errorf("the requester, its CQ polled: %d passes driven, %d spins before %d sleeps", ca[EngDriven], ca[EngIdleSpins], ca[EngIdleWaits])
+			break
+		}
+		t.Logf("run %d: the requester, its CQ polled: %d passes driven, %d spins before %d sleeps; again", try, ca[EngDriven], ca[EngIdleSpins], ca[EngIdleWaits])
 	}
 	waitFor(t, "B's engine asleep", asleep(p.b.sh[0], 0))
-	cb, ca := p.b.EngineCounters(), p.a.EngineCounters()
-	for k := range ca {
-		ca[k] -= a0[k]
-	}
+	cb := p.b.EngineCounters()
 	if cb[EngDriven] != 0 || cb[EngWakeWaits] != 0 {
 		t.Fatalf("the responder, never polled: %d passes driven, %d sleeps that left the frames to pollers", cb[EngDriven], cb[EngWakeWaits])
 	}
@@ -306,12 +331,6 @@ func TestBusyPollResponderThatDoesNotPoll(t *testing.T) {
 		cb[EngIdleSpins], cb[EngIdleWaits], ca[EngIdleSpins], ca[EngIdleWaits], ca[EngDriven])
 	if cb[EngIdleWaits] == 0 || cb[EngIdleSpins] < idleSpins*cb[EngIdleWaits] {
 		t.Errorf("the responder spun %d passes before %d sleeps; want at least %d before each", cb[EngIdleSpins], cb[EngIdleWaits], idleSpins)
-	}
-	// The requester's goroutine spins only after a sleep its poller did not
-	// drive through (none here, unless the poller was held off a whole
-	// busyTick); spinning regardless, it spins before every sleep.
-	if ca[EngDriven] == 0 || ca[EngIdleWaits] == 0 || ca[EngIdleSpins] >= idleSpins*ca[EngIdleWaits] {
-		t.Errorf("the requester, its CQ polled: %d passes driven, %d spins before %d sleeps", ca[EngDriven], ca[EngIdleSpins], ca[EngIdleWaits])
 	}
 }
 
