@@ -66,7 +66,7 @@ var engineHelp = map[string]string{
 	"engine_loops":        "Passes of the engine loop.",
 	"engine_rx_polls":     "Reads of the link.",
 	"engine_rx_batches":   "Reads of the link that returned frames.",
-	"engine_rx_frames":    "Frames ReadBatch returned.",
+	"engine_rx_frames":    "Frames the reads of the link returned.",
 	"engine_tx_batches":   "WriteBatch calls on the link.",
 	"engine_tx_frames":    "Frames WriteBatch took.",
 	"engine_idle_waits":   "Waits of the idle engine for frames, a doorbell, a control operation or a timer.",
