@@ -23,7 +23,7 @@ func TestEngineCounters(t *testing.T) {
 	p.b.Sync().Wait()
 	// An idle engine yields through idleSpins empty passes before it sleeps,
 	// so its first wait can come after the WRITEs complete.
-	waitFor(t, "A to sleep", func() bool { return p.a.EngineCounters()[EngIdleWaits] > 0 })
+	waitFor(t, "A to sleep", asleep(p.a.sh[0], 0))
 
 	ea, eb := p.a.EngineCounters(), p.b.EngineCounters()
 	ca, cb := p.a.Counters(), p.b.Counters()
