@@ -78,7 +78,7 @@ func newFakeSocket(t testing.TB, opts Options) (*Socket, *fakeKernel) {
 	off := unix.XDPMmapOffsets{Rx: fakeOff, Tx: fakeOff, Fr: fakeOff, Cr: fakeOff}
 	s := &Socket{fd: -1, efd: -1, sendto: k.sendto, recvfrom: func() unix.Errno { return 0 }}
 	s.setup(cfg, umem, off, mems)
-	s.refill()
+	s.stock(0)
 	k.s = s
 	return s, k
 }
@@ -392,6 +392,69 @@ func TestFakeJoin(t *testing.T) {
 		t.Errorf("joined %d and refused %d of the 160 frames of one or two chunks: want all but those straddling the end, and some of those", joined, straddled)
 	}
 	checkAccounting(t, s)
+}
+
+// TestFakeFillTarget checks the fill ring's target (refill): a receiver that
+// keeps up gets its frames from the FillFrames chunks released last, not from
+// the whole RX pool; one that falls behind gets the target doubled, frames
+// from the reserve, and no drop; and after fillCalmRefills refills that found
+// the ring well stocked the target is back at FillFrames.
+func TestFakeFillTarget(t *testing.T) {
+	s, k := newFakeSocket(t, DefaultOptions()) // 2048 RX frames
+	if c := s.Counters(); c.FramesFill != DefaultFillFrames || c.FillTarget != DefaultFillFrames {
+		t.Fatalf("after New: %d frames on the fill ring, target %d; want %d", c.FramesFill, c.FillTarget, DefaultFillFrames)
+	}
+	pkts := make([]Packet, 64)
+	one := func(i int) uint32 {
+		if !k.deliver(pattern(64, i)) {
+			t.Fatalf("deliver %d refused", i)
+		}
+		if n, _ := s.Receive(pkts[:1]); n != 1 {
+			t.Fatalf("frame %d: received %d", i, n)
+		}
+		f := pkts[0].head
+		s.Release(pkts[:1])
+		return f
+	}
+	used := map[uint32]bool{}
+	for i := range 4 * s.cfg.rxFrames {
+		used[one(i)] = true
+	}
+	if len(used) > DefaultFillFrames {
+		t.Errorf("a receiver that keeps up got %d distinct chunks, want at most %d (the fill ring's target)", len(used), DefaultFillFrames)
+	}
+
+	// Fall behind: 300 frames come before the owner looks (the ring holds 512),
+	// so the first refill finds 212 left, under half the target.
+	for i := range 300 {
+		if !k.deliver(pattern(64, i)) {
+			t.Fatalf("burst frame %d refused: the fill ring ran dry", i)
+		}
+	}
+	burst := make([]Packet, 300)
+	if n, _ := s.Receive(burst); n != 300 {
+		t.Fatalf("burst: received %d of 300", n)
+	}
+	s.Release(burst) // one refill
+	c := s.Counters()
+	if c.FillGrows != 1 || c.FillTarget != 2*DefaultFillFrames || c.FramesFill != 2*DefaultFillFrames {
+		t.Fatalf("after falling behind: %d grows, target %d, %d frames on the fill ring; want 1, %d, %d",
+			c.FillGrows, c.FillTarget, c.FramesFill, 2*DefaultFillFrames, 2*DefaultFillFrames)
+	}
+	for i := range fillCalmRefills - 1 {
+		one(i)
+	}
+	if c := s.Counters(); c.FillTarget != 2*DefaultFillFrames {
+		t.Fatalf("target %d after %d calm refills, want it kept at %d until %d", c.FillTarget, fillCalmRefills-1, 2*DefaultFillFrames, fillCalmRefills)
+	}
+	one(0)
+	if c := s.Counters(); c.FillTarget != DefaultFillFrames || c.FillGrows != 1 {
+		t.Errorf("after %d calm refills: target %d, %d grows; want %d, 1", fillCalmRefills, c.FillTarget, c.FillGrows, DefaultFillFrames)
+	}
+	checkAccounting(t, s)
+	if k.rxDropped != 0 {
+		t.Errorf("the fake kernel dropped %d frames", k.rxDropped)
+	}
 }
 
 // TestFakeKickLoop checks that one Transmit call drains a batch far larger than

@@ -25,6 +25,13 @@ type Options struct {
 	// rings avoid drops under load).
 	FillRingSize, CompRingSize, RxRingSize, TxRingSize int
 
+	// FillFrames is the fewest RX frames kept on the fill ring (default
+	// DefaultFillFrames, or every RX frame if there are fewer). The socket
+	// keeps more there while its owner falls behind, up to every RX frame, and
+	// comes back to FillFrames once it keeps up (refill). Set it to NumFrames -
+	// TxFrames to keep every free RX frame on the ring.
+	FillFrames int
+
 	// MultiBuffer binds with XDP_USE_SG: frames larger than one chunk arrive as
 	// a chain of descriptors and Transmit may send them as one. The XDP program
 	// must be loaded with BPF_F_XDP_HAS_FRAGS ("xdp.frags"). Without it such
@@ -108,6 +115,12 @@ func (o Options) config() (config, error) {
 		if !isPow2(*r.v) || *r.v > MaxRingSize {
 			return bad("%s %d: must be a power of two in 1..%d", r.name, *r.v, MaxRingSize)
 		}
+	}
+	if c.FillFrames == 0 {
+		c.FillFrames = min(DefaultFillFrames, c.rxFrames)
+	}
+	if c.FillFrames < 1 || c.FillFrames > c.rxFrames {
+		return bad("FillFrames %d: must be 0 or 1..the RX frames (%d)", o.FillFrames, c.rxFrames)
 	}
 	if c.TxBudget != 0 && (c.TxBudget < kernelTxBudget || c.TxBudget > c.TxRingSize) {
 		return bad("TxBudget %d: must be 0 or %d..TxRingSize (%d)", o.TxBudget, kernelTxBudget, c.TxRingSize)

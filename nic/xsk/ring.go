@@ -50,6 +50,13 @@ func (r *ringWords) free(want uint32) uint32 {
 	return n
 }
 
+// queued returns the entries of a producer ring the kernel has not consumed,
+// reading its consumer.
+func (r *ringWords) queued() uint32 {
+	r.cachedCons = atomic.LoadUint32(r.consumer)
+	return r.cachedProd - r.cachedCons
+}
+
 // submit publishes our producer: the kernel may read every entry written so far.
 func (r *ringWords) submit() { atomic.StoreUint32(r.producer, r.cachedProd) }
 

@@ -60,6 +60,8 @@ type Socket struct {
 	txFreeN int
 	// Frame accounting beyond the free stacks (Counters reports all of it).
 	fillN      int // frames the kernel owns for RX
+	fillTarget int // frames refill keeps on the fill ring (refill)
+	fillCalm   int // refills in a row that found the fill ring well stocked
 	rxHeld     int // frames held by the owner after Receive
 	txReserved int // frames handed out by NextTxFrames (each holds a TX slot)
 	txInFlight int // frames in the TX ring or awaiting completion
@@ -103,6 +105,7 @@ type Counters struct {
 	RxBadDescs    uint64 // RX descriptors naming a frame the kernel did not own: skipped
 	RxBadReleases uint64 // Release of a frame not held (double release, foreign Packet)
 	RxWakeups     uint64 // recvfrom() calls because the fill ring needed a wakeup
+	FillGrows     uint64 // times refill doubled the frames it keeps on the fill ring
 
 	TxPackets        uint64 // packets queued on the TX ring
 	TxDescs          uint64 // descriptors queued on the TX ring
@@ -114,18 +117,20 @@ type Counters struct {
 	TxCompletions    uint64 // completion-ring entries reaped
 	TxBadCompletions uint64 // completions naming a frame not in flight: ignored
 
-	FramesRxFree     int // RX pool, waiting for room on the fill ring
+	FramesRxFree     int // RX pool, free: in reserve beyond the fill ring's target
 	FramesFill       int // RX pool, owned by the kernel
 	FramesRxHeld     int // RX pool, held by the owner (Receive without Release)
 	FramesTxFree     int // TX pool, free
 	FramesTxReserved int // TX pool, reserved by NextTxFrames
 	FramesTxInFlight int // TX pool, queued or sent but not yet reaped from the completion ring
+
+	FillTarget int // RX frames kept on the fill ring now: Options.FillFrames, or more while the owner falls behind
 }
 
 // New creates an AF_XDP socket with its own UMEM, bound to queue queueID of the
 // interface ifindex in the calling thread's network namespace (callers that
-// switch namespaces must hold runtime.LockOSThread). RX frames are posted to the
-// fill ring before New returns. An XDP program must redirect into an XSKMAP entry
+// switch namespaces must hold runtime.LockOSThread). Options.FillFrames RX frames
+// are posted to the fill ring before New returns. An XDP program must redirect into an XSKMAP entry
 // holding FD() for anything to arrive.
 //
 // The UMEM is pinned memory. Without CAP_IPC_LOCK it counts against
@@ -236,7 +241,7 @@ func New(ifindex, queueID int, opts Options) (*Socket, error) {
 	}
 
 	s.setup(cfg, umem, off, mems)
-	s.refill() // the kernel has buffers from the first packet on
+	s.stock(0) // the kernel has buffers from the first packet on
 
 	if err := bind(s.fd, ifindex, queueID, cfg); err != nil {
 		return nil, err
@@ -268,6 +273,7 @@ func (s *Socket) setup(cfg config, umem []byte, off unix.XDPMmapOffsets, mems [4
 		s.state[i] = stRxFree
 	}
 	s.rxFreeN = cfg.rxFrames
+	s.fillTarget = cfg.FillFrames
 	s.txFree = make([]uint32, cfg.TxFrames)
 	for i := range s.txFree {
 		f := uint32(cfg.NumFrames - 1 - i)
@@ -412,6 +418,7 @@ func (s *Socket) Counters() Counters {
 	c := s.ctr
 	c.FramesRxFree = s.rxFreeN
 	c.FramesFill = s.fillN
+	c.FillTarget = s.fillTarget
 	c.FramesRxHeld = s.rxHeld
 	c.FramesTxFree = s.txFreeN
 	c.FramesTxReserved = s.txReserved

@@ -287,7 +287,11 @@ func TestTransmitRefuses(t *testing.T) {
 func TestTransmitBatch(t *testing.T) {
 	e := newVethEnv(t, 1500)
 	e.attachSteering(t)
-	rx := e.newXSK(t, true, 0, DefaultOptions())
+	// The receiver reads only after the whole batch came: every RX frame
+	// waits on its fill ring.
+	ro := DefaultOptions()
+	ro.FillFrames = DefaultNumFrames / 2
+	rx := e.newXSK(t, true, 0, ro)
 	e.register(t, 0, rx)
 	tx := e.newXSK(t, false, 0, DefaultOptions())
 	u := udpFrame{dstMAC: e.A.MAC, srcMAC: e.B.MAC, srcIP: e.B.IPv4, dstIP: e.A.IPv4, srcPort: 5000, dstPort: roceUDPPort}
@@ -327,6 +331,52 @@ func TestTransmitBatch(t *testing.T) {
 	waitTxIdle(t, tx)
 	checkAccounting(t, tx)
 	checkAccounting(t, rx)
+}
+
+// TestFillTargetGrows checks the fill ring's target against the kernel: a
+// burst larger than half of it, read only after it came, arrives whole (the
+// ring holds DefaultFillFrames), and the refill after it finds the kernel's
+// consumer moved on that far and doubles the target; the burst after that,
+// as large as the first target, arrives whole too.
+func TestFillTargetGrows(t *testing.T) {
+	e := newVethEnv(t, 1500)
+	e.attachSteering(t)
+	rx := e.newXSK(t, true, 0, DefaultOptions())
+	e.register(t, 0, rx)
+	tx := e.newXSK(t, false, 0, DefaultOptions())
+	u := udpFrame{dstMAC: e.A.MAC, srcMAC: e.B.MAC, srcIP: e.B.IPv4, dstIP: e.A.IPv4, srcPort: 5000, dstPort: roceUDPPort}
+	pkts := make([]Packet, DefaultFillFrames)
+	burst := func(n int) {
+		t.Helper()
+		frames := u.numbered(n, 64)
+		if k, err := tx.Transmit(frames); k != n || err != nil {
+			t.Fatalf("Transmit: got (%d, %v), want (%d, nil)", k, err, n)
+		}
+		got := 0
+		for deadline := time.Now().Add(3 * time.Second); got < n && time.Now().Before(deadline); {
+			k, _ := rx.Receive(pkts[got:n])
+			got += k
+			if k == 0 {
+				_, _ = rx.Poll(10 * time.Millisecond)
+			}
+		}
+		if got != n {
+			t.Fatalf("burst of %d: received %d; rx stats %+v", n, got, mustStats(t, rx))
+		}
+		rx.Release(pkts[:n]) // one refill, after the whole burst
+	}
+	burst(DefaultFillFrames * 3 / 4)
+	if c := rx.Counters(); c.FillGrows != 1 || c.FillTarget != 2*DefaultFillFrames || c.FramesFill != 2*DefaultFillFrames {
+		t.Fatalf("after a burst of 3/4 of the target: %d grows, target %d, %d frames on the fill ring; want 1, %d, %d",
+			c.FillGrows, c.FillTarget, c.FramesFill, 2*DefaultFillFrames, 2*DefaultFillFrames)
+	}
+	burst(DefaultFillFrames)
+	if st := mustStats(t, rx); st.RxDropped != 0 {
+		t.Errorf("rx stats %+v: want no drop", st)
+	}
+	checkAccounting(t, rx)
+	waitTxIdle(t, tx)
+	checkAccounting(t, tx)
 }
 
 // TestTransmitToUDP sends a large batch to a kernel UDP socket with the TX
@@ -573,6 +623,8 @@ func TestBadOptions(t *testing.T) {
 		{"one frame", e.A.Index, 0, Options{NumFrames: 1}, ErrInvalidOptions, "NumFrames 1"},
 		{"all frames tx", e.A.Index, 0, Options{NumFrames: 8, TxFrames: 8}, ErrInvalidOptions, "TxFrames 8"},
 		{"budget 16", e.A.Index, 0, Options{TxBudget: 16}, ErrInvalidOptions, "TxBudget 16"},
+		{"fill frames past the rx pool", e.A.Index, 0, Options{NumFrames: 64, FillFrames: 33}, ErrInvalidOptions, "FillFrames 33"},
+		{"negative fill frames", e.A.Index, 0, Options{FillFrames: -1}, ErrInvalidOptions, "FillFrames -1"},
 		{"no queue 5", e.A.Index, 5, Options{}, ErrNoQueue, "queue 5"},
 		{"negative queue", e.A.Index, -1, Options{}, ErrNoQueue, "queue -1"},
 		{"no ifindex", 999999, 0, Options{}, ErrNoInterface, "ifindex 999999"},
