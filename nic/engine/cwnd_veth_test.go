@@ -21,7 +21,7 @@ import (
 // ran out of retry_cnt in every run (the shrinking window in one of four:
 // 64 QPs of two packets each still fill this ring).
 func TestManyQPsOverflowReceiver(t *testing.T) {
-	st, c, _ := manyQPsOnVeth(t, 256) // 128 frames for receiving
+	st, c, _ := manyQPsOnVeth(t, manyQPs{numFrames: 256, mtu: qpattr.MTU1024, nQP: 64, writes: 48}) // 128 frames for receiving
 	if st.RxDropped+st.RxRingFull == 0 || c[CntCompRetry] == 0 {
 		t.Fatalf("the receiver dropped nothing: the test did not overflow it")
 	}
@@ -34,7 +34,7 @@ func TestManyQPsOverflowReceiver(t *testing.T) {
 // nothing drops and nothing is resent. Without the bound the windows add up
 // to 8192 packets and the receiver drops hundreds.
 func TestManyQPsWithinReceiverRing(t *testing.T) {
-	st, c, ec := manyQPsOnVeth(t, 0)
+	st, c, ec := manyQPsOnVeth(t, manyQPs{mtu: qpattr.MTU1024, nQP: 64, writes: 48})
 	if st.RxDropped+st.RxRingFull+st.RxFillRingEmptyDescs != 0 || c[CntRetransmitted] != 0 {
 		t.Fatalf("the receiver dropped %d frames (ring full %d, fill ring empty %d), the sender resent %d",
 			st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, c[CntRetransmitted])
@@ -44,22 +44,45 @@ func TestManyQPsWithinReceiverRing(t *testing.T) {
 	}
 }
 
-// manyQPsOnVeth runs 48 WRITEs of 4 KiB (4 packets at MTU 1024) on each of
-// 64 RC QPs over a veth pair, the receiver's AF_XDP socket with numFrames
-// UMEM frames (0: xsk's default), checks every WR and byte, and returns the
-// receiver socket's statistics and the sender's counters.
-func manyQPsOnVeth(t *testing.T, numFrames int) (xsk.Stats, Counters, EngineCounters) {
-	const (
-		nQP    = 64
-		writes = 48
-		size   = 4096 // 4 packets at MTU 1024
-	)
-	p := testenv.NewTestPair(t, testenv.PairOptions{})
+// TestManyQPsBurstToSleepingReceiver: the first windows of 256 QPs, two
+// packets each at MTU 4096, are 512 frames of two chunks that come at once
+// to a receiver asleep whose fill ring came down to xsk.DefaultFillFrames
+// (512 chunks) while it kept up with a few WRITEs. Its engine gave the kernel
+// every chunk before it slept (link.PreWaiter), so nothing drops; without
+// that 256 frames dropped.
+func TestManyQPsBurstToSleepingReceiver(t *testing.T) {
+	st, c, _ := manyQPsOnVeth(t, manyQPs{mtu: qpattr.MTU4096, nQP: 256, writes: 2, calm: 8})
+	if st.RxDropped+st.RxRingFull+st.RxFillRingEmptyDescs != 0 || c[CntRetransmitted] != 0 {
+		t.Fatalf("the receiver dropped %d frames (ring full %d, fill ring empty %d), the sender resent %d",
+			st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, c[CntRetransmitted])
+	}
+}
+
+// manyQPs is a run of manyQPsOnVeth.
+type manyQPs struct {
+	numFrames   int // the receiver's UMEM frames (0: xsk's default)
+	mtu         qpattr.MTU
+	nQP, writes int
+	// calm > 0: the receiver's xsk.Options.FillCalmRefills, and WRITEs on
+	// the first QP, one at a time, before the others start: enough for the
+	// receiver's fill ring to come down to its target (2*calm refills) and
+	// the kernel to take what was on it (every RX frame, 8 chunks a WRITE).
+	calm int
+}
+
+// manyQPsOnVeth runs m.writes WRITEs of 4 packets at m.mtu on each of m.nQP RC
+// QPs over a veth pair, the receiver's engine asleep when they start, checks
+// every WR and byte, and returns the receiver socket's statistics and the
+// sender's counters.
+func manyQPsOnVeth(t *testing.T, m manyQPs) (xsk.Stats, Counters, EngineCounters) {
+	mtu, nQP, writes := m.mtu, m.nQP, m.writes
+	size := 4 * mtu.Bytes()
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: max(1500, mtu.Bytes()+104)})
 	da := openVeth(t, &p.A, link.KindAFXDP, false)
 	var lb *link.AFXDP
 	if err := p.B.Do(func() (err error) {
 		so := xsk.DefaultOptions()
-		so.NumFrames = numFrames
+		so.NumFrames, so.FillCalmRefills = m.numFrames, m.calm
 		lb, err = link.NewAFXDP(link.AFXDPOptions{Interface: p.B.Name, Socket: so})
 		return err
 	}); err != nil {
@@ -76,20 +99,37 @@ func manyQPsOnVeth(t *testing.T, numFrames int) (xsk.Stats, Counters, EngineCoun
 		}
 		lb.Close()
 	})
-	cap := qpattr.Cap{MaxSendWR: writes, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	cap := qpattr.Cap{MaxSendWR: uint32(writes), MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
 	as, bs := make([]*node, nQP), make([]*node, nQP)
 	for i := range nQP {
 		as[i] = newNode(t, da, nodeOpts{cap: cap, bufLen: writes * size, cqe: writes})
 		bs[i] = newNode(t, db, nodeOpts{cap: cap, bufLen: writes * size, cqe: 1})
-		connect(t, as[i], bs[i], connOpts{mtu: qpattr.MTU1024})
+		connect(t, as[i], bs[i], connOpts{mtu: mtu})
 		fill(as[i].buf, byte(i))
 	}
+	calmWrites := 0
+	if m.calm > 0 {
+		calmWrites = 2*m.calm + xsk.DefaultNumFrames/2/8
+	}
+	for range calmWrites {
+		a := as[0]
+		wr := SendWR{Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, uint32(size))},
+			RemoteAddr: bs[0].mr.Addr(), RKey: bs[0].mr.RKey()}
+		if _, err := a.qp.PostSend([]SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pollN(t, a.cq, 1, 10*time.Second)[0]; wc.Status != cq.Success {
+			t.Fatalf("calm WRITE: %v", wc.Status)
+		}
+	}
+	// The WRITEs start with the receiver's engine asleep, as after a pause.
+	waitFor(t, "the receiver's engine asleep", asleep(db.sh[0], 0))
 	for i, a := range as {
 		wrs := make([]SendWR, writes)
 		for w := range wrs {
 			off := uint64(w * size)
 			wrs[w] = SendWR{WRID: uint64(w), Opcode: WRRDMAWrite, Flags: SendSignaled,
-				SGL: []SGE{a.mr.SGE(off, size)}, RemoteAddr: bs[i].mr.Addr() + off, RKey: bs[i].mr.RKey()}
+				SGL: []SGE{a.mr.SGE(off, uint32(size))}, RemoteAddr: bs[i].mr.Addr() + off, RKey: bs[i].mr.RKey()}
 		}
 		if _, err := a.qp.PostSend(wrs); err != nil {
 			t.Fatal(err)

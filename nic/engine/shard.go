@@ -222,6 +222,13 @@ func (sh *shard) routineEngine() {
 		spins = 0
 		th.spinning(false) // a frame wakes it at engineNice
 		timeout := e.sleepFor(blocked)
+		if w, ok := sh.link.(link.PreWaiter); ok && timeout != 0 && !e.polled {
+			// Asleep, it refills none of the link's receive buffers (an
+			// AF_XDP fill ring): the kernel gets them all first, before
+			// sleeping says it sleeps. Pollers that drive meanwhile
+			// (e.polled) refill as they go.
+			w.BeforeWait()
+		}
 		if timeout != 0 {
 			// Counted before sleeping is set, so that whoever sees it set
 			// sees the wait counted (a wait the check below cuts short

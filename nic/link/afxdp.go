@@ -185,6 +185,15 @@ func (l *AFXDP) Reclaim() {
 	l.lendMu.Unlock()
 }
 
+// BeforeWait implements PreWaiter.
+func (l *AFXDP) BeforeWait() {
+	l.lendMu.Lock()
+	defer l.lendMu.Unlock()
+	if !l.closed.Load() {
+		l.sock.FillAll()
+	}
+}
+
 // frameCap is the longest frame Lend copies: the interface's MTU and an
 // Ethernet header with a VLAN tag.
 func (l *AFXDP) frameCap() int { return l.info.MTU + 18 }

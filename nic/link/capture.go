@@ -109,6 +109,13 @@ func (c *Capture) Close() error {
 	return ferr
 }
 
+// BeforeWait implements PreWaiter when the wrapped link does.
+func (c *Capture) BeforeWait() {
+	if w, ok := c.Link.(PreWaiter); ok {
+		w.BeforeWait()
+	}
+}
+
 // WakeFD implements Waker when the wrapped link does.
 func (c *Capture) WakeFD() (int, error) {
 	if w, ok := c.Link.(Waker); ok {

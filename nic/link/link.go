@@ -143,6 +143,15 @@ func (c *copyLender) Lend(frames [][]byte) (int, error) {
 
 func (c *copyLender) Reclaim() {}
 
+// PreWaiter is a Link that readies itself for a Wait in which its reader
+// reads nothing: an AF_XDP socket keeps few of its receive buffers on the
+// fill ring while the reader keeps up (xsk.Options.FillFrames), and gives the
+// kernel all of them before the reader sleeps. BeforeWait belongs to the
+// goroutine that reads.
+type PreWaiter interface {
+	BeforeWait()
+}
+
 // WakeWaiter is a Link that can wait for Wake (or timeout) alone, frames
 // left pending: the goroutine of an engine whose frames busy pollers take
 // (engine.Config.BusyPoll) sleeps so, and arriving frames wake no one.

@@ -10,9 +10,10 @@
 // pool (NextTxFrames or Transmit -> TX ring -> kernel -> completion ring ->
 // free). Every frame has a state, so a frame is never lost or used twice;
 // Counters reports where each one is. In copy mode received data starts
-// RxHeadroom bytes into its chunk. The fill ring holds Options.FillFrames of the
-// free RX frames, the ones released last, while the owner keeps up, and more
-// while it falls behind: the kernel writes into chunks still in the cache.
+// RxHeadroom bytes into its chunk. Once the owner has kept up a while, the fill
+// ring holds only Options.FillFrames of the free RX frames, the ones released
+// last, so that the kernel writes into chunks still in the cache; otherwise it
+// holds them all.
 //
 // # Data path
 //

@@ -78,7 +78,7 @@ func newFakeSocket(t testing.TB, opts Options) (*Socket, *fakeKernel) {
 	off := unix.XDPMmapOffsets{Rx: fakeOff, Tx: fakeOff, Fr: fakeOff, Cr: fakeOff}
 	s := &Socket{fd: -1, efd: -1, sendto: k.sendto, recvfrom: func() unix.Errno { return 0 }}
 	s.setup(cfg, umem, off, mems)
-	s.stock(0)
+	s.stock(0, s.fillTarget)
 	k.s = s
 	return s, k
 }
@@ -394,30 +394,51 @@ func TestFakeJoin(t *testing.T) {
 	checkAccounting(t, s)
 }
 
-// TestFakeFillTarget checks the fill ring's target (refill): a receiver that
-// keeps up gets its frames from the FillFrames chunks released last, not from
-// the whole RX pool; one that falls behind gets the target doubled, frames
-// from the reserve, and no drop; and after fillCalmRefills refills that found
-// the ring well stocked the target is back at FillFrames.
+// TestFakeFillTarget checks the fill ring's target (refill): a new socket
+// keeps every RX frame on the ring, and after FillCalmRefills refills that found
+// it well stocked, FillFrames; a receiver that keeps up then gets its frames
+// from the FillFrames chunks released last, not from the whole RX pool; one
+// that falls behind gets every free frame on the ring at its next Receive, and
+// no drop; and FillAll, before the owner sleeps, puts every free frame there.
 func TestFakeFillTarget(t *testing.T) {
-	s, k := newFakeSocket(t, DefaultOptions()) // 2048 RX frames
-	if c := s.Counters(); c.FramesFill != DefaultFillFrames || c.FillTarget != DefaultFillFrames {
-		t.Fatalf("after New: %d frames on the fill ring, target %d; want %d", c.FramesFill, c.FillTarget, DefaultFillFrames)
+	opts := DefaultOptions()
+	opts.FillCalmRefills = 64
+	s, k := newFakeSocket(t, opts) // 2048 RX frames
+	all := s.cfg.rxFrames
+	if c := s.Counters(); c.FramesFill != all || c.FillTarget != all {
+		t.Fatalf("after New: %d frames on the fill ring, target %d; want all %d", c.FramesFill, c.FillTarget, all)
 	}
-	pkts := make([]Packet, 64)
+	pkts := make([]Packet, 1)
 	one := func(i int) uint32 {
 		if !k.deliver(pattern(64, i)) {
 			t.Fatalf("deliver %d refused", i)
 		}
-		if n, _ := s.Receive(pkts[:1]); n != 1 {
+		if n, _ := s.Receive(pkts); n != 1 {
 			t.Fatalf("frame %d: received %d", i, n)
 		}
 		f := pkts[0].head
-		s.Release(pkts[:1])
+		s.Release(pkts)
 		return f
 	}
+	calm := func(what string, n int) {
+		t.Helper()
+		for i := range n - 1 {
+			one(i)
+		}
+		if c := s.Counters(); c.FillTarget != all {
+			t.Fatalf("%s: target %d after %d calm refills, want all (%d) until %d", what, c.FillTarget, n-1, all, n)
+		}
+		one(0)
+		if c := s.Counters(); c.FillTarget != DefaultFillFrames {
+			t.Fatalf("%s: target %d after %d calm refills, want %d", what, c.FillTarget, n, DefaultFillFrames)
+		}
+	}
+	calm("new", s.cfg.FillCalmRefills)
+	for i := range all { // the ring drains to the target
+		one(i)
+	}
 	used := map[uint32]bool{}
-	for i := range 4 * s.cfg.rxFrames {
+	for i := range 4 * all {
 		used[one(i)] = true
 	}
 	if len(used) > DefaultFillFrames {
@@ -425,7 +446,7 @@ func TestFakeFillTarget(t *testing.T) {
 	}
 
 	// Fall behind: 300 frames come before the owner looks (the ring holds 512),
-	// so the first refill finds 212 left, under half the target.
+	// so Receive finds 212 left, under half the target.
 	for i := range 300 {
 		if !k.deliver(pattern(64, i)) {
 			t.Fatalf("burst frame %d refused: the fill ring ran dry", i)
@@ -435,21 +456,28 @@ func TestFakeFillTarget(t *testing.T) {
 	if n, _ := s.Receive(burst); n != 300 {
 		t.Fatalf("burst: received %d of 300", n)
 	}
-	s.Release(burst) // one refill
-	c := s.Counters()
-	if c.FillGrows != 1 || c.FillTarget != 2*DefaultFillFrames || c.FramesFill != 2*DefaultFillFrames {
-		t.Fatalf("after falling behind: %d grows, target %d, %d frames on the fill ring; want 1, %d, %d",
-			c.FillGrows, c.FillTarget, c.FramesFill, 2*DefaultFillFrames, 2*DefaultFillFrames)
+	if c := s.Counters(); c.FillRaises != 1 || c.FillTarget != all || c.FramesFill != all-300 {
+		t.Fatalf("Receive behind: %d raises, target %d, %d frames on the fill ring; want 1, %d, every free one (%d)",
+			c.FillRaises, c.FillTarget, c.FramesFill, all, all-300)
 	}
-	for i := range fillCalmRefills - 1 {
+	s.Release(burst) // the first calm refill
+	if c := s.Counters(); c.FramesFill != all {
+		t.Fatalf("after the burst: %d frames on the fill ring, want all %d", c.FramesFill, all)
+	}
+	calm("after the burst", s.cfg.FillCalmRefills-1)
+
+	// An owner about to sleep gives the kernel every free frame; awake again,
+	// it stocks only up to the target, so the frames it releases wait.
+	for i := range all {
 		one(i)
 	}
-	if c := s.Counters(); c.FillTarget != 2*DefaultFillFrames {
-		t.Fatalf("target %d after %d calm refills, want it kept at %d until %d", c.FillTarget, fillCalmRefills-1, 2*DefaultFillFrames, fillCalmRefills)
+	s.FillAll()
+	if c := s.Counters(); c.FramesFill != all {
+		t.Errorf("after FillAll: %d frames on the fill ring, want all %d", c.FramesFill, all)
 	}
 	one(0)
-	if c := s.Counters(); c.FillTarget != DefaultFillFrames || c.FillGrows != 1 {
-		t.Errorf("after %d calm refills: target %d, %d grows; want %d, 1", fillCalmRefills, c.FillTarget, c.FillGrows, DefaultFillFrames)
+	if c := s.Counters(); c.FramesFill != all-1 || c.FramesRxFree != 1 || c.FillRaises != 1 {
+		t.Errorf("a release after FillAll: %d frames on the fill ring, %d free, %d raises; want %d, 1, 1", c.FramesFill, c.FramesRxFree, c.FillRaises, all-1)
 	}
 	checkAccounting(t, s)
 	if k.rxDropped != 0 {

@@ -46,9 +46,10 @@ const (
 	// 1641-1968, all 2048 (before) 1781-1883.
 	DefaultFillFrames = 512
 
-	// fillCalmRefills is how many refills in a row must find the fill ring at
-	// least three quarters stocked before refill halves a raised target.
-	fillCalmRefills = 1 << 16
+	// DefaultFillCalmRefills is how many refills in a row must find the fill
+	// ring not pressed before refill lowers its target to FillFrames
+	// (Options.FillCalmRefills): 0.3-0.5 s of write_bw's receiver.
+	DefaultFillCalmRefills = 1 << 16
 
 	// bindRetryTimeout and bindRetryDelay: closing an XSK frees its buffer pool
 	// asynchronously, so a re-bind on the same queue may see EBUSY for a short

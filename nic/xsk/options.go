@@ -25,12 +25,16 @@ type Options struct {
 	// rings avoid drops under load).
 	FillRingSize, CompRingSize, RxRingSize, TxRingSize int
 
-	// FillFrames is the fewest RX frames kept on the fill ring (default
-	// DefaultFillFrames, or every RX frame if there are fewer). The socket
-	// keeps more there while its owner falls behind, up to every RX frame, and
-	// comes back to FillFrames once it keeps up (refill). Set it to NumFrames -
-	// TxFrames to keep every free RX frame on the ring.
+	// FillFrames is how many RX frames the fill ring holds once the owner
+	// has kept up for a while (default DefaultFillFrames, or every RX frame if
+	// there are fewer): the frames it released last, still in the cache. A new
+	// socket, and one whose owner fell behind, keeps every free RX frame there
+	// (refill). NumFrames - TxFrames keeps them all there always.
 	FillFrames int
+	// FillCalmRefills is how many refills in a row must find that the kernel
+	// took less than half of FillFrames from the fill ring since the last
+	// before it comes down to FillFrames (default DefaultFillCalmRefills).
+	FillCalmRefills int
 
 	// MultiBuffer binds with XDP_USE_SG: frames larger than one chunk arrive as
 	// a chain of descriptors and Transmit may send them as one. The XDP program
@@ -121,6 +125,12 @@ func (o Options) config() (config, error) {
 	}
 	if c.FillFrames < 1 || c.FillFrames > c.rxFrames {
 		return bad("FillFrames %d: must be 0 or 1..the RX frames (%d)", o.FillFrames, c.rxFrames)
+	}
+	if c.FillCalmRefills == 0 {
+		c.FillCalmRefills = DefaultFillCalmRefills
+	}
+	if c.FillCalmRefills < 1 {
+		return bad("FillCalmRefills %d: must be 0 or positive", o.FillCalmRefills)
 	}
 	if c.TxBudget != 0 && (c.TxBudget < kernelTxBudget || c.TxBudget > c.TxRingSize) {
 		return bad("TxBudget %d: must be 0 or %d..TxRingSize (%d)", o.TxBudget, kernelTxBudget, c.TxRingSize)

@@ -158,6 +158,14 @@ done:
 		r.cachedCons = cons
 		r.release()
 	}
+	if n > 0 && s.fillTarget < s.cfg.rxFrames {
+		// Behind already: the reserve goes on the ring now, not after the
+		// batch (refill), by when the kernel may have found it empty.
+		if stocked := int(s.fill.queued()); s.pressed(stocked) {
+			s.raiseFill()
+			s.stock(stocked, s.fillTarget)
+		}
+	}
 	s.ctr.RxPackets += uint64(n)
 	s.ctr.RxDescs += uint64(descs)
 	s.ctr.RxBytes += uint64(bytes)
@@ -202,39 +210,65 @@ func (s *Socket) Release(pkts []Packet) {
 // refill moves free RX frames onto the fill ring, up to the target it keeps
 // there (stock).
 //
-// The target keeps the frames in use few, so that the kernel writes into
-// chunks the caches still hold. With every RX frame on the ring the kernel
-// cycles through all of them, 8 MiB at the defaults (twice the L2 here), and
-// the sender's copy into them waited on memory: 22 % of the sending engine's
-// thread in write_bw 64 KiB sat at the barrier in sock_def_readable after
-// __xsk_rcv's copy, 14 % with 512 frames on the ring. The rest wait in
-// reserve for bursts: an empty fill ring drops (PLATFORM 9), so refill doubles
-// the target when the kernel took more than half of it since the last refill
-// (the owner fell behind), and halves it again, down to FillFrames, after
-// fillCalmRefills refills in a row that found three quarters of it left.
+// The target keeps the frames in use few once the owner keeps up, so that
+// the kernel writes into chunks the caches still hold. With every RX frame
+// on the ring the kernel cycles through all of them, 8 MiB at the defaults
+// (twice the L2 here), and the sender's copy into them waited on memory: 22 %
+// of the sending engine's thread in write_bw 64 KiB sat at the barrier in
+// sock_def_readable after __xsk_rcv's copy, 14 % with 512 frames on the ring.
+// The rest wait in reserve for bursts, since an empty fill ring drops
+// (PLATFORM 9). So a new socket keeps every frame on the ring, and comes down
+// to FillFrames after FillCalmRefills refills in a row that would not have
+// pressed it (pressed); a refill or a Receive that finds it pressed while it
+// is down puts it back up to every frame. Starting down, or coming down after
+// refills that merely found the ring three quarters full, the windows of 256
+// QPs dropped 16-240 frames before a look found the ring pressed.
 func (s *Socket) refill() {
 	stocked := int(s.fill.queued())
 	switch {
-	case stocked < s.fillTarget/2 && s.fillTarget < s.cfg.rxFrames:
-		s.fillTarget = min(2*s.fillTarget, s.cfg.rxFrames)
+	case s.pressed(stocked):
+		if s.fillTarget < s.cfg.rxFrames {
+			s.raiseFill()
+		}
 		s.fillCalm = 0
-		s.ctr.FillGrows++
-	case stocked >= s.fillTarget*3/4 && s.fillTarget > s.cfg.FillFrames:
-		if s.fillCalm++; s.fillCalm >= fillCalmRefills {
-			s.fillTarget = max(s.fillTarget/2, s.cfg.FillFrames)
+	case s.fillTarget > s.cfg.FillFrames:
+		if s.fillCalm++; s.fillCalm >= s.cfg.FillCalmRefills {
+			s.fillTarget = s.cfg.FillFrames
 			s.fillCalm = 0
 		}
-	default:
-		s.fillCalm = 0
 	}
-	s.stock(stocked)
+	s.stock(stocked, s.fillTarget)
+}
+
+// pressed reports whether the kernel took more than half of FillFrames from
+// the fill ring since it was last stocked, which left fillAfter there: with
+// FillFrames on the ring, the owner fell behind.
+func (s *Socket) pressed(stocked int) bool { return s.fillAfter-stocked > s.cfg.FillFrames/2 }
+
+// raiseFill makes every RX frame the fill ring's target: the owner fell behind.
+func (s *Socket) raiseFill() {
+	s.fillTarget = s.cfg.rxFrames
+	s.fillCalm = 0
+	s.ctr.FillRaises++
+}
+
+// FillAll puts every free RX frame on the fill ring, for an owner about to
+// sleep (Poll): it refills nothing while it sleeps, so a burst must find room
+// on the ring. With the target alone, the first windows of 256 QPs (512 frames
+// of two chunks) came at once to a sleeping receiver and 256 were dropped. The
+// next Release stocks only up to the target again. Owner only; no allocation.
+func (s *Socket) FillAll() {
+	if s.closed {
+		return
+	}
+	s.stock(int(s.fill.queued()), s.cfg.rxFrames)
 }
 
 // stock puts free RX frames on the fill ring, which holds stocked, until it
-// holds fillTarget, and wakes the kernel if it asked for it.
-func (s *Socket) stock(stocked int) {
+// holds target, and wakes the kernel if it asked for it.
+func (s *Socket) stock(stocked, target int) {
 	r := &s.fill
-	k := min(int(r.free(uint32(s.rxFreeN))), s.rxFreeN, s.fillTarget-stocked)
+	k := min(int(r.free(uint32(s.rxFreeN))), s.rxFreeN, target-stocked)
 	if k > 0 {
 		// The last k freed, in the order they were freed: the order the
 		// kernel filled them (Join), and the chunks most likely cached.
@@ -248,6 +282,7 @@ func (s *Socket) stock(stocked int) {
 		r.submit()
 		s.fillN += k
 	}
+	s.fillAfter = stocked + max(k, 0)
 	if s.cfg.NeedWakeup && r.needWakeup() {
 		s.ctr.RxWakeups++
 		s.recvfrom()

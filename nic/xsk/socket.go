@@ -61,7 +61,8 @@ type Socket struct {
 	// Frame accounting beyond the free stacks (Counters reports all of it).
 	fillN      int // frames the kernel owns for RX
 	fillTarget int // frames refill keeps on the fill ring (refill)
-	fillCalm   int // refills in a row that found the fill ring well stocked
+	fillCalm   int // refills in a row that did not find the fill ring pressed
+	fillAfter  int // frames on the fill ring after the last stock
 	rxHeld     int // frames held by the owner after Receive
 	txReserved int // frames handed out by NextTxFrames (each holds a TX slot)
 	txInFlight int // frames in the TX ring or awaiting completion
@@ -105,7 +106,7 @@ type Counters struct {
 	RxBadDescs    uint64 // RX descriptors naming a frame the kernel did not own: skipped
 	RxBadReleases uint64 // Release of a frame not held (double release, foreign Packet)
 	RxWakeups     uint64 // recvfrom() calls because the fill ring needed a wakeup
-	FillGrows     uint64 // times refill doubled the frames it keeps on the fill ring
+	FillRaises    uint64 // times refill raised its target to every RX frame: the owner fell behind
 
 	TxPackets        uint64 // packets queued on the TX ring
 	TxDescs          uint64 // descriptors queued on the TX ring
@@ -124,14 +125,14 @@ type Counters struct {
 	FramesTxReserved int // TX pool, reserved by NextTxFrames
 	FramesTxInFlight int // TX pool, queued or sent but not yet reaped from the completion ring
 
-	FillTarget int // RX frames kept on the fill ring now: Options.FillFrames, or more while the owner falls behind
+	FillTarget int // RX frames kept on the fill ring now: Options.FillFrames once the owner kept up a while, else all
 }
 
 // New creates an AF_XDP socket with its own UMEM, bound to queue queueID of the
 // interface ifindex in the calling thread's network namespace (callers that
-// switch namespaces must hold runtime.LockOSThread). Options.FillFrames RX frames
-// are posted to the fill ring before New returns. An XDP program must redirect into an XSKMAP entry
-// holding FD() for anything to arrive.
+// switch namespaces must hold runtime.LockOSThread). Every RX frame is posted
+// to the fill ring before New returns. An XDP program must redirect into an
+// XSKMAP entry holding FD() for anything to arrive.
 //
 // The UMEM is pinned memory. Without CAP_IPC_LOCK it counts against
 // RLIMIT_MEMLOCK (PLATFORM 1), so New raises the process's soft limit (to
@@ -241,7 +242,7 @@ func New(ifindex, queueID int, opts Options) (*Socket, error) {
 	}
 
 	s.setup(cfg, umem, off, mems)
-	s.stock(0) // the kernel has buffers from the first packet on
+	s.stock(0, s.fillTarget) // the kernel has buffers from the first packet on
 
 	if err := bind(s.fd, ifindex, queueID, cfg); err != nil {
 		return nil, err
@@ -273,7 +274,7 @@ func (s *Socket) setup(cfg config, umem []byte, off unix.XDPMmapOffsets, mems [4
 		s.state[i] = stRxFree
 	}
 	s.rxFreeN = cfg.rxFrames
-	s.fillTarget = cfg.FillFrames
+	s.fillTarget = cfg.rxFrames // until the owner has kept up a while (refill)
 	s.txFree = make([]uint32, cfg.TxFrames)
 	for i := range s.txFree {
 		f := uint32(cfg.NumFrames - 1 - i)

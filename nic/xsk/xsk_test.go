@@ -287,11 +287,7 @@ func TestTransmitRefuses(t *testing.T) {
 func TestTransmitBatch(t *testing.T) {
 	e := newVethEnv(t, 1500)
 	e.attachSteering(t)
-	// The receiver reads only after the whole batch came: every RX frame
-	// waits on its fill ring.
-	ro := DefaultOptions()
-	ro.FillFrames = DefaultNumFrames / 2
-	rx := e.newXSK(t, true, 0, ro)
+	rx := e.newXSK(t, true, 0, DefaultOptions())
 	e.register(t, 0, rx)
 	tx := e.newXSK(t, false, 0, DefaultOptions())
 	u := udpFrame{dstMAC: e.A.MAC, srcMAC: e.B.MAC, srcIP: e.B.IPv4, dstIP: e.A.IPv4, srcPort: 5000, dstPort: roceUDPPort}
@@ -333,19 +329,25 @@ func TestTransmitBatch(t *testing.T) {
 	checkAccounting(t, rx)
 }
 
-// TestFillTargetGrows checks the fill ring's target against the kernel: a
-// burst larger than half of it, read only after it came, arrives whole (the
-// ring holds DefaultFillFrames), and the refill after it finds the kernel's
-// consumer moved on that far and doubles the target; the burst after that,
-// as large as the first target, arrives whole too.
-func TestFillTargetGrows(t *testing.T) {
+// TestFillTarget checks the fill ring's target against the kernel. A
+// new socket holds every RX frame on the ring, and FillFrames after
+// FillCalmRefills refills that found it not pressed. A burst of three times
+// that, read only after it came, finds the frames posted before, and the
+// Receive after it finds the kernel's consumer moved on that far: the target
+// is every frame again. Down again, bursts of less than half of FillFrames
+// drain the ring to it without raising it. An owner about to sleep puts every
+// free frame back (FillAll): the large burst arrives whole. Nothing drops.
+func TestFillTarget(t *testing.T) {
 	e := newVethEnv(t, 1500)
 	e.attachSteering(t)
-	rx := e.newXSK(t, true, 0, DefaultOptions())
+	ro := DefaultOptions()
+	ro.FillCalmRefills = 4
+	rx := e.newXSK(t, true, 0, ro)
 	e.register(t, 0, rx)
 	tx := e.newXSK(t, false, 0, DefaultOptions())
 	u := udpFrame{dstMAC: e.A.MAC, srcMAC: e.B.MAC, srcIP: e.B.IPv4, dstIP: e.A.IPv4, srcPort: 5000, dstPort: roceUDPPort}
-	pkts := make([]Packet, DefaultFillFrames)
+	const all = DefaultNumFrames / 2 // the RX frames
+	pkts := make([]Packet, 3*DefaultFillFrames)
 	burst := func(n int) {
 		t.Helper()
 		frames := u.numbered(n, 64)
@@ -365,12 +367,32 @@ func TestFillTargetGrows(t *testing.T) {
 		}
 		rx.Release(pkts[:n]) // one refill, after the whole burst
 	}
-	burst(DefaultFillFrames * 3 / 4)
-	if c := rx.Counters(); c.FillGrows != 1 || c.FillTarget != 2*DefaultFillFrames || c.FramesFill != 2*DefaultFillFrames {
-		t.Fatalf("after a burst of 3/4 of the target: %d grows, target %d, %d frames on the fill ring; want 1, %d, %d",
-			c.FillGrows, c.FillTarget, c.FramesFill, 2*DefaultFillFrames, 2*DefaultFillFrames)
+	want := func(what string, raises, target, fill int) {
+		t.Helper()
+		if c := rx.Counters(); c.FillRaises != uint64(raises) || c.FillTarget != target || c.FramesFill != fill {
+			t.Fatalf("%s: %d raises, target %d, %d frames on the fill ring; want %d, %d, %d", what, c.FillRaises, c.FillTarget, c.FramesFill, raises, target, fill)
+		}
 	}
-	burst(DefaultFillFrames)
+	calm := func() {
+		t.Helper()
+		for range rx.cfg.FillCalmRefills {
+			burst(1)
+		}
+	}
+	want("new", 0, all, all)
+	calm()
+	want("after calm refills", 0, DefaultFillFrames, all-1) // the last refill left its frame off
+	burst(3 * DefaultFillFrames)
+	want("after a burst", 1, all, all)
+	calm()
+	for range 8 {
+		burst(DefaultFillFrames * 3 / 8)
+	}
+	want("after small bursts", 1, DefaultFillFrames, DefaultFillFrames)
+	rx.FillAll()
+	want("after FillAll", 1, DefaultFillFrames, all)
+	burst(3 * DefaultFillFrames)
+	want("after a burst into FillAll's frames", 2, all, all)
 	if st := mustStats(t, rx); st.RxDropped != 0 {
 		t.Errorf("rx stats %+v: want no drop", st)
 	}
@@ -625,6 +647,7 @@ func TestBadOptions(t *testing.T) {
 		{"budget 16", e.A.Index, 0, Options{TxBudget: 16}, ErrInvalidOptions, "TxBudget 16"},
 		{"fill frames past the rx pool", e.A.Index, 0, Options{NumFrames: 64, FillFrames: 33}, ErrInvalidOptions, "FillFrames 33"},
 		{"negative fill frames", e.A.Index, 0, Options{FillFrames: -1}, ErrInvalidOptions, "FillFrames -1"},
+		{"negative calm refills", e.A.Index, 0, Options{FillCalmRefills: -1}, ErrInvalidOptions, "FillCalmRefills -1"},
 		{"no queue 5", e.A.Index, 5, Options{}, ErrNoQueue, "queue 5"},
 		{"negative queue", e.A.Index, -1, Options{}, ErrNoQueue, "queue -1"},
 		{"no ifindex", 999999, 0, Options{}, ErrNoInterface, "ifindex 999999"},
