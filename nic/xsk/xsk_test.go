@@ -567,7 +567,13 @@ func TestClose(t *testing.T) {
 		}
 		for _, m := range readMaps(t) {
 			for _, o := range ours {
-				if m.lo < o.hi && o.lo < m.hi {
+				// The kernel reuses a freed range: the runtime may map its
+				// own memory over where ours was (a heap arena over a ring,
+				// under -race). Ours is a socket mapping (the rings) or one
+				// of exactly our range (the UMEM).
+				ps := uint64(os.Getpagesize())
+				exact := m.lo == o.lo && m.hi == (o.hi+ps-1)&^(ps-1)
+				if m.lo < o.hi && o.lo < m.hi && (exact || strings.Contains(m.line, "socket:")) {
 					t.Errorf("round %d: %#x-%#x still mapped after Close: %s", i, o.lo, o.hi, m.line)
 				}
 			}
