@@ -395,8 +395,8 @@ func TestFakeJoin(t *testing.T) {
 }
 
 // TestFakeFillTarget checks the fill ring's target (refill): a new socket
-// keeps every RX frame on the ring, and after FillCalmRefills refills that found
-// it well stocked, FillFrames; a receiver that keeps up then gets its frames
+// keeps every RX frame on the ring, and after FillCalmRefills refills that did not find
+// it pressed, FillFrames; a receiver that keeps up then gets its frames
 // from the FillFrames chunks released last, not from the whole RX pool; one
 // that falls behind gets every free frame on the ring at its next Receive, and
 // no drop; and FillAll, before the owner sleeps, puts every free frame there.
