@@ -3,20 +3,24 @@
 
 package engine
 
-import "github.com/xrnic/xrnic/nic/mr"
+import (
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/wire"
+)
 
-// copyOut copies len(dst) bytes from the WQE's data at cursor c into dst and
-// advances c. A fault means an SGE's region went away or changed since the post.
-func (e *engine) copyOut(pd uint32, w *sendWQE, dst []byte) mr.Fault {
+// copyOut copies len(dst) bytes from the WQE's data at cursor c into dst,
+// folding them into the ICRC register *crc unless crc is nil (foldICRC), and
+// advances c. A fault means an SGE's region went away or changed since the
+// post.
+func (e *engine) copyOut(pd uint32, w *sendWQE, dst []byte, crc *uint32) mr.Fault {
 	c := &w.dma
 	if w.isInline {
 		off := len(w.inline) - int(c.resid)
-		copy(dst, w.inline[off:])
+		copyFold(dst, w.inline[off:off+len(dst)], crc)
 		c.resid -= uint32(len(dst))
 		return mr.FaultNone
 	}
-	f := e.copySGL(pd, w.sgl, c, dst, 0, false)
-	return f
+	return e.copySGL(pd, w.sgl, c, dst, 0, false, crc)
 }
 
 // copyIn copies src into the SGL at cursor c (receive buffers, READ response and
@@ -26,12 +30,13 @@ func (e *engine) copyIn(pd uint32, sgl []SGE, c *dmaCursor, src []byte) (fits bo
 	if uint32(len(src)) > c.resid {
 		return false, mr.FaultNone
 	}
-	return true, e.copySGL(pd, sgl, c, src, mr.LocalWrite, true)
+	return true, e.copySGL(pd, sgl, c, src, mr.LocalWrite, true, nil)
 }
 
 // copySGL moves len(b) bytes between b and the SGL at cursor c: into the SGL when
-// in is set, out of it otherwise.
-func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.Access, in bool) mr.Fault {
+// in is set, out of it otherwise, and then folding them into the ICRC
+// register *crc unless crc is nil (copyRegion).
+func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.Access, in bool, crc *uint32) mr.Fault {
 	for len(b) > 0 {
 		if c.sge >= len(sgl) {
 			return mr.FaultBounds
@@ -44,7 +49,13 @@ func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.A
 			continue
 		}
 		k := min(uint32(len(b)), avail)
-		if f := e.d.mrs.Copy(s.LKey, pd, s.Addr+uint64(c.offset), b[:k], need, mr.Local, in); f != mr.FaultNone {
+		var f mr.Fault
+		if in {
+			f = e.d.mrs.Copy(s.LKey, pd, s.Addr+uint64(c.offset), b[:k], need, mr.Local, true)
+		} else {
+			f = e.copyRegion(s.LKey, pd, s.Addr+uint64(c.offset), b[:k], need, mr.Local, crc)
+		}
+		if f != mr.FaultNone {
 			return f
 		}
 		b = b[k:]
@@ -56,4 +67,30 @@ func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.A
 		}
 	}
 	return mr.FaultNone
+}
+
+// copyRegion is mr.Table.Copy out of a region into a frame being built,
+// folding the bytes into the frame's ICRC register *crc as it copies them
+// unless crc is nil (copyFold).
+func (e *engine) copyRegion(key, pd uint32, va uint64, b []byte, need mr.Access, qpn uint32, crc *uint32) mr.Fault {
+	for len(b) > 0 {
+		m, f := e.d.mrs.Lookup(key, pd, va, len(b), need, qpn)
+		if f != mr.FaultNone {
+			return f
+		}
+		copyFold(b, m, crc)
+		b = b[len(m):]
+		va += uint64(len(m))
+	}
+	return mr.FaultNone
+}
+
+// copyFold copies src into dst and folds it into the ICRC register *crc,
+// in one pass over the bytes (wire.CopyUpdateIEEE), unless crc is nil.
+func copyFold(dst, src []byte, crc *uint32) {
+	if crc == nil {
+		copy(dst, src)
+		return
+	}
+	*crc = wire.CopyUpdateIEEE(*crc, dst, src)
 }

@@ -87,13 +87,39 @@ func (rt *route) begin(b []byte, ibLen int, ipID uint16) []byte {
 	return b[rt.hdrLen : rt.hdrLen+ibLen]
 }
 
-// finish computes the ICRC of a frame begun with begin and returns its length.
-func (rt *route) finish(b []byte, ibLen int) int {
+// foldICRC returns the ICRC register (crc32.Update's form) after the
+// headers of a frame begun with begin, which end at b[end], for a payload
+// that is folded into it as it is copied in (copyOut, copyRegion); nil when
+// the payload is shorter than wire.FoldCopyMin, which a copy and then one
+// pass over the whole frame (seal) do in fewer instructions.
+func (rt *route) foldICRC(b []byte, end, payload int, crc *uint32) *uint32 {
+	if payload < wire.FoldCopyMin {
+		return nil
+	}
+	*crc, _ = wire.ICRCInPlace(b[rt.ipOff:end], rt.udpOff-rt.ipOff)
+	return crc
+}
+
+// seal pads the payload, which ends at b[end], with zeros to the 4-byte
+// boundary of an IB packet of ibLen bytes, stores the ICRC and returns the
+// frame's length. crc is foldICRC's register, or nil: then the ICRC is a pass
+// over the frame.
+func (rt *route) seal(b []byte, ibLen, end int, crc *uint32) int {
 	n := rt.hdrLen + ibLen
-	icrc, _ := wire.ICRCInPlace(b[rt.ipOff:n-wire.ICRCLen], rt.udpOff-rt.ipOff)
+	pad := b[end : n-wire.ICRCLen]
+	var icrc uint32
+	if crc != nil {
+		icrc = wire.CopyUpdateIEEE(*crc, pad, zeroPad[:len(pad)])
+	} else {
+		clear(pad)
+		icrc, _ = wire.ICRCInPlace(b[rt.ipOff:n-wire.ICRCLen], rt.udpOff-rt.ipOff)
+	}
 	wire.PutICRC(b[n-wire.ICRCLen:n], icrc)
 	return n
 }
+
+// zeroPad is the pad (BTH PadCnt) seal folds in.
+var zeroPad [3]byte
 
 // ibLen is the length of an IB packet with opcode op and n payload bytes: headers,
 // payload, pad to 4 bytes (BTH PadCnt) and ICRC.

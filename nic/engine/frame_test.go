@@ -7,10 +7,11 @@ import (
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
-// TestRouteFrames: the frames begin and finish build carry a valid IPv4 header
-// checksum (updated from the route's partial sum, RFC 1624) and a valid ICRC
-// (computed in place), for IPv4 and IPv6, across lengths and IPv4 IDs that
-// make the one's-complement sum carry; the receive path takes them.
+// TestRouteFrames: the frames begin, foldICRC and seal build carry a valid
+// IPv4 header checksum (updated from the route's partial sum, RFC 1624) and a
+// valid ICRC (one pass over a short frame, or folded as the payload is
+// copied), for IPv4 and IPv6, across lengths and IPv4 IDs that make the
+// one's-complement sum carry; the receive path takes them.
 func TestRouteFrames(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		p := routeParams{src: netip.MustParseAddr("10.1.2.3"), dst: netip.MustParseAddr("10.255.254.253"),
@@ -31,11 +32,17 @@ func TestRouteFrames(t *testing.T) {
 				bth := wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, PadCount: uint8(-payload & 3), PKey: 0xFFFF,
 					DestQPN: 0x123456, AckReq: true, PSN: 0xABCDEF}
 				bth.Encode(ib)
-				for i := wire.BTHLen; i < n-wire.ICRCLen; i++ {
-					ib[i] = byte(i * 7)
+				// The rest (RETH and payload) comes in as the ICRC folds it.
+				src := make([]byte, n-wire.ICRCLen-int(bth.PadCount)-wire.BTHLen)
+				for i := range src {
+					src[i] = byte(i * 7)
 				}
+				end := rt.hdrLen + wire.BTHLen
+				var reg uint32
+				crc := rt.foldICRC(buf, end, len(src), &reg)
+				copyFold(ib[wire.BTHLen:], src, crc)
 				var pkt wire.Packet
-				if err := wire.ParseAndVerify(buf[:rt.finish(buf, n)], &pkt); err != nil {
+				if err := wire.ParseAndVerify(buf[:rt.seal(buf, n, end+len(src), crc)], &pkt); err != nil {
 					t.Fatalf("v6 %v, payload %d, ID %#x: %v", v6, payload, id, err)
 				}
 				if ip := pkt.IPv4; ip != nil && (ip.ID() != id || ip.Checksum() != ip.CalculateChecksum()) {

@@ -303,15 +303,17 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 	}
 	pl := ib[in.HeaderLen : in.HeaderLen+payload]
 	startResid := w.dma.resid
+	end := rt.hdrLen + in.HeaderLen
+	var reg uint32
+	crc := rt.foldICRC(buf, end, payload, &reg)
 	if payload > 0 {
-		if f := e.copyOut(qp.pd.handle, w, pl); f != mr.FaultNone {
+		if f := e.copyOut(qp.pd.handle, w, pl, crc); f != mr.FaultNone {
 			// The source region went away after the post: local protection error.
 			e.reqFail(qp, w, cq.LocProtErr)
 			return false
 		}
 	}
-	clear(ib[in.HeaderLen+payload : n-wire.ICRCLen])
-	e.tx.commit(rt.finish(buf, n))
+	e.tx.commit(rt.seal(buf, n, end+payload, crc))
 	if qp.typ == qpattr.RC {
 		if req.psn.Sub(req.hiPSN) < 0 {
 			e.d.cnt.inc(CntRetransmitted)

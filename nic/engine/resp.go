@@ -918,8 +918,9 @@ func (e *engine) sendAck(qp *QP, op wire.Opcode, syn wire.Syndrome, psn wire.PSN
 	if in.Mask&wire.MaskAtomicAckETH != 0 {
 		wire.AtomicAckETH(ib[in.Offset[wire.HdrAtomicAckETH]:]).SetOrigRemData(orig)
 	}
-	pl := ib[in.HeaderLen : n-wire.ICRCLen]
-	k := copy(pl, data)
-	clear(pl[k:])
-	e.tx.commit(rt.finish(buf, n))
+	end := rt.hdrLen + in.HeaderLen
+	var reg uint32
+	crc := rt.foldICRC(buf, end, len(data), &reg)
+	copyFold(ib[in.HeaderLen:], data, crc)
+	e.tx.commit(rt.seal(buf, n, end+len(data), crc))
 }

@@ -106,3 +106,36 @@ func BenchmarkICRCWrite64(b *testing.B) { benchICRCInPlace(b, RCRDMAWriteOnly, 6
 
 // BenchmarkICRCAck is an ACK (44 bytes covered, under hash/crc32's folding).
 func BenchmarkICRCAck(b *testing.B) { benchICRCInPlace(b, RCAcknowledge, 0) }
+
+// BenchmarkCopyCRC is a sender's payload step: 4 KiB out of a memory region
+// into one of a batch's frame buffers (64, more than L1 holds) and its CRC,
+// as a copy and then a pass (copy-then-crc), or folded in the copy. The
+// payload starts 58 bytes into the frame (Ethernet, IPv4, UDP, BTH, RETH).
+func BenchmarkCopyCRC(b *testing.B) {
+	src := make([]byte, 64<<10)
+	bufs := make([][]byte, 64)
+	for i := range bufs {
+		bufs[i] = make([]byte, 4096+100)[58:]
+	}
+	for _, fold := range []bool{false, true} {
+		name := "copy-then-crc"
+		if fold {
+			name = "fold"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(4096)
+			var crc uint32
+			i := 0
+			for b.Loop() {
+				d, s := bufs[i%len(bufs)], src[i%16*4096:][:4096]
+				if fold {
+					crc = CopyUpdateIEEE(crc, d, s)
+				} else {
+					copy(d, s)
+					crc = updateIEEE(crc, d)
+				}
+				i++
+			}
+		})
+	}
+}

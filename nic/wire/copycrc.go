@@ -1,0 +1,26 @@
+package wire
+
+import "encoding/binary"
+
+// CopyUpdateIEEE copies src into dst, which must be at least as long, and
+// returns crc32.Update(crc, crc32.IEEETable, src). It reads src once: a sender
+// builds a frame's payload and its ICRC in one pass over the bytes, where a
+// copy and then a CRC pass took twice the time of either (BenchmarkCopyCRC).
+func CopyUpdateIEEE(crc uint32, dst, src []byte) uint32 {
+	dst = dst[:len(src)]
+	if n := len(src) &^ 255; hasFoldCopy && n >= FoldCopyMin {
+		var acc [16]byte
+		foldCopy(^crc, &dst[0], &src[0], n, &acc)
+		// The raw register after the n bytes is acc's raw CRC from zero.
+		r := crcStep8(0, binary.LittleEndian.Uint64(acc[:8]))
+		r = crcStep8(r, binary.LittleEndian.Uint64(acc[8:]))
+		crc = ^r
+		dst, src = dst[n:], src[n:]
+	}
+	copy(dst, src)
+	return updateIEEE(crc, src)
+}
+
+// FoldCopyMin is the shortest input CopyUpdateIEEE folds as it copies: below
+// it, it copies and then runs the CRC.
+const FoldCopyMin = 256

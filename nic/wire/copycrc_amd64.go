@@ -1,0 +1,9 @@
+package wire
+
+import "golang.org/x/sys/cpu"
+
+// hasFoldCopy: foldCopy's 512-bit carry-less products and ternary logic.
+var hasFoldCopy = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512VL
+
+//go:noescape
+func foldCopy(r uint32, dst, src *byte, n int, acc *[16]byte)

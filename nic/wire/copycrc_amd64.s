@@ -1,0 +1,109 @@
+#include "textflag.h"
+
+// CRC-32 (reflected IEEE) folding while copying, for copyUpdateIEEE. Each
+// 128-bit lane of an accumulator is moved D bits further down the message by
+// two carry-less products: its low quadword times x^(D+32) mod P, its high
+// one times x^(D-32) mod P, both bit-reversed and shifted left once (the
+// reflected form of Intel's "Fast CRC Computation Using PCLMULQDQ"; the
+// constants come from TestFoldConstants).
+DATA fold2048<>+0(SB)/8, $0x11542778a
+DATA fold2048<>+8(SB)/8, $0x1322d1430
+GLOBL fold2048<>(SB), RODATA|NOPTR, $16
+
+DATA fold512<>+0(SB)/8, $0x154442bd4
+DATA fold512<>+8(SB)/8, $0x1c6e41596
+GLOBL fold512<>(SB), RODATA|NOPTR, $16
+
+DATA fold128<>+0(SB)/8, $0x1751997d0
+DATA fold128<>+8(SB)/8, $0x0ccaa009e
+GLOBL fold128<>(SB), RODATA|NOPTR, $16
+
+// func foldCopy(r uint32, dst, src *byte, n int, acc *[16]byte)
+//
+// Copies n bytes (a multiple of 256, at least 256) from src to dst and folds
+// them, with the raw CRC register r xored into the first four, into the 16
+// bytes at acc: the raw register after the n bytes is the raw CRC of acc from
+// a zero register. Four 512-bit accumulators, 256 bytes a round, so that the
+// products of one round do not wait on each other.
+TEXT ·foldCopy(SB), NOSPLIT, $0-40
+	MOVL r+0(FP), AX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ n+24(FP), CX
+	MOVQ acc+32(FP), DX
+
+	VMOVDQU64 (SI), Z1
+	VMOVDQU64 64(SI), Z2
+	VMOVDQU64 128(SI), Z3
+	VMOVDQU64 192(SI), Z4
+	VMOVDQU64 Z1, (DI)
+	VMOVDQU64 Z2, 64(DI)
+	VMOVDQU64 Z3, 128(DI)
+	VMOVDQU64 Z4, 192(DI)
+	VPXORQ    Z10, Z10, Z10
+	VMOVD     AX, X10
+	VPXORQ    Z10, Z1, Z1
+	ADDQ      $256, SI
+	ADDQ      $256, DI
+	SUBQ      $256, CX
+
+	VBROADCASTI32X4 fold2048<>(SB), Z0
+
+loop:
+	CMPQ CX, $256
+	JLT  combine
+	VMOVDQU64  (SI), Z11
+	VMOVDQU64  64(SI), Z12
+	VMOVDQU64  128(SI), Z13
+	VMOVDQU64  192(SI), Z14
+	VMOVDQU64  Z11, (DI)
+	VMOVDQU64  Z12, 64(DI)
+	VMOVDQU64  Z13, 128(DI)
+	VMOVDQU64  Z14, 192(DI)
+	VPCLMULQDQ $0x11, Z0, Z1, Z5
+	VPCLMULQDQ $0x00, Z0, Z1, Z1
+	VPTERNLOGD $0x96, Z11, Z5, Z1
+	VPCLMULQDQ $0x11, Z0, Z2, Z6
+	VPCLMULQDQ $0x00, Z0, Z2, Z2
+	VPTERNLOGD $0x96, Z12, Z6, Z2
+	VPCLMULQDQ $0x11, Z0, Z3, Z7
+	VPCLMULQDQ $0x00, Z0, Z3, Z3
+	VPTERNLOGD $0x96, Z13, Z7, Z3
+	VPCLMULQDQ $0x11, Z0, Z4, Z8
+	VPCLMULQDQ $0x00, Z0, Z4, Z4
+	VPTERNLOGD $0x96, Z14, Z8, Z4
+	ADDQ       $256, SI
+	ADDQ       $256, DI
+	SUBQ       $256, CX
+	JMP        loop
+
+combine:
+	// Each accumulator 512 bits onto the next: Z1 onto Z2, onto Z3, onto Z4.
+	VBROADCASTI32X4 fold512<>(SB), Z0
+	VPCLMULQDQ      $0x11, Z0, Z1, Z5
+	VPCLMULQDQ      $0x00, Z0, Z1, Z1
+	VPTERNLOGD      $0x96, Z2, Z5, Z1
+	VPCLMULQDQ      $0x11, Z0, Z1, Z5
+	VPCLMULQDQ      $0x00, Z0, Z1, Z1
+	VPTERNLOGD      $0x96, Z3, Z5, Z1
+	VPCLMULQDQ      $0x11, Z0, Z1, Z5
+	VPCLMULQDQ      $0x00, Z0, Z1, Z1
+	VPTERNLOGD      $0x96, Z4, Z5, Z1
+
+	// Then each 128-bit lane onto the next, the lowest first.
+	VMOVDQU         fold128<>(SB), X0
+	VEXTRACTI32X4   $1, Z1, X2
+	VEXTRACTI32X4   $2, Z1, X3
+	VEXTRACTI32X4   $3, Z1, X4
+	VPCLMULQDQ      $0x11, X0, X1, X5
+	VPCLMULQDQ      $0x00, X0, X1, X1
+	VPTERNLOGD      $0x96, X2, X5, X1
+	VPCLMULQDQ      $0x11, X0, X1, X5
+	VPCLMULQDQ      $0x00, X0, X1, X1
+	VPTERNLOGD      $0x96, X3, X5, X1
+	VPCLMULQDQ      $0x11, X0, X1, X5
+	VPCLMULQDQ      $0x00, X0, X1, X1
+	VPTERNLOGD      $0x96, X4, X5, X1
+	VMOVDQU         X1, (DX)
+	VZEROUPPER
+	RET

@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package wire
+
+var hasFoldCopy = false
+
+func foldCopy(r uint32, dst, src *byte, n int, acc *[16]byte) { panic("unreachable") }
