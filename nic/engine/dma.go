@@ -34,8 +34,8 @@ func (e *engine) copyIn(pd uint32, sgl []SGE, c *dmaCursor, src []byte) (fits bo
 }
 
 // copySGL moves len(b) bytes between b and the SGL at cursor c: into the SGL when
-// in is set, out of it otherwise, and then folding them into the ICRC
-// register *crc unless crc is nil (copyRegion).
+// in is set, out of it otherwise. Out of it, it folds them into the ICRC
+// register *crc as it copies unless crc is nil (copyRegion).
 func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.Access, in bool, crc *uint32) mr.Fault {
 	for len(b) > 0 {
 		if c.sge >= len(sgl) {
@@ -50,8 +50,8 @@ func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.A
 		}
 		k := min(uint32(len(b)), avail)
 		var f mr.Fault
-		if in {
-			f = e.d.mrs.Copy(s.LKey, pd, s.Addr+uint64(c.offset), b[:k], need, mr.Local, true)
+		if crc == nil {
+			f = e.d.mrs.Copy(s.LKey, pd, s.Addr+uint64(c.offset), b[:k], need, mr.Local, in)
 		} else {
 			f = e.copyRegion(s.LKey, pd, s.Addr+uint64(c.offset), b[:k], need, mr.Local, crc)
 		}
