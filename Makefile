@@ -73,7 +73,7 @@ interop:
 
 # xrnic against its baselines in one run on one veth pair (root; iperf3).
 bench-compare:
-	$(GO) build -o build/bench ./cmd/bench && ./build/bench compare
+	$(GO) build -o build/bench ./cmd/bench && ./build/bench compare --best-of 3
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./nic/...

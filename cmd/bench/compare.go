@@ -49,9 +49,16 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	dur := fs.Duration("duration", 2*time.Second, "time per baseline measurement")
 	scale := fs.Float64("scale", 1, "multiplies xrnic's iteration counts (0.1 for a quick look)")
 	qps := fs.IntSlice("qps", []int{16, 256}, "QP counts measured against one QP")
+	bestOf := fs.Int("best-of", 1, "runs of each measurement, baselines and xrnic's alike, of which the table keeps the best")
 	queues := fs.Int("queues", 2, "receive queues of the veth pair: xrnic's many-QP runs are repeated with an engine per queue (--queues, native XDP); 1 skips them")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("%v (%w)", err, errUsage)
+	}
+	if *bestOf < 1 || *bestOf > maxBestOf {
+		return fmt.Errorf("--best-of %d outside 1..%d (%w)", *bestOf, maxBestOf, errUsage)
+	}
+	if *queues < 1 || *queues > 64 {
+		return fmt.Errorf("--queues %d outside 1..64 (%w)", *queues, errUsage)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("bench compare needs root: it creates namespaces, a veth pair and attaches XDP")
@@ -60,17 +67,14 @@ func runCompare(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *queues < 1 || *queues > 64 {
-		return fmt.Errorf("--queues %d outside 1..64 (%w)", *queues, errUsage)
-	}
 	p, err := testenv.NewVethPair(testenv.PairOptions{Label: "cmp", MTU: compareMTU, NumTxQueues: *queues, NumRxQueues: *queues})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	c := &comparison{p: p, dur: *dur, exe: exe, dir: os.TempDir(), queues: *queues}
-	fmt.Fprintf(out, "veth pair %s (%s) <-> %s (%s), MTU %d, %d CPUs; baselines %v each\n",
-		p.A.Name, p.A.NS.Name, p.B.Name, p.B.NS.Name, compareMTU, runtime.NumCPU(), *dur)
+	c := &comparison{p: p, dur: *dur, exe: exe, dir: os.TempDir(), queues: *queues, bestOf: *bestOf}
+	fmt.Fprintf(out, "veth pair %s (%s) <-> %s (%s), MTU %d, %d CPUs; baselines %v each; the best of %d runs of each figure\n",
+		p.A.Name, p.A.NS.Name, p.B.Name, p.B.NS.Name, compareMTU, runtime.NumCPU(), *dur, *bestOf)
 	return c.run(ctx, out, *scale, *qps)
 }
 
@@ -80,6 +84,29 @@ type comparison struct {
 	exe    string
 	dir    string
 	queues int
+	bestOf int // runs of each measurement (bestOf)
+}
+
+// maxBestOf bounds --best-of: 10 runs of the table take half an hour.
+const maxBestOf = 10
+
+// bestOf runs measure n times, one after the other, and keeps the result
+// better prefers. The shared host's noise only ever slows a run or lengthens
+// a round trip, so the best of a few is nearer what a path does than any one
+// of them: the baselines as fast as they can go (issue 20), and xrnic's
+// figures kept the same way.
+func bestOf[T any](n int, measure func() (T, error), better func(a, b T) bool) (T, error) {
+	var best T
+	for i := range n {
+		r, err := measure()
+		if err != nil {
+			return r, err
+		}
+		if i == 0 || better(r, best) {
+			best = r
+		}
+	}
+	return best, nil
 }
 
 func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps []int) error {
@@ -331,10 +358,16 @@ func openLink(e *testenv.Endpoint, k link.Kind, am bpf.AttachMode) (l link.Link,
 	return l, err
 }
 
-// flood sends RoCE SEND-only frames of size bytes of payload from B to A for
+// flood is the best of c.bestOf floods (flood1) by frame rate.
+func (c *comparison) flood(k link.Kind, am bpf.AttachMode, size int) (link.ReceiveResult, error) {
+	return bestOf(c.bestOf, func() (link.ReceiveResult, error) { return c.flood1(k, am, size) },
+		func(a, b link.ReceiveResult) bool { return a.FramesPerSecond() > b.FramesPerSecond() })
+}
+
+// flood1 sends RoCE SEND-only frames of size bytes of payload from B to A for
 // c.dur, the sender pinned to CPU 0 and the receiver, busy-polling, to CPU 1,
 // and reports what A received.
-func (c *comparison) flood(k link.Kind, am bpf.AttachMode, size int) (link.ReceiveResult, error) {
+func (c *comparison) flood1(k link.Kind, am bpf.AttachMode, size int) (link.ReceiveResult, error) {
 	tx, err := openLink(&c.p.B, k, am)
 	if err != nil {
 		return link.ReceiveResult{}, err
@@ -409,10 +442,17 @@ func (c *comparison) flood(k link.Kind, am bpf.AttachMode, size int) (link.Recei
 // rttPercentiles are a ping-pong's round trips at the median, 99 % and 99.9 %.
 type rttPercentiles struct{ p50, p99, p999 time.Duration }
 
-// pingPong measures the round trip of a 64-byte message between the ends:
+// pingPong is the best of c.bestOf ping-pongs (pingPong1) by median round
+// trip, with that run's tails.
+func (c *comparison) pingPong(kind string) (rttPercentiles, error) {
+	return bestOf(c.bestOf, func() (rttPercentiles, error) { return c.pingPong1(kind) },
+		func(a, b rttPercentiles) bool { return a.p50 < b.p50 })
+}
+
+// pingPong1 measures the round trip of a 64-byte message between the ends:
 // raw AF_XDP frames with both ends busy-polling ("afxdp-busy"), or UDP
 // sockets read without blocking ("udp-busy") or blocking in recv.
-func (c *comparison) pingPong(kind string) (rttPercentiles, error) {
+func (c *comparison) pingPong1(kind string) (rttPercentiles, error) {
 	const rounds = 20000
 	var send, recv [2]func() error // index 0: A, the initiator; 1: B, the echo
 	var closers []func()
@@ -533,7 +573,14 @@ func (c *comparison) pingPong(kind string) (rttPercentiles, error) {
 // tcpResult is iperf3's figure and the CPU both its processes spent per GB.
 type tcpResult struct{ gbps, cpuPerGB float64 }
 
+// iperf3 is the best of c.bestOf streams (iperf3Once) by throughput.
 func (c *comparison) iperf3(ctx context.Context) (tcpResult, error) {
+	return bestOf(c.bestOf, func() (tcpResult, error) { return c.iperf3Once(ctx) },
+		func(a, b tcpResult) bool { return a.gbps > b.gbps })
+}
+
+// iperf3Once runs one iperf3 stream from B to A.
+func (c *comparison) iperf3Once(ctx context.Context) (tcpResult, error) {
 	srv := c.p.A.NS.Exec(ctx, "iperf3", "-s", "-1", "-B", c.p.A.IPv4.String())
 	var srvOut bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
@@ -620,9 +667,22 @@ type xrnicResult struct {
 	cpuPerGB float64
 }
 
-// xrnic runs test with args, the server on A and the client on B, each a
-// bench process with its engine in it.
+// xrnic is the best of c.bestOf runs (xrnic1): the highest bandwidth, or for
+// a latency test the lowest typical latency, with that run's tails and CPU.
 func (c *comparison) xrnic(ctx context.Context, test string, args []string) (xrnicResult, error) {
+	lat := strings.HasSuffix(test, "_lat")
+	return bestOf(c.bestOf, func() (xrnicResult, error) { return c.xrnic1(ctx, test, args) },
+		func(a, b xrnicResult) bool {
+			if lat {
+				return a.res["t_typical"] < b.res["t_typical"]
+			}
+			return a.res["BW_average"] > b.res["BW_average"]
+		})
+}
+
+// xrnic1 runs test with args, the server on A and the client on B, each a
+// bench process with its engine in it.
+func (c *comparison) xrnic1(ctx context.Context, test string, args []string) (xrnicResult, error) {
 	const port = "18599"
 	js := filepath.Join(c.dir, fmt.Sprintf("xrnic-compare-%d.json", os.Getpid()))
 	defer os.Remove(js)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -68,6 +69,43 @@ func TestCompare(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(out.String())
+	}
+}
+
+// TestBestOf: bench compare keeps the best of its runs of a measurement (the
+// highest rate, the lowest latency) wherever it falls among them, and stops
+// at the first error; --best-of outside 1..maxBestOf is a usage error.
+func TestBestOf(t *testing.T) {
+	higher := func(a, b float64) bool { return a > b }
+	lower := func(a, b float64) bool { return a < b }
+	for _, seq := range [][]float64{{3, 7, 5}, {7, 3, 5}, {5, 3, 7}} {
+		for _, c := range []struct {
+			better func(a, b float64) bool
+			want   float64
+		}{{higher, 7}, {lower, 3}} {
+			i := 0
+			got, err := bestOf(len(seq), func() (float64, error) { i++; return seq[i-1], nil }, c.better)
+			if err != nil || got != c.want || i != len(seq) {
+				t.Errorf("best of %v: %v after %d runs (%v), want %v after %d", seq, got, i, err, c.want, len(seq))
+			}
+		}
+	}
+	boom := errors.New("boom")
+	calls := 0
+	_, err := bestOf(3, func() (float64, error) {
+		if calls++; calls == 2 {
+			return 0, boom
+		}
+		return 1, nil
+	}, higher)
+	if !errors.Is(err, boom) || calls != 2 {
+		t.Errorf("a failing second run: %v after %d runs, want boom after 2", err, calls)
+	}
+	for _, n := range []string{"0", "11"} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"compare", "--best-of", n}, &out, &out); !errors.Is(err, errUsage) {
+			t.Errorf("--best-of %s: %v, want a usage error", n, err)
+		}
 	}
 }
 
