@@ -23,7 +23,7 @@
 // both ends (the two ways xrnic can be deployed), and reports what the receiver got,
 // in the same run. It needs root (namespaces, veth, XDP).
 //
-//	bench compare [--duration 2s] [--scale 1]
+//	bench compare [--duration 2s] [--scale 1] [--best-of 1] [--qps 16,256] [--queues 2]
 //
 // measures, in one run on one veth pair, the baselines (raw AF_XDP with a
 // pinned, busy-polling receiver in native and generic XDP, UDP sockets, kernel
@@ -74,7 +74,7 @@ func main() {
 
 var errUsage = errors.New("usage: bench TEST [options] [server]  (TEST: write_bw, read_bw, send_bw, atomic_bw, " +
 	"write_lat, read_lat, send_lat, atomic_lat; bench TEST -h lists the options), bench rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong [options] [server], bench rping -s|-c [options], bench udaddy [-s server] [options], " +
-	"bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native], or bench compare [--duration 2s] [--scale 1]")
+	"bench link [--sizes 64,1024,4096] [--duration 2s] [--xdp-mode generic|native], or bench compare [--duration 2s] [--scale 1] [--best-of 1] [--qps 16,256] [--queues 2]")
 
 // helpText is what bench, bench -h and bench --help print: the tests.
 const helpText = `Usage: bench TEST [options] [server]
