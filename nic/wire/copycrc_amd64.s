@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// CRC-32 (reflected IEEE) folding while copying, for copyUpdateIEEE. Each
+// CRC-32 (reflected IEEE) folding while copying, for CopyUpdateIEEE. Each
 // 128-bit lane of an accumulator is moved D bits further down the message by
 // two carry-less products: its low quadword times x^(D+32) mod P, its high
 // one times x^(D-32) mod P, both bit-reversed and shifted left once (the
