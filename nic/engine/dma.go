@@ -71,14 +71,14 @@ func (e *engine) copySGL(pd uint32, sgl []SGE, c *dmaCursor, b []byte, need mr.A
 
 // copyRegion is mr.Table.Copy out of a region into a frame being built,
 // folding the bytes into the frame's ICRC register *crc as it copies them
-// unless crc is nil (copyFold).
+// (mr.Table.Lookup's piece by piece; mr knows nothing of the ICRC).
 func (e *engine) copyRegion(key, pd uint32, va uint64, b []byte, need mr.Access, qpn uint32, crc *uint32) mr.Fault {
 	for len(b) > 0 {
 		m, f := e.d.mrs.Lookup(key, pd, va, len(b), need, qpn)
 		if f != mr.FaultNone {
 			return f
 		}
-		copyFold(b, m, crc)
+		*crc = wire.CopyUpdateIEEE(*crc, b, m)
 		b = b[len(m):]
 		va += uint64(len(m))
 	}
