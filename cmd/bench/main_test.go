@@ -179,6 +179,36 @@ func TestMainErrors(t *testing.T) {
 	}
 }
 
+// TestBusyPollOneCore: bench --busy-poll runs with GOMAXPROCS 1, and says so
+// on stderr, unless the GOMAXPROCS variable is set or both sides run in the
+// process (--local).
+func TestBusyPollOneCore(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"", []string{"write_lat", "--busy-poll", "-d", "nosuchdev0", "127.0.0.1"}, "GOMAXPROCS 1 "},
+		{"GOMAXPROCS=2", []string{"write_lat", "--busy-poll", "-d", "nosuchdev0", "127.0.0.1"}, ""},
+		{"", []string{"write_lat", "-d", "nosuchdev0", "127.0.0.1"}, ""},
+	} {
+		cmd := exec.Command(os.Args[0], c.args...)
+		cmd.Env = append(os.Environ(), "BENCH_TEST_MAIN=1", c.env)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		_ = cmd.Run() // fails: no such device
+		line := ""
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "GOMAXPROCS") {
+				line = l
+			}
+		}
+		if c.want == "" && line != "" || c.want != "" && !strings.Contains(line, c.want) {
+			t.Errorf("%s bench %q: stderr %q, want a line with %q", c.env, c.args, stderr.String(), c.want)
+		}
+	}
+}
+
 // TestLinkRun runs the real thing briefly: namespaces, veth, XDP, both receivers.
 func TestLinkRun(t *testing.T) {
 	testutil.RequireRoot(t)

@@ -629,30 +629,31 @@ func (e *engine) step() (stop, more, blocked bool) {
 // engine is the state of the engine's loop: only the holder of its shard's drive
 // touches it (the engine goroutine, or a busy poller in Drive).
 type engine struct {
-	d        *Device
-	sh       *shard
-	now      time.Duration
-	qps      map[uint32]*QP
-	active   []*QP // QPs with transmit work, in turn order
-	next     []*QP // the next round of active
-	timers   timerHeap
-	tx       txBatch
-	rx       link.Lender // the link, lending its frames in place or copies of them
-	rxFrames [][]byte    // the frames of the last Lend
-	pkt      wire.Packet
-	wc       cq.WC
-	syncs    []ctlReq
-	pending  []ctlReq
-	handed   uint64   // the shards this pass handed frames to, a bit each
-	pollers  []Poller // AddPoller's
-	budget   int
-	mtu      int                      // port MTU in bytes (UD)
-	scratch  []byte                   // one READ response's payload gathered from a page list
-	wants    *cq.CQ                   // Drive's: the CQ its caller polls
-	deferred bool                     // the last pass left its transmit to the next (wants)
-	wrote    bool                     // this pass ended an inbound WRITE message
-	polled   bool                     // the goroutine's: busy pollers drove while it last slept
-	rooms    map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
+	d         *Device
+	sh        *shard
+	now       time.Duration
+	qps       map[uint32]*QP
+	active    []*QP // QPs with transmit work, in turn order
+	next      []*QP // the next round of active
+	timers    timerHeap
+	tx        txBatch
+	rx        link.Lender // the link, lending its frames in place or copies of them
+	rxFrames  [][]byte    // the frames of the last Lend
+	pkt       wire.Packet
+	wc        cq.WC
+	syncs     []ctlReq
+	pending   []ctlReq
+	handed    uint64   // the shards this pass handed frames to, a bit each
+	pollers   []Poller // AddPoller's
+	budget    int
+	mtu       int                      // port MTU in bytes (UD)
+	scratch   []byte                   // one READ response's payload gathered from a page list
+	wants     *cq.CQ                   // Drive's: the CQ its caller polls
+	deferred  bool                     // the last pass left its transmit to the next (wants)
+	wrote     bool                     // this pass ended an inbound WRITE message
+	polled    bool                     // the goroutine's: busy pollers drove while it last slept
+	kickTimer *time.Timer              // the goroutine's: waitKick's
+	rooms     map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -782,7 +783,7 @@ func (e *engine) linkFailed() {
 }
 
 // busyTick is the longest the engine goroutine sleeps with Config.BusyPoll.
-const busyTick = time.Millisecond
+var busyTick = time.Millisecond // a variable for a test that needs sleeps to last
 
 // sleepFor is how long the engine may sleep: until its next timer, or a
 // short back-off when the link refused frames; -1 is until woken. The
@@ -806,36 +807,61 @@ func (e *engine) sleepFor(blocked bool) time.Duration {
 
 // idle waits for frames, a doorbell, a control operation or timeout (-1:
 // none). It holds nothing: a busy poller may drive the engine meanwhile.
-func (e *engine) idle(timeout time.Duration) {
+// quiet: pollers took the frames while it last slept, and no attached process
+// rings the link's eventfd itself (no Poller), so only sh.wake can matter.
+// It reports whether sh.kick ended the wait before timeout (false when the
+// link's Wait ended it, whatever ended that).
+func (e *engine) idle(timeout time.Duration, quiet bool) (woken bool) {
 	if timeout == 0 {
-		return
+		return false
+	}
+	if quiet && !e.linkDead.Load() {
+		// Pollers that drove while it last slept take the frames: sleep till
+		// a doorbell or busyTick, and a frame wakes no one (the sender's
+		// kernel skips the wake-up, and this goroutine does not take the
+		// drive from a poller). Once none has driven for a busyTick, frames
+		// wake it again (a side that does not poll, as read_lat's
+		// responder). It parks on sh.kick rather than in poll(2): a
+		// goroutine in a system call holds its P, and with every other P
+		// spinning in a poller Go's sysmon takes that P back, then stays at
+		// its shortest period (20 us, 70 with timer slack) while it finds
+		// such Ps. On two cores each of its wake-ups took 9 us from a
+		// poller: write_lat --busy-poll's 99 % was 3-4 times typical.
+		e.sh.ecnt.inc(EngWakeWaits)
+		return e.waitKick(timeout)
 	}
 	if e.linkDead.Load() {
-		var tc <-chan time.Time
-		if timeout > 0 {
-			t := time.NewTimer(timeout)
-			defer t.Stop()
-			tc = t.C
-		}
-		select {
-		case <-e.sh.kick:
-		case <-tc:
-		}
-		return
+		return e.waitKick(timeout)
 	}
-	wait := e.sh.link.Wait
-	if ww, ok := e.sh.link.(link.WakeWaiter); ok && e.polled {
-		// Pollers that drove while it last slept take the frames: sleep
-		// till a doorbell or busyTick, and a frame wakes no one (the
-		// sender's kernel skips the wake-up, and this goroutine does not
-		// take the drive from a poller). Once none has driven for a
-		// busyTick, frames wake it again (a side that does not poll, as
-		// read_lat's responder).
-		e.sh.ecnt.inc(EngWakeWaits)
-		wait = ww.WaitWake
-	}
-	if err := wait(timeout); err != nil {
+	if err := e.sh.link.Wait(timeout); err != nil {
 		e.linkFailed()
+	}
+	select {
+	case <-e.sh.kick: // sh.wake's eventfd write ended that wait, or will end the next
+	default:
+	}
+	return false
+}
+
+// waitKick waits on sh.kick, which sh.wake sends to, for at most timeout (-1:
+// none), and reports whether the kick came first. Its timer is reused: no
+// allocation per wait.
+func (e *engine) waitKick(timeout time.Duration) bool {
+	var tc <-chan time.Time
+	if timeout > 0 {
+		if e.kickTimer == nil {
+			e.kickTimer = time.NewTimer(timeout)
+		} else {
+			e.kickTimer.Reset(timeout)
+		}
+		defer e.kickTimer.Stop() // since Go 1.23, no stale tick is left behind
+		tc = e.kickTimer.C
+	}
+	select {
+	case <-e.sh.kick:
+		return true
+	case <-tc:
+		return false
 	}
 }
 

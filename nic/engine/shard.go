@@ -245,12 +245,18 @@ func (sh *shard) routineEngine() {
 			continue
 		}
 		// Pollers drive (drive1) only while this goroutine sleeps, so
-		// whether they did during this sleep says whether they still do.
+		// whether they did during this sleep says whether they still do;
+		// a quiet sleep that a wake-up cut short says nothing (a poster
+		// whose drive found the goroutine awake rang for it). Taken for a
+		// poller's absence, it had the goroutine spin on sched_yield(2) and
+		// sleep in poll(2) while the pollers drove, holding a P in a system
+		// call (idle).
 		driven := sh.ecnt[EngDriven].Load()
+		quiet := e.polled && len(e.pollers) == 0
 		sh.drive.Unlock()
-		e.idle(timeout)
+		woken := e.idle(timeout, quiet)
 		sh.sleeping.Store(false)
-		e.polled = d.cfg.BusyPoll && sh.ecnt[EngDriven].Load() != driven
+		e.polled = d.cfg.BusyPoll && (sh.ecnt[EngDriven].Load() != driven || quiet && woken)
 		if len(e.pollers) > 0 {
 			sh.drive.Lock()
 			e.pollersIdle(false)

@@ -227,11 +227,6 @@ func (l *AFXDP) Wait(timeout time.Duration) error {
 	return l.wait(func(s *xsk.Socket) error { _, err := s.Poll(timeout); return err })
 }
 
-// WaitWake implements WakeWaiter.
-func (l *AFXDP) WaitWake(timeout time.Duration) error {
-	return l.wait(func(s *xsk.Socket) error { return s.PollWake(timeout) })
-}
-
 // wait runs poll on the socket unless the link is closed; Close waits for it.
 func (l *AFXDP) wait(poll func(*xsk.Socket) error) error {
 	l.closeMu.RLock()

@@ -152,13 +152,6 @@ type PreWaiter interface {
 	BeforeWait()
 }
 
-// WakeWaiter is a Link that can wait for Wake (or timeout) alone, frames
-// left pending: the goroutine of an engine whose frames busy pollers take
-// (engine.Config.BusyPoll) sleeps so, and arriving frames wake no one.
-type WakeWaiter interface {
-	WaitWake(timeout time.Duration) error
-}
-
 // Waker is a Link whose Wake writes an eventfd: WakeFD returns a duplicate of
 // it, for another process to wake the link's Wait directly (the attach
 // protocol's doorbell). The caller closes it.

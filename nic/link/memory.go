@@ -58,9 +58,9 @@ func NewMemoryPair(opts MemoryOptions) (a, b *Memory, err error) {
 	}
 	ab := newMemQueue(opts.Depth, opts.MTU+18, opts.AtoB)
 	ba := newMemQueue(opts.Depth, opts.MTU+18, opts.BtoA)
-	a = &Memory{tx: ab, rx: ba, bell: make(chan struct{}, 1), info: Info{Kind: KindMemory, Name: "mem0", Index: 1, MTU: opts.MTU,
+	a = &Memory{tx: ab, rx: ba, info: Info{Kind: KindMemory, Name: "mem0", Index: 1, MTU: opts.MTU,
 		MAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 0x0a}}}
-	b = &Memory{tx: ba, rx: ab, bell: make(chan struct{}, 1), info: Info{Kind: KindMemory, Name: "mem1", Index: 2, MTU: opts.MTU,
+	b = &Memory{tx: ba, rx: ab, info: Info{Kind: KindMemory, Name: "mem1", Index: 2, MTU: opts.MTU,
 		MAC: net.HardwareAddr{0x02, 0, 0, 0, 0, 0x0b}}}
 	return a, b, nil
 }
@@ -68,16 +68,12 @@ func NewMemoryPair(opts MemoryOptions) (a, b *Memory, err error) {
 // Memory is one end of an in-memory link pair. It follows the Link contract.
 type Memory struct {
 	tx, rx *memQueue
-	bell   chan struct{} // capacity 1: a pending Wake for WaitWake
 	info   Info
 	closed atomic.Bool
 	stats  struct{ rxFrames, rxBytes, txFrames, txBytes, rxDropped, txDropped atomic.Uint64 }
 }
 
-var (
-	_ Link       = (*Memory)(nil)
-	_ WakeWaiter = (*Memory)(nil)
-)
+var _ Link = (*Memory)(nil)
 
 // memQueue is one direction: a bounded FIFO of frame buffers recycled through a free
 // list, so steady-state traffic allocates nothing. mu guards everything but wake.
@@ -237,9 +233,6 @@ func (l *Memory) WriteBatch(frames [][]byte) (int, error) {
 // Wait implements Link.
 func (l *Memory) Wait(timeout time.Duration) error { return l.wait(l.rx.wake, timeout) }
 
-// WaitWake implements WakeWaiter: Wait, but a frame does not end it.
-func (l *Memory) WaitWake(timeout time.Duration) error { return l.wait(l.bell, timeout) }
-
 func (l *Memory) wait(ch <-chan struct{}, timeout time.Duration) error {
 	if l.closed.Load() {
 		return ErrClosed
@@ -266,10 +259,6 @@ func (l *Memory) wait(ch <-chan struct{}, timeout time.Duration) error {
 // Wake implements Link.
 func (l *Memory) Wake() {
 	l.rx.notify()
-	select {
-	case l.bell <- struct{}{}:
-	default:
-	}
 }
 
 // Info implements Link.

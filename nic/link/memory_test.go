@@ -220,32 +220,3 @@ func TestMemoryNoAllocs(t *testing.T) {
 		t.Errorf("allocs per write+read = %v, want 0", allocs)
 	}
 }
-
-// WaitWake ends on Wake, on Close and on its timeout, not on a frame.
-func TestMemoryWaitWake(t *testing.T) {
-	a, b, err := NewMemoryPair(MemoryOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	done := make(chan error)
-	go func() { done <- b.WaitWake(-1) }()
-	a.WriteBatch([][]byte{frame(0, 64)})
-	select {
-	case err := <-done:
-		t.Fatalf("WaitWake ended on a frame: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	b.Wake()
-	if err := <-done; err != nil {
-		t.Fatalf("WaitWake after Wake: %v", err)
-	}
-	if err := b.WaitWake(time.Millisecond); err != nil {
-		t.Fatalf("WaitWake with timeout: %v", err)
-	}
-	go func() { done <- b.WaitWake(-1) }()
-	b.Close()
-	if err := <-done; err != nil && !errors.Is(err, ErrClosed) {
-		t.Fatalf("WaitWake during Close = %v", err)
-	}
-}

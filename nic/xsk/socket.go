@@ -446,18 +446,6 @@ func (s *Socket) Poll(timeout time.Duration) (readable bool, err error) {
 	return s.pfd[0].Revents&unix.POLLIN != 0, nil
 }
 
-// PollWake is Poll without the RX ring: it blocks until Wake is called or
-// timeout passes, whatever arrives. For an owner whose frames another
-// goroutine takes (a busy-polled engine): a frame then wakes no one, and
-// the sender's kernel does no wake-up for it.
-func (s *Socket) PollWake(timeout time.Duration) error {
-	if s.closed {
-		return ErrClosed
-	}
-	_, err := s.poll(s.pfd[1:], timeout)
-	return err
-}
-
 // poll waits on fds, whose last is always the eventfd Wake writes, and resets
 // that eventfd if it fired. It reports whether the fds' Revents are valid:
 // false when the poll was interrupted (err nil) or failed.

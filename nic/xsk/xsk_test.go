@@ -678,8 +678,7 @@ func TestBadOptions(t *testing.T) {
 	}
 }
 
-// TestPollWake checks Poll's timeout, Wake, and readability, and that
-// PollWake ignores the RX ring.
+// TestPollWake checks Poll's timeout, Wake, and readability.
 func TestPollWake(t *testing.T) {
 	e := newVethEnv(t, 1500)
 	e.attachSteering(t)
@@ -725,29 +724,6 @@ func TestPollWake(t *testing.T) {
 	}
 	if ok, _ := s.Poll(0); !ok {
 		t.Errorf("Poll(0) with a packet waiting: not readable")
-	}
-	// PollWake does not look at the RX ring: with the packet still waiting
-	// it sleeps its timeout out, and Wake ends it.
-	start = time.Now()
-	if err := s.PollWake(30 * time.Millisecond); err != nil {
-		t.Fatalf("PollWake: %v", err)
-	}
-	if d := time.Since(start); d < 25*time.Millisecond {
-		t.Errorf("PollWake with a packet waiting returned after %v, want ~30ms", d)
-	}
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		done <- s.Wake()
-	}()
-	start = time.Now()
-	if err := s.PollWake(5 * time.Second); err != nil {
-		t.Fatalf("PollWake woken: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("Wake: %v", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Wake took %v to end PollWake", d)
 	}
 }
 
