@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,4 +162,38 @@ func ReadPcap(t testing.TB, path string) [][]byte {
 		}
 		frames = append(frames, data)
 	}
+}
+
+// InSyscallShare calls call in a loop on a goroutine of its own for d and
+// returns the share of samples of runtime/metrics'
+// /sched/goroutines/not-in-go that counted more goroutines in system calls
+// than any sample before the loop began: near 1 for a loop of system calls
+// that Go's scheduler sees (syscall.Syscall), near 0 for raw ones
+// (syscall.RawSyscall), which leave the goroutine's P marked running.
+func InSyscallShare(d time.Duration, call func()) float64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
+	read := func() uint64 { metrics.Read(s); return s[0].Value.Uint64() }
+	var base uint64
+	for range 20 {
+		base = max(base, read())
+		time.Sleep(100 * time.Microsecond)
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			call()
+		}
+	}()
+	above, n := 0, 0
+	for end := time.Now().Add(d); time.Now().Before(end); n++ {
+		if read() > base {
+			above++
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	stop.Store(true)
+	<-done
+	return float64(above) / float64(n)
 }

@@ -271,6 +271,23 @@ func TestBusyPollWriteDefersAck(t *testing.T) {
 	checkBytes(t, "the reply", a.buf[4096:4096+64], b.buf[:64])
 }
 
+// TestSpinningPriorityIsRaw: the setpriority(2) calls of the engine thread's
+// spins are raw system calls, as spin's sched_yield: Go's sysmon takes no P
+// from them and so does not wake every 20 us. Through syscall.Syscall a loop
+// of them fails it.
+func TestSpinningPriorityIsRaw(t *testing.T) {
+	testutil.RequireRoot(t)
+	th := raiseThread(t.Logf) // locks this goroutine's thread
+	defer th.restore()
+	if th.tid == 0 {
+		t.Fatal("the thread was not raised")
+	}
+	if share := testutil.InSyscallShare(200*time.Millisecond, func() { th.spinning(!th.low) }); share > 0.2 {
+		t.Errorf("a loop of spinning's priority switches was in a system call in %.0f%% of the samples, want none", 100*share)
+	}
+	th.spinning(false)
+}
+
 // TestBusyPollQuietSleep: under BusyPoll, once pollers drive, the engine
 // goroutine sleeps parked on its kick channel, not in poll(2): a goroutine in
 // a system call holds its P, and with every other P busy in a poller, Go's

@@ -318,7 +318,8 @@ func (t *engThread) spinning(on bool) {
 	if on {
 		n = t.plain
 	}
-	if unix.Setpriority(unix.PRIO_PROCESS, t.tid, n) == nil {
+	// A raw call, as spin's sched_yield: Go's sysmon takes no P from it.
+	if _, _, e := unix.RawSyscall(unix.SYS_SETPRIORITY, unix.PRIO_PROCESS, uintptr(t.tid), uintptr(n)); e == 0 {
 		t.low = on
 		if f := spinHook.Load(); f != nil {
 			(*f)(on)

@@ -365,13 +365,16 @@ func raiseMemlock(need uint64) {
 	}
 }
 
+// sysSendto and sysRecvfrom are the kicks: non-blocking (MSG_DONTWAIT), so
+// raw system calls, which leave Go's scheduler the P (internal/spin's yield
+// says why that matters).
 func (s *Socket) sysSendto() unix.Errno {
-	_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	return e
 }
 
 func (s *Socket) sysRecvfrom() unix.Errno {
-	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	return e
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/xrnic/xrnic/internal/testutil"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
@@ -775,4 +776,17 @@ func TestZeroAllocs(t *testing.T) {
 		t.Errorf("allocations per batch: got %v, want 0", allocs)
 	}
 	checkAccounting(t, rx)
+}
+
+// TestKicksAreRaw: the kicks (sendto and recvfrom with MSG_DONTWAIT) are raw
+// system calls, which leave Go's scheduler the P: through syscall.Syscall, a
+// spinning engine's kicks kept Go's sysmon waking every 20 us
+// (internal/spin). A loop of kicks through syscall.Syscall fails it.
+func TestKicksAreRaw(t *testing.T) {
+	e := newVethEnv(t, 1500)
+	e.attachSteering(t)
+	s := e.newXSK(t, true, 0, DefaultOptions())
+	if share := testutil.InSyscallShare(200*time.Millisecond, func() { s.sysSendto(); s.sysRecvfrom() }); share > 0.2 {
+		t.Errorf("a loop of kicks was in a system call in %.0f%% of the samples, want none", 100*share)
+	}
 }
