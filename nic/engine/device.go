@@ -60,7 +60,9 @@ type Config struct {
 	// polled CQ a completion leaves its transmit (the ACKs) to the next pass,
 	// so that the completion comes back first and its ACK goes with the
 	// reply. Callbacks (CQ handlers, event handlers) may then run in the
-	// polling or posting thread.
+	// polling or posting thread. A process whose one goroutine polls does
+	// best with GOMAXPROCS 1: with a second P, Go's scheduler moves the
+	// poller between threads (bench --busy-poll sets it; README).
 	BusyPoll bool
 	// PlainThread leaves the engine goroutine's thread at the process's
 	// priority. By default the engine locks its thread and raises it to
