@@ -631,31 +631,31 @@ func (e *engine) step() (stop, more, blocked bool) {
 // engine is the state of the engine's loop: only the holder of its shard's drive
 // touches it (the engine goroutine, or a busy poller in Drive).
 type engine struct {
-	d         *Device
-	sh        *shard
-	now       time.Duration
-	qps       map[uint32]*QP
-	active    []*QP // QPs with transmit work, in turn order
-	next      []*QP // the next round of active
-	timers    timerHeap
-	tx        txBatch
-	rx        link.Lender // the link, lending its frames in place or copies of them
-	rxFrames  [][]byte    // the frames of the last Lend
-	pkt       wire.Packet
-	wc        cq.WC
-	syncs     []ctlReq
-	pending   []ctlReq
-	handed    uint64   // the shards this pass handed frames to, a bit each
-	pollers   []Poller // AddPoller's
-	budget    int
-	mtu       int                      // port MTU in bytes (UD)
-	scratch   []byte                   // one READ response's payload gathered from a page list
-	wants     *cq.CQ                   // Drive's: the CQ its caller polls
-	deferred  bool                     // the last pass left its transmit to the next (wants)
-	wrote     bool                     // this pass ended an inbound WRITE message
-	polled    bool                     // the goroutine's: busy pollers drove while it last slept
-	kickTimer *time.Timer              // the goroutine's: waitKick's
-	rooms     map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
+	d        *Device
+	sh       *shard
+	now      time.Duration
+	qps      map[uint32]*QP
+	active   []*QP // QPs with transmit work, in turn order
+	next     []*QP // the next round of active
+	timers   timerHeap
+	tx       txBatch
+	rx       link.Lender // the link, lending its frames in place or copies of them
+	rxFrames [][]byte    // the frames of the last Lend
+	pkt      wire.Packet
+	wc       cq.WC
+	syncs    []ctlReq
+	pending  []ctlReq
+	handed   uint64   // the shards this pass handed frames to, a bit each
+	pollers  []Poller // AddPoller's
+	budget   int
+	mtu      int                      // port MTU in bytes (UD)
+	scratch  []byte                   // one READ response's payload gathered from a page list
+	wants    *cq.CQ                   // Drive's: the CQ its caller polls
+	deferred bool                     // the last pass left its transmit to the next (wants)
+	wrote    bool                     // this pass ended an inbound WRITE message
+	polled   bool                     // the goroutine's: busy pollers drove while it last slept
+	nap      *time.Timer              // the goroutine's: waitKick's timer
+	rooms    map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -817,7 +817,7 @@ func (e *engine) idle(timeout time.Duration, quiet bool) (woken bool) {
 	if timeout == 0 {
 		return false
 	}
-	if quiet && !e.linkDead.Load() {
+	if quiet || e.linkDead.Load() {
 		// Pollers that drove while it last slept take the frames: sleep till
 		// a doorbell or busyTick, and a frame wakes no one (the sender's
 		// kernel skips the wake-up, and this goroutine does not take the
@@ -828,11 +828,11 @@ func (e *engine) idle(timeout time.Duration, quiet bool) (woken bool) {
 		// spinning in a poller Go's sysmon takes that P back, then stays at
 		// its shortest period (20 us, 70 with timer slack) while it finds
 		// such Ps. On two cores each of its wake-ups took 9 us from a
-		// poller: write_lat --busy-poll's 99 % was 3-4 times typical.
-		e.sh.ecnt.inc(EngWakeWaits)
-		return e.waitKick(timeout)
-	}
-	if e.linkDead.Load() {
+		// poller: write_lat --busy-poll's 99 % was 3-4 times typical. A
+		// dead link's engine waits so too, for sh.wake alone.
+		if quiet {
+			e.sh.ecnt.inc(EngWakeWaits)
+		}
 		return e.waitKick(timeout)
 	}
 	if err := e.sh.link.Wait(timeout); err != nil {
@@ -851,13 +851,13 @@ func (e *engine) idle(timeout time.Duration, quiet bool) (woken bool) {
 func (e *engine) waitKick(timeout time.Duration) bool {
 	var tc <-chan time.Time
 	if timeout > 0 {
-		if e.kickTimer == nil {
-			e.kickTimer = time.NewTimer(timeout)
+		if e.nap == nil {
+			e.nap = time.NewTimer(timeout)
 		} else {
-			e.kickTimer.Reset(timeout)
+			e.nap.Reset(timeout)
 		}
-		defer e.kickTimer.Stop() // since Go 1.23, no stale tick is left behind
-		tc = e.kickTimer.C
+		defer e.nap.Stop() // since Go 1.23, no stale tick is left behind
+		tc = e.nap.C
 	}
 	select {
 	case <-e.sh.kick:

@@ -41,7 +41,7 @@ type shard struct {
 	ctlMu   sync.Mutex
 	ctlQ    []ctlReq
 	stopped bool          // guarded by ctlMu: no new control operation is taken
-	kick    chan struct{} // wakes an engine whose link is gone
+	kick    chan struct{} // wakes an engine that waits on it: its link gone, or busy pollers driving (idle)
 	done    chan struct{} // closed when routineEngine returns
 
 	// drive is held by whoever runs a pass of the engine's loop: the engine
