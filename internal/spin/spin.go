@@ -58,7 +58,7 @@ func (c *Counter) Idle() {
 // period, 20 us (70 with the timer slack), for 50 of its passes after each
 // time it did. On two cores each of its wake-ups took a spinning thread's
 // CPU for about 9 us (perf sched timehist): the spins of engines and
-// applications kept it there, 3,900-7,000 wake-ups a second per process.
+// applications kept it there, 2,500-6,500 wake-ups a second per process.
 // Raw, the non-blocking calls of the spins and the engine (this, its
 // setpriority, the AF_XDP kick) left 80-140 (perf trace), and write_lat's
 // and send_lat's 99 % fell from 37-57 to 26-37 us (README). sched_yield
