@@ -253,6 +253,12 @@ func TestMWType2(t *testing.T) {
 }
 
 // TestMWType2OnlyItsQP: a type 2 window works from the QP it is bound to only
+// incRKey is ibv_inc_rkey: the key's low byte, the consumer's, moved on by
+// one, the index untouched. A plain +1 carried into the index when the random
+// byte was 0xff: TestMWType2OnlyItsQP's READ then named another window (a
+// CI failure, 1 run in 256).
+func incRKey(k uint32) uint32 { return k&^0xff | (k+1)&0xff }
+
 // (rxe_lookup_mw: mw->qp != qp), for RDMA and for remote invalidation.
 func TestMWType2OnlyItsQP(t *testing.T) {
 	p, a, b := mmPair(t, pairOpts{})
@@ -265,7 +271,7 @@ func TestMWType2OnlyItsQP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mw.Dealloc()
-	key := mw.RKey() + 1
+	key := incRKey(mw.RKey())
 	send(t, b, SendWR{WRID: 1, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: key,
 		Bind: BindInfo{MR: b.mr, Addr: 0x10000, Length: 4096, Access: mr.RemoteRead | mr.RemoteWrite}})
 	wantStatus(t, "bind", pollOne(t, b.cq), cq.Success)
@@ -366,9 +372,9 @@ func TestMWBindErrors(t *testing.T) {
 		mw, _ := b.pd.AllocMW(mr.Type2)
 		defer mw.Dealloc()
 		bi := BindInfo{MR: b.mr, Addr: 0x10000, Length: 64, Access: mr.RemoteRead}
-		send(t, b, SendWR{WRID: 1, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: mw.RKey() + 1, Bind: bi})
+		send(t, b, SendWR{WRID: 1, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: incRKey(mw.RKey()), Bind: bi})
 		wantStatus(t, "first bind", pollOne(t, b.cq), cq.Success)
-		send(t, b, SendWR{WRID: 2, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: mw.RKey() + 1, Bind: bi})
+		send(t, b, SendWR{WRID: 2, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: incRKey(mw.RKey()), Bind: bi})
 		wantStatus(t, "second bind (o10-37.2.30)", pollOne(t, b.cq), cq.MWBindErr)
 	})
 	t.Run("type 1 by work request", func(t *testing.T) {
@@ -504,14 +510,13 @@ func TestFastRegErrors(t *testing.T) {
 		}
 		return env{a, b, fr}
 	}
-	next := func(k uint32) uint32 { return k&^0xff | (k+1)&0xff }
 	local := []struct {
 		name string
 		run  func(t *testing.T, x env) cq.WC
 	}{
 		{"REG_MR of a valid region (busy)", func(t *testing.T, x env) cq.WC {
-			wantStatus(t, "first REG_MR", regMR(t, x.b, 1, x.fr, next(x.fr.LKey()), mr.LocalWrite), cq.Success)
-			return regMR(t, x.b, 2, x.fr, next(x.fr.LKey()), mr.LocalWrite)
+			wantStatus(t, "first REG_MR", regMR(t, x.b, 1, x.fr, incRKey(x.fr.LKey()), mr.LocalWrite), cq.Success)
+			return regMR(t, x.b, 2, x.fr, incRKey(x.fr.LKey()), mr.LocalWrite)
 		}},
 		{"REG_MR with another index", func(t *testing.T, x env) cq.WC {
 			return regMR(t, x.b, 2, x.fr, x.fr.LKey()+1<<8, mr.LocalWrite)
@@ -530,22 +535,22 @@ func TestFastRegErrors(t *testing.T) {
 			if _, err := x.b.qp.PostSend([]SendWR{{Opcode: WRRegMR, MR: fr2}}); !errors.Is(err, ErrInvalid) {
 				t.Fatalf("REG_MR of another device's region: %v", err)
 			}
-			return regMR(t, x.b, 2, fr3, next(fr3.LKey()), mr.LocalWrite)
+			return regMR(t, x.b, 2, fr3, incRKey(fr3.LKey()), mr.LocalWrite)
 		}},
 		{"REG_MR without a page list", func(t *testing.T, x env) cq.WC {
 			fr2, _ := x.b.pd.AllocFastRegMR(1)
 			t.Cleanup(func() { fr2.Dereg() })
-			return regMR(t, x.b, 2, fr2, next(fr2.LKey()), mr.LocalWrite)
+			return regMR(t, x.b, 2, fr2, incRKey(fr2.LKey()), mr.LocalWrite)
 		}},
 		{"REG_MR with remote write but no local write", func(t *testing.T, x env) cq.WC {
-			return regMR(t, x.b, 2, x.fr, next(x.fr.LKey()), mr.RemoteWrite)
+			return regMR(t, x.b, 2, x.fr, incRKey(x.fr.LKey()), mr.RemoteWrite)
 		}},
 		{"LOCAL_INV of a plain region", func(t *testing.T, x env) cq.WC {
 			send(t, x.b, SendWR{WRID: 2, Opcode: WRLocalInv, Flags: SendSignaled, InvalidateRKey: x.b.mr.LKey()})
 			return pollOne(t, x.b.cq)
 		}},
 		{"LOCAL_INV twice", func(t *testing.T, x env) cq.WC {
-			k := next(x.fr.LKey())
+			k := incRKey(x.fr.LKey())
 			wantStatus(t, "REG_MR", regMR(t, x.b, 1, x.fr, k, mr.LocalWrite), cq.Success)
 			send(t, x.b, SendWR{WRID: 3, Opcode: WRLocalInv, Flags: SendSignaled, InvalidateRKey: k})
 			wantStatus(t, "first LOCAL_INV", pollOne(t, x.b.cq), cq.Success)
@@ -553,17 +558,17 @@ func TestFastRegErrors(t *testing.T) {
 			return pollOne(t, x.b.cq)
 		}},
 		{"LOCAL_INV of a stale key", func(t *testing.T, x env) cq.WC {
-			k := next(x.fr.LKey())
+			k := incRKey(x.fr.LKey())
 			wantStatus(t, "REG_MR", regMR(t, x.b, 1, x.fr, k, mr.LocalWrite), cq.Success)
 			send(t, x.b, SendWR{WRID: 2, Opcode: WRLocalInv, Flags: SendSignaled, InvalidateRKey: k - 1})
 			return pollOne(t, x.b.cq)
 		}},
 		{"LOCAL_INV of a region windows are bound to", func(t *testing.T, x env) cq.WC {
-			k := next(x.fr.LKey())
+			k := incRKey(x.fr.LKey())
 			wantStatus(t, "REG_MR", regMR(t, x.b, 1, x.fr, k, mr.LocalWrite|mr.MWBind), cq.Success)
 			mw, _ := x.b.pd.AllocMW(mr.Type2)
 			t.Cleanup(func() { mw.Dealloc() })
-			send(t, x.b, SendWR{WRID: 3, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: mw.RKey() + 1,
+			send(t, x.b, SendWR{WRID: 3, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: incRKey(mw.RKey()),
 				Bind: BindInfo{MR: x.fr, Addr: 0x900000, Length: 64, Access: mr.RemoteRead}})
 			wantStatus(t, "bind", pollOne(t, x.b.cq), cq.Success)
 			send(t, x.b, SendWR{WRID: 2, Opcode: WRLocalInv, Flags: SendSignaled, InvalidateRKey: k})
