@@ -97,13 +97,16 @@ func (d *Device) linkDead() bool {
 	return false
 }
 
-// wake makes the shard's engine run its loop soon: the doorbell.
+// wake makes the shard's engine run its loop soon: the doorbell. The kick
+// goes first, so that an engine the link's Wake wakes finds it there to
+// drain (idle); sent after, it could outlive that wait and cut the next one
+// short.
 func (sh *shard) wake() {
-	sh.link.Wake()
 	select {
 	case sh.kick <- struct{}{}:
 	default:
 	}
+	sh.link.Wake()
 }
 
 // exec queues fn for the shard's engine goroutine and returns its Op.
