@@ -222,19 +222,16 @@ func mapXSKErr(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// Wait implements Link.
+// Wait implements Link: it polls the socket unless the link is closed; Close
+// waits for it.
 func (l *AFXDP) Wait(timeout time.Duration) error {
-	return l.wait(func(s *xsk.Socket) error { _, err := s.Poll(timeout); return err })
-}
-
-// wait runs poll on the socket unless the link is closed; Close waits for it.
-func (l *AFXDP) wait(poll func(*xsk.Socket) error) error {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	return mapXSKErr(poll(l.sock))
+	_, err := l.sock.Poll(timeout)
+	return mapXSKErr(err)
 }
 
 // Wake implements Link.

@@ -231,9 +231,7 @@ func (l *Memory) WriteBatch(frames [][]byte) (int, error) {
 }
 
 // Wait implements Link.
-func (l *Memory) Wait(timeout time.Duration) error { return l.wait(l.rx.wake, timeout) }
-
-func (l *Memory) wait(ch <-chan struct{}, timeout time.Duration) error {
+func (l *Memory) Wait(timeout time.Duration) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
@@ -247,7 +245,7 @@ func (l *Memory) wait(ch <-chan struct{}, timeout time.Duration) error {
 		tc = t.C
 	}
 	select {
-	case <-ch:
+	case <-l.rx.wake:
 	case <-tc:
 	}
 	if l.closed.Load() {

@@ -442,23 +442,14 @@ func (s *Socket) Poll(timeout time.Duration) (readable bool, err error) {
 	if s.closed {
 		return false, ErrClosed
 	}
-	s.pfd[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
-	if ok, err := s.poll(s.pfd[:], timeout); !ok {
-		return false, err
-	}
-	return s.pfd[0].Revents&unix.POLLIN != 0, nil
-}
-
-// poll waits on fds, whose last is always the eventfd Wake writes, and resets
-// that eventfd if it fired. It reports whether the fds' Revents are valid:
-// false when the poll was interrupted (err nil) or failed.
-func (s *Socket) poll(fds []unix.PollFd, timeout time.Duration) (bool, error) {
 	ms := -1
 	if timeout >= 0 {
 		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
+	// The socket and the eventfd Wake writes, which is reset if it fired.
+	s.pfd[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
 	s.pfd[1] = unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN}
-	if _, err := unix.Poll(fds, ms); err != nil {
+	if _, err := unix.Poll(s.pfd[:], ms); err != nil {
 		if errors.Is(err, unix.EINTR) {
 			return false, nil
 		}
@@ -467,7 +458,7 @@ func (s *Socket) poll(fds []unix.PollFd, timeout time.Duration) (bool, error) {
 	if s.pfd[1].Revents&unix.POLLIN != 0 {
 		_, _ = unix.Read(s.efd, s.efdBuf[:]) // reset the eventfd; EAGAIN if a racing read won
 	}
-	return true, nil
+	return s.pfd[0].Revents&unix.POLLIN != 0, nil
 }
 
 // Wake makes a Poll in progress (or the next one) return at once. Safe from any
