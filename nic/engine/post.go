@@ -41,11 +41,18 @@ func (qp *QP) ring() {
 	if sh.polling.Load() { // a poller posting: the loop drains doorbells next
 		return
 	}
-	// Config.BusyPoll: the posting thread sends its WR itself, as its CQ
-	// polls run the engine (run to completion), unless the engine goroutine
-	// is awake and takes it anyway.
-	if sh.d.cfg.BusyPoll && sh.drive1(nil) {
-		return
+	if sh.d.cfg.BusyPoll {
+		// While a CQ poller drives, its next pass sends the WR, with every
+		// other posted before it: one transmit call for a burst of posts.
+		if sh.polled.Load() {
+			return
+		}
+		// Otherwise the posting thread sends its WR itself (run to
+		// completion), unless the engine goroutine is awake and takes it
+		// anyway.
+		if sh.drive1(nil) {
+			return
+		}
 	}
 	// An awake engine goroutine drains the stack before it sleeps: it looks
 	// at dbHead after it sets sleeping (routineEngine), and this looked at

@@ -49,6 +49,10 @@ type shard struct {
 	drive    sync.Mutex
 	ended    bool        // guarded by drive: the engine goroutine returned
 	sleeping atomic.Bool // the engine goroutine waits in idle
+	// Busy polling (Config.BusyPoll): CQ pollers' passes, counted, and
+	// whether they ran while the goroutine last slept (its polled, for ring).
+	pollDrives atomic.Uint64
+	polled     atomic.Bool
 
 	// Doorbells: a lock-free stack of QPs with newly posted work.
 	dbHead  atomic.Pointer[QP]
@@ -254,12 +258,14 @@ func (sh *shard) routineEngine() {
 		// poller's absence, it had the goroutine spin on sched_yield(2) and
 		// sleep in poll(2) while the pollers drove, holding a P in a system
 		// call (idle).
-		driven := sh.ecnt[EngDriven].Load()
+		driven, polls := sh.ecnt[EngDriven].Load(), sh.pollDrives.Load()
 		quiet := e.polled && len(e.pollers) == 0
 		sh.drive.Unlock()
 		woken := e.idle(timeout, quiet)
 		sh.sleeping.Store(false)
 		e.polled = d.cfg.BusyPoll && (sh.ecnt[EngDriven].Load() != driven || quiet && woken)
+		// The same for CQ pollers alone, which posts leave their WRs to (ring).
+		sh.polled.Store(d.cfg.BusyPoll && (sh.pollDrives.Load() != polls || quiet && woken && sh.polled.Load()))
 		if len(e.pollers) > 0 {
 			sh.drive.Lock()
 			e.pollersIdle(false)
@@ -364,6 +370,9 @@ func (sh *shard) drive1(c *cq.CQ) bool {
 	}
 	e := &sh.e
 	sh.ecnt.inc(EngDriven)
+	if c != nil {
+		sh.pollDrives.Add(1)
+	}
 	e.wants = c
 	stop, _, _ := e.step()
 	e.wants = nil
