@@ -463,37 +463,8 @@ func TestBusyPollResponderThatDoesNotPoll(t *testing.T) {
 // those it served; every WR still completes. (Unbounded, 256 QPs' requesters
 // outran their ACKs: issue 20's write_bw -q 256 ended in retry exceeded.)
 func TestPassBounds(t *testing.T) {
-	p := newPair(t, pairOpts{})
 	const nqp, wrs, size = 24, 4, 16 * 1024 // 16 frames per WR at MTU 1024: 64 per QP
-	var as, bs []*node
-	for range nqp {
-		a, b := newNode(t, p.a, nodeOpts{}), newNode(t, p.b, nodeOpts{})
-		connect(t, a, b, connOpts{})
-		as, bs = append(as, a), append(bs, b)
-	}
-	sh := p.a.sh[0]
-	sh.drive.Lock() // the engine goroutine waits: this test runs A's pass itself
-	locked := true
-	defer func() { // a failure below must not leave the engine locked out
-		if locked {
-			sh.drive.Unlock()
-		}
-	}()
-	start := make(map[*QP]wire.PSN)
-	for i, a := range as {
-		start[a.qp] = a.qp.req.psn
-		var l []SendWR
-		for k := range wrs {
-			l = append(l, SendWR{WRID: uint64(k), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, size)},
-				RemoteAddr: bs[i].mr.Addr(), RKey: bs[i].mr.RKey()})
-		}
-		if _, err := a.qp.PostSend(l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e := &sh.e
-	e.now = p.a.since()
-	e.drainDoorbells()
+	_, e, start, finish := heldPass(t, nqp, wrs, size)
 	e.transmit()
 	limit := passBatches * len(e.tx.bufs)
 	if e.tx.built > limit || e.tx.built == 0 {
@@ -510,40 +481,29 @@ func TestPassBounds(t *testing.T) {
 	if len(e.active) != nqp || e.active[0].req.psn != start[e.active[0]] {
 		t.Fatalf("after a bounded pass: %d active QPs, the first served already", len(e.active))
 	}
-	locked = false
-	sh.drive.Unlock()
-	for _, a := range as {
-		for _, w := range pollN(t, a.cq, wrs, 10*time.Second) {
-			if w.Status != cq.Success {
-				t.Fatalf("%+v", w)
-			}
-		}
-	}
+	finish()
 }
 
-// TestPassGivesQPsMoreTurns: a pass gives its QPs turn after turn while they
-// have frames and its bound allows: the budget shares a pass among the QPs,
-// it does not end it. One QP's 100 posted 64-byte WRITEs went out 16 a pass,
-// a transmit call each (write_bw -s 64: 14.7 frames a call, 0.55 M/s; 40 a
-// call after, 0.57).
-func TestPassGivesQPsMoreTurns(t *testing.T) {
+// heldPass connects nqp RC QPs from A to B, holds A's drive so that its
+// engine goroutine waits, and posts wrs WRITEs of size bytes on each, with
+// their doorbells drained into A's engine: the caller runs A's transmit
+// itself. start is each QP's first PSN; finish gives the drive back (the
+// test's cleanup does if the test did not) and checks that every WRITE
+// completes.
+func heldPass(t *testing.T, nqp, wrs int, size uint32) (as []*node, e *engine, start map[*QP]wire.PSN, finish func()) {
 	p := newPair(t, pairOpts{})
-	const nqp, wrs, size = 2, 4, 16 * 1024 // 16 frames per WR at MTU 1024: 64 per QP
-	var as, bs []*node
+	var bs []*node
 	for range nqp {
 		a, b := newNode(t, p.a, nodeOpts{}), newNode(t, p.b, nodeOpts{})
 		connect(t, a, b, connOpts{})
 		as, bs = append(as, a), append(bs, b)
 	}
 	sh := p.a.sh[0]
-	sh.drive.Lock() // the engine goroutine waits: this test runs A's pass itself
-	locked := true
-	defer func() {
-		if locked {
-			sh.drive.Unlock()
-		}
-	}()
-	start := make(map[*QP]wire.PSN)
+	sh.drive.Lock() // the engine goroutine waits: the test runs A's pass itself
+	var once sync.Once
+	release := func() { once.Do(sh.drive.Unlock) }
+	t.Cleanup(release)
+	start = make(map[*QP]wire.PSN)
 	for i, a := range as {
 		start[a.qp] = a.qp.req.psn
 		var l []SendWR
@@ -555,12 +515,33 @@ func TestPassGivesQPsMoreTurns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e := &sh.e
+	e = &sh.e
+	e.now = p.a.since()
+	e.drainDoorbells()
+	finish = func() {
+		release()
+		for _, a := range as {
+			for _, w := range pollN(t, a.cq, wrs, 10*time.Second) {
+				if w.Status != cq.Success {
+					t.Fatalf("%+v", w)
+				}
+			}
+		}
+	}
+	return as, e, start, finish
+}
+
+// TestPassGivesQPsMoreTurns: a pass gives its QPs turn after turn while they
+// have frames and its bound allows: the budget shares a pass among the QPs,
+// it does not end it. One QP's 100 posted 64-byte WRITEs went out 16 a pass,
+// a transmit call each (write_bw -s 64: 14.7 frames a call, 0.55 M/s; 40 a
+// call after, 0.57).
+func TestPassGivesQPsMoreTurns(t *testing.T) {
+	const nqp, wrs, size = 2, 4, 16 * 1024 // 16 frames per WR at MTU 1024: 64 per QP
+	as, e, start, finish := heldPass(t, nqp, wrs, size)
 	if limit, want := passBatches*len(e.tx.bufs), nqp*wrs*size/1024; want > limit || want <= DefaultTxBudget*nqp {
 		t.Fatalf("the test's %d frames must fit a pass (%d) and outgrow a turn each (%d)", want, limit, DefaultTxBudget)
 	}
-	e.now = p.a.since()
-	e.drainDoorbells()
 	e.transmit()
 	for _, a := range as {
 		if got := a.qp.req.psn.Sub(start[a.qp]); got != wrs*size/1024 {
@@ -570,15 +551,7 @@ func TestPassGivesQPsMoreTurns(t *testing.T) {
 	if len(e.active) != 0 {
 		t.Errorf("after the pass, %d QPs still active", len(e.active))
 	}
-	locked = false
-	sh.drive.Unlock()
-	for _, a := range as {
-		for _, w := range pollN(t, a.cq, wrs, 10*time.Second) {
-			if w.Status != cq.Success {
-				t.Fatalf("%+v", w)
-			}
-		}
-	}
+	finish()
 }
 
 // TestEngineSpinsAtPlainPriority: the raised engine thread spins before it
