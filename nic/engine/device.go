@@ -62,10 +62,10 @@ type Config struct {
 	// pollers stop, to the engine goroutine within busyTick, 1 ms). A pass
 	// that brings the polled CQ a completion leaves its transmit (the ACKs)
 	// to the next pass, so that the completion comes back first and its ACK
-	// goes with the reply. Callbacks (CQ handlers, event handlers) may then run in the
-	// polling or posting thread. A process whose one goroutine polls does
-	// best with GOMAXPROCS 1: with a second P, Go's scheduler moves the
-	// poller between threads (bench --busy-poll sets it; README).
+	// goes with the reply. Callbacks (CQ handlers, event handlers) may then
+	// run in the polling or posting thread. A process whose one goroutine
+	// polls does best with GOMAXPROCS 1: with a second P, Go's scheduler
+	// moves the poller between threads (bench --busy-poll sets it; README).
 	BusyPoll bool
 	// PlainThread leaves the engine goroutine's thread at the process's
 	// priority. By default the engine locks its thread and raises it to
@@ -919,7 +919,9 @@ func (e *engine) transmit() (blocked bool) {
 	limit := passBatches * len(e.tx.bufs)
 	// The budget is a QP's turn, for fairness among QPs, not the pass's
 	// bound: one QP with 100 WRs posted went out 16 frames a pass, each
-	// pass a transmit call (write_bw -s 64: 14.7 frames a call).
+	// pass a transmit call (write_bw -s 64: 14.7 frames a call). A round
+	// that built nothing (its QPs wait on a window, a fence, local work)
+	// ends the pass.
 	for built := -1; len(e.active) > 0 && e.tx.built > built; {
 		built = e.tx.built
 		list := e.active
