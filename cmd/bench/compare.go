@@ -253,19 +253,19 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 			row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcp.cpuPerGB, "kernel TCP")
 		}
 	}
-	r, err := c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000)})
-	if err != nil {
-		return fmt.Errorf("write_bw -s 64: %w", err)
+	// The message rate, and run to completion (the posting thread's CQ
+	// polls also drive the engine).
+	for _, busy := range []bool{false, true} {
+		args, name := []string{"-s", "64", "-n", n(600000)}, "write_bw -s 64 (message rate)"
+		if busy {
+			args, name = append(args, "--busy-poll"), "write_bw -s 64 --busy-poll"
+		}
+		r, err := c.xrnic(ctx, "write_bw", args)
+		if err != nil {
+			return fmt.Errorf("write_bw %s: %w", strings.Join(args, " "), err)
+		}
+		row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B")
 	}
-	row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 (message rate)", r.res["MsgRate"], r.res["MsgRate"]/bestRate,
-		"raw AF_XDP 64 B")
-	// Run to completion: the posting thread's CQ polls also drive the engine.
-	r, err = c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000), "--busy-poll"})
-	if err != nil {
-		return fmt.Errorf("write_bw -s 64 --busy-poll: %w", err)
-	}
-	row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 --busy-poll", r.res["MsgRate"], r.res["MsgRate"]/bestRate,
-		"raw AF_XDP 64 B")
 	// The UDP link with GSO and GRO (--link udp-gso), against the same
 	// sockets' raw figures and against kernel TCP.
 	udpBW := perftestMBps(payloadGbps(raw[fmt.Sprint(link.KindUDPGSO, 4096)], 4096))
@@ -286,7 +286,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 			row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcp.cpuPerGB, "kernel TCP")
 		}
 	}
-	r, err = c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000), "--link", "udp-gso"})
+	r, err := c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000), "--link", "udp-gso"})
 	if err != nil {
 		return fmt.Errorf("write_bw -s 64 --link udp-gso: %w", err)
 	}

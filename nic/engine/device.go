@@ -823,17 +823,17 @@ func (e *engine) idle(timeout time.Duration, quiet bool) (woken bool) {
 	if quiet || e.linkDead.Load() {
 		// Pollers that drove while it last slept take the frames: sleep till
 		// a doorbell (none while CQ pollers drive: ring) or busyTick, and a
-		// frame wakes no one (the sender's
-		// kernel skips the wake-up, and this goroutine does not take the
-		// drive from a poller). Once none has driven for a busyTick, frames
-		// wake it again (a side that does not poll, as read_lat's
-		// responder). It parks on sh.kick rather than in poll(2): a
-		// goroutine in a system call holds its P, and with every other P
-		// spinning in a poller Go's sysmon takes that P back, then stays at
-		// its shortest period (20 us, 70 with timer slack) while it finds
-		// such Ps. On two cores each of its wake-ups took 9 us from a
-		// poller: write_lat --busy-poll's 99 % was 3-4 times typical. A
-		// dead link's engine waits so too, for sh.wake alone.
+		// frame wakes no one (the sender's kernel skips the wake-up, and
+		// this goroutine does not take the drive from a poller). Once none
+		// has driven for a busyTick, frames wake it again (a side that does
+		// not poll, as read_lat's responder). It parks on sh.kick rather
+		// than in poll(2): a goroutine in a system call holds its P, and
+		// with every other P spinning in a poller Go's sysmon takes that P
+		// back, then stays at its shortest period (20 us, 70 with timer
+		// slack) while it finds such Ps. On two cores each of its wake-ups
+		// took 9 us from a poller: write_lat --busy-poll's 99 % was 3-4
+		// times typical. A dead link's engine waits so too, for sh.wake
+		// alone.
 		if quiet {
 			e.sh.ecnt.inc(EngWakeWaits)
 		}
