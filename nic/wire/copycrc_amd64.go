@@ -7,3 +7,9 @@ var hasFoldCopy = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.H
 
 //go:noescape
 func foldCopy(r uint32, dst, src *byte, n int, acc *[16]byte)
+
+// hasFold16: fold16's carry-less products and PEXTRD.
+var hasFold16 = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41
+
+//go:noescape
+func fold16(r uint32, p *byte, n int) uint32

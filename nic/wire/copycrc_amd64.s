@@ -107,3 +107,72 @@ combine:
 	VMOVDQU         X1, (DX)
 	VZEROUPPER
 	RET
+
+// The constants of the final reduction (Intel's paper, the reflected form,
+// as hash/crc32 has them): a folding constant for the 96 -> 64-bit step,
+// then Barrett's P and floor(x^64 / P) for the 64 -> 32-bit one.
+DATA fold96<>+0(SB)/8, $0x163cd6124
+GLOBL fold96<>(SB), RODATA|NOPTR, $8
+
+DATA barrett<>+0(SB)/8, $0x1db710641
+DATA barrett<>+8(SB)/8, $0x1f7011641
+GLOBL barrett<>(SB), RODATA|NOPTR, $16
+
+// func fold16(r uint32, p *byte, n int) uint32
+//
+// The raw CRC register after the n bytes at p (n a multiple of 16, at
+// least 16) from the raw register r: one 128-bit accumulator folded 16
+// bytes at a time, then reduced to 32 bits. For the short frames hash/crc32
+// takes through wrappers and a 64-byte minimum (updateIEEE).
+TEXT ·fold16(SB), NOSPLIT, $0-28
+	MOVL r+0(FP), AX
+	MOVQ p+8(FP), SI
+	MOVQ n+16(FP), CX
+
+	MOVOU (SI), X1
+	MOVL  AX, X0
+	PXOR  X0, X1
+	ADDQ  $16, SI
+	SUBQ  $16, CX
+	MOVOU fold128<>(SB), X0
+
+loop16:
+	CMPQ      CX, $16
+	JLT       reduce
+	MOVOU     (SI), X2
+	MOVOA     X1, X5
+	PCLMULQDQ $0x00, X0, X1
+	PCLMULQDQ $0x11, X0, X5
+	PXOR      X5, X1
+	PXOR      X2, X1
+	ADDQ      $16, SI
+	SUBQ      $16, CX
+	JMP       loop16
+
+reduce:
+	// 128 -> 64 bits: the low quadword times fold128's high constant
+	// onto the high one (X0 is still fold128).
+	PCMPEQB   X3, X3
+	PCLMULQDQ $0x01, X1, X0
+	PSRLDQ    $8, X1
+	PXOR      X0, X1
+
+	// 64 -> 96 -> 32 bits, and Barrett's reduction of the rest.
+	MOVOA     X1, X2
+	MOVQ      fold96<>(SB), X0
+	PSRLQ     $32, X3
+	PSRLDQ    $4, X2
+	PAND      X3, X1
+	PCLMULQDQ $0x00, X0, X1
+	PXOR      X2, X1
+
+	MOVOU     barrett<>(SB), X0
+	MOVOA     X1, X2
+	PAND      X3, X1
+	PCLMULQDQ $0x10, X0, X1
+	PAND      X3, X1
+	PCLMULQDQ $0x00, X0, X1
+	PXOR      X2, X1
+	PEXTRD    $1, X1, AX
+	MOVL      AX, ret+24(FP)
+	RET

@@ -69,3 +69,36 @@ func TestFoldConstants(t *testing.T) {
 		}
 	}
 }
+
+// updateIEEE is crc32.Update at every length up to past hash/crc32's range,
+// from any register and alignment, with fold16 (where the CPU has it) and
+// without.
+func TestUpdateIEEE(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := make([]byte, 700)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	check := func(t *testing.T) {
+		for n := range 600 {
+			for _, off := range []int{0, 1, 7} {
+				crc := rng.Uint32()
+				s := src[off : off+n]
+				if got, want := updateIEEE(crc, s), crc32.Update(crc, crc32.IEEETable, s); got != want {
+					t.Fatalf("n %d off %d crc %#x: %#x, want %#x", n, off, crc, got, want)
+				}
+			}
+		}
+	}
+	t.Run("fold16", func(t *testing.T) {
+		if !hasFold16 {
+			t.Skip("no PCLMULQDQ on this CPU") // the table path is run below
+		}
+		check(t)
+	})
+	t.Run("table", func(t *testing.T) {
+		defer func(h bool) { hasFold16 = h }(hasFold16)
+		hasFold16 = false
+		check(t)
+	})
+}
