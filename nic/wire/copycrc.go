@@ -1,7 +1,5 @@
 package wire
 
-import "encoding/binary"
-
 // CopyUpdateIEEE copies src into dst, which must be at least as long, and
 // returns crc32.Update(crc, crc32.IEEETable, src). It reads src once: a sender
 // builds a frame's payload and its ICRC in one pass over the bytes, where a
@@ -11,10 +9,9 @@ func CopyUpdateIEEE(crc uint32, dst, src []byte) uint32 {
 	if n := len(src) &^ 255; hasFoldCopy && n >= FoldCopyMin {
 		var acc [16]byte
 		foldCopy(^crc, &dst[0], &src[0], n, &acc)
-		// The raw register after the n bytes is acc's raw CRC from zero.
-		r := crcStep8(0, binary.LittleEndian.Uint64(acc[:8]))
-		r = crcStep8(r, binary.LittleEndian.Uint64(acc[8:]))
-		crc = ^r
+		// The raw register after the n bytes is acc's raw CRC from zero
+		// (fold16 is there wherever foldCopy is).
+		crc = ^fold16(0, &acc[0], len(acc))
 		dst, src = dst[n:], src[n:]
 	}
 	copy(dst, src)
