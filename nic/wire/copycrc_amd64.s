@@ -150,14 +150,15 @@ loop16:
 	JMP       loop16
 
 reduce:
-	// 128 -> 64 bits: the low quadword times fold128's high constant
+	// 128 -> 96 bits: the low quadword times fold128's high constant
 	// onto the high one (X0 is still fold128).
 	PCMPEQB   X3, X3
 	PCLMULQDQ $0x01, X1, X0
 	PSRLDQ    $8, X1
 	PXOR      X0, X1
 
-	// 64 -> 96 -> 32 bits, and Barrett's reduction of the rest.
+	// 96 -> 64 bits: the low 32 times fold96 onto the rest; then
+	// Barrett's reduction from 64 bits to 32.
 	MOVOA     X1, X2
 	MOVQ      fold96<>(SB), X0
 	PSRLQ     $32, X3
