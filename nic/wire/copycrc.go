@@ -10,7 +10,7 @@ func CopyUpdateIEEE(crc uint32, dst, src []byte) uint32 {
 		var acc [16]byte
 		foldCopy(^crc, &dst[0], &src[0], n, &acc)
 		// The raw register after the n bytes is acc's raw CRC from zero
-		// (fold16 is there wherever foldCopy is).
+		// (hasFoldCopy implies hasFold16).
 		crc = ^fold16(0, &acc[0], len(acc))
 		dst, src = dst[n:], src[n:]
 	}

@@ -2,14 +2,15 @@ package wire
 
 import "golang.org/x/sys/cpu"
 
-// hasFoldCopy: foldCopy's 512-bit carry-less products and ternary logic.
-var hasFoldCopy = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512VL
+// hasFold16: fold16's carry-less products and PEXTRD.
+var hasFold16 = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41
+
+// hasFoldCopy: foldCopy's 512-bit carry-less products and ternary logic,
+// and fold16, which reduces what foldCopy leaves (CopyUpdateIEEE).
+var hasFoldCopy = hasFold16 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasAVX512VL
 
 //go:noescape
 func foldCopy(r uint32, dst, src *byte, n int, acc *[16]byte)
-
-// hasFold16: fold16's carry-less products and PEXTRD.
-var hasFold16 = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41
 
 //go:noescape
 func fold16(r uint32, p *byte, n int) uint32

@@ -91,11 +91,13 @@ func crcStep8(crc uint32, v uint64) uint32 {
 // at a time, each lookup waiting on the last (BenchmarkICRCWrite64,
 // BenchmarkICRCAck).
 func updateIEEE(crc uint32, b []byte) uint32 {
-	if n := len(b) &^ 15; n >= 128 {
-		crc = crc32.Update(crc, crc32.IEEETable, b[:n])
-		b = b[n:]
-	} else if n >= 16 && hasFold16 {
+	// Without fold16 (no PCLMULQDQ, another architecture) hash/crc32 takes
+	// from 64 bytes, as before fold16.
+	if n := len(b) &^ 15; hasFold16 && n >= 16 && n < 128 {
 		crc = ^fold16(^crc, &b[0], n)
+		b = b[n:]
+	} else if n >= 64 {
+		crc = crc32.Update(crc, crc32.IEEETable, b[:n])
 		b = b[n:]
 	}
 	crc = ^crc
