@@ -668,7 +668,7 @@ func (e *engine) init(d *Device, sh *shard) {
 	e.qps = make(map[uint32]*QP)
 	e.rooms = make(map[netdev.GID]*destRoom)
 	frameCap := d.info.MTU + maxEthernetLen
-	e.tx = newTxBatch(d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
+	e.tx = newTxBatch(sh.link, d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
 	e.rx = link.Lending(sh.link, d.cfg.Batch, frameCap)
 	e.rxFrames = make([][]byte, d.cfg.Batch)
 	e.budget = d.cfg.TxBudget

@@ -128,26 +128,45 @@ func ibLen(op wire.Opcode, n int) int {
 }
 
 // txBatch holds the frames the engine built since the last WriteBatch, in
-// preallocated buffers. Engine-owned.
+// preallocated buffers, or in the link's own (link.TxLender: the AF_XDP
+// socket's UMEM, where the kernel reads them, with no copy between).
+// Engine-owned.
 type txBatch struct {
 	bufs   [][]byte // len(bufs) buffers of the link's largest frame
 	frames [][]byte // frames[:n] are queued: frames[i] is bufs[i][:len]
 	n      int
-	built  int    // frames committed since the engine last zeroed it (its pass)
-	ipID   uint16 // IPv4 identification, incremented per IPv4 frame as Linux does
-	fixID  bool   // the link sends IPv4 ID 0 (link.Info.FixedIPv4ID)
+	built  int           // frames committed since the engine last zeroed it (its pass)
+	ipID   uint16        // IPv4 identification, incremented per IPv4 frame as Linux does
+	fixID  bool          // the link sends IPv4 ID 0 (link.Info.FixedIPv4ID)
+	lender link.TxLender // the link, when it lends: bufs[:lent] are its buffers
+	lent   int           // until flush
 }
 
-func newTxBatch(batch, frameCap int, fixID bool) txBatch {
+// newTxBatch makes a batch of batch frames for l, in l's buffers when it
+// lends them.
+func newTxBatch(l link.Link, batch, frameCap int, fixID bool) txBatch {
 	t := txBatch{bufs: make([][]byte, batch), frames: make([][]byte, batch), fixID: fixID}
+	if x, ok := l.(link.TxLender); ok && x.TxBufLen() >= frameCap {
+		t.lender = x
+		return t
+	}
 	for i := range t.bufs {
 		t.bufs[i] = make([]byte, frameCap)
 	}
 	return t
 }
 
-// full reports whether every buffer holds a queued frame.
-func (t *txBatch) full() bool { return t.n == len(t.bufs) }
+// full reports whether every buffer holds a queued frame, or, when the link
+// lends them, whether it has none to lend for the next.
+func (t *txBatch) full() bool {
+	if t.lender == nil || t.n < t.lent {
+		return t.n == len(t.bufs)
+	}
+	if t.n < len(t.bufs) {
+		t.lent += t.lender.ReserveTx(t.bufs[t.lent:])
+	}
+	return t.n == t.lent
+}
 
 // next returns the next free buffer; the caller must check full first.
 func (t *txBatch) next() []byte { return t.bufs[t.n] }
@@ -171,10 +190,21 @@ func (t *txBatch) commit(n int) {
 // flush hands the queued frames to the link and keeps what it did not take, in
 // order, at the front. It returns how many frames the link took.
 func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
-	if t.n == 0 {
+	var k int
+	var err error
+	switch {
+	case t.lender != nil && t.lent > 0:
+		// Every lent buffer goes back, those not built in unsent.
+		k, err = t.lender.SendTx(t.frames[:t.n])
+		t.lent = 0
+		if t.n == 0 {
+			return 0
+		}
+	case t.n == 0:
 		return 0
+	default:
+		k, err = l.WriteBatch(t.frames[:t.n])
 	}
-	k, err := l.WriteBatch(t.frames[:t.n])
 	ec.inc(EngTxBatches)
 	if err != nil {
 		// A closed or failed link takes nothing; the frames are lost, as on a wire.
@@ -188,6 +218,13 @@ func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
 	}
 	c.add(CntSentPkts, uint64(k))
 	ec.add(EngTxFrames, uint64(k))
+	if t.lender != nil {
+		// The link took every buffer back; it queues all it is given (each
+		// lent buffer held its room in the ring), so none is lost here.
+		c.add(CntSendErr, uint64(t.n-k))
+		t.n = 0
+		return k
+	}
 	for i := k; i < t.n; i++ {
 		t.bufs[i-k], t.bufs[i] = t.bufs[i], t.bufs[i-k]
 		t.frames[i-k] = t.frames[i]

@@ -1,6 +1,7 @@
 package link
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -40,19 +41,25 @@ type AFXDP struct {
 	// The data path holds closeMu shared; Close wakes it and takes it exclusively,
 	// so the socket's memory is never unmapped under the owner (xsk's contract).
 	closeMu sync.RWMutex
-	// lendMu is held from a Lend that lent frames to its Reclaim; Close takes
-	// it before closeMu, so a lent frame is never unmapped under its reader,
-	// who may write (and take closeMu shared) meanwhile.
+	// lendMu is held while the owner has UMEM lent, received frames (from a
+	// Lend to its Reclaim) or transmit buffers (from a ReserveTx to SendTx);
+	// Close takes it before closeMu, so lent memory is never unmapped under
+	// the owner, who may write (and take closeMu shared) meanwhile. One lock
+	// for both, taken by whichever lends first: an owner holding one kind
+	// and waiting for a lock of the other would deadlock with Close.
 	lendMu  sync.Mutex
-	lent    int      // pkts[:lent] are lent
-	scratch [][]byte // Lend's copies of frames Join cannot make one slice
+	lent    int           // pkts[:lent] are lent
+	txLent  []xsk.TxFrame // the transmit buffers ReserveTx lent
+	scratch [][]byte      // Lend's copies of frames Join cannot make one slice
+	txLen   int           // TxBufLen
 	closed  atomic.Bool
 	dropped atomic.Uint64 // frames longer than the reader's buffer
 }
 
 var (
-	_ Link   = (*AFXDP)(nil)
-	_ Lender = (*AFXDP)(nil)
+	_ Link     = (*AFXDP)(nil)
+	_ Lender   = (*AFXDP)(nil)
+	_ TxLender = (*AFXDP)(nil)
 )
 
 // NewAFXDP attaches the steering program (unless opts.Attachment is given), opens an
@@ -85,6 +92,18 @@ func NewAFXDP(opts AFXDPOptions) (_ *AFXDP, err error) {
 		so = xsk.DefaultOptions()
 	}
 	so.MultiBuffer = true
+	if so.TxSpan == 0 {
+		// TX buffers of as many chunks as the largest frame needs, lent
+		// whole to the engine (TxLender).
+		fs, nf := cmp.Or(so.FrameSize, xsk.DefaultFrameSize), cmp.Or(so.NumFrames, xsk.DefaultNumFrames)
+		if span := (l.frameCap() + fs - 1) / fs; span <= xsk.MaxTxSpan && nf/2 >= span && so.TxFrames%span == 0 {
+			so.TxSpan = span
+			if so.TxFrames == 0 {
+				so.TxFrames = nf / 2 / span * span
+			}
+			l.txLen = span * fs
+		}
+	}
 	l.sock, err = xsk.New(ifc.Index, opts.Queue, so)
 	if err != nil {
 		return nil, fmt.Errorf("%w: AF_XDP socket on %s queue %d: %w", ErrUnavailable, ifc.Name, opts.Queue, err)
@@ -140,15 +159,15 @@ func (l *AFXDP) ReadBatch(bufs [][]byte, sizes []int) (int, error) {
 // Lend implements Lender: a frame of one chunk, or of two consecutive ones
 // (xsk.Packet.Join), is lent where it lies; any other is copied.
 func (l *AFXDP) Lend(frames [][]byte) (int, error) {
-	l.lendMu.Lock()
+	l.holdLend()
 	if l.closed.Load() {
-		l.lendMu.Unlock()
+		l.dropLend()
 		return 0, ErrClosed
 	}
 	want := min(len(frames), len(l.pkts))
 	got, err := l.sock.Receive(l.pkts[:want])
 	if got == 0 {
-		l.lendMu.Unlock()
+		l.dropLend()
 		return 0, mapXSKErr(err)
 	}
 	n := 0
@@ -182,7 +201,21 @@ func (l *AFXDP) Lend(frames [][]byte) (int, error) {
 func (l *AFXDP) Reclaim() {
 	l.sock.Release(l.pkts[:l.lent])
 	l.lent = 0
-	l.lendMu.Unlock()
+	l.dropLend()
+}
+
+// holdLend takes lendMu before the owner lends, unless it holds it already.
+func (l *AFXDP) holdLend() {
+	if l.lent == 0 && len(l.txLent) == 0 {
+		l.lendMu.Lock()
+	}
+}
+
+// dropLend releases lendMu once the owner has nothing lent.
+func (l *AFXDP) dropLend() {
+	if l.lent == 0 && len(l.txLent) == 0 {
+		l.lendMu.Unlock()
+	}
 }
 
 // BeforeWait implements PreWaiter.
@@ -207,6 +240,54 @@ func (l *AFXDP) WriteBatch(frames [][]byte) (int, error) {
 	}
 	n, err := l.sock.Transmit(frames)
 	return n, mapXSKErr(err)
+}
+
+// TxBufLen implements TxLender.
+func (l *AFXDP) TxBufLen() int { return l.txLen }
+
+// ReserveTx implements TxLender.
+func (l *AFXDP) ReserveTx(bufs [][]byte) int {
+	if l.txLen == 0 || len(bufs) == 0 {
+		return 0
+	}
+	l.holdLend()
+	if l.closed.Load() {
+		l.dropLend()
+		return 0
+	}
+	k := len(l.txLent)
+	if need := k + len(bufs); cap(l.txLent) < need { // once, to the writer's batch
+		l.txLent = append(make([]xsk.TxFrame, 0, need), l.txLent...)
+	}
+	l.txLent = l.txLent[:k+len(bufs)]
+	n := l.sock.NextTxFrames(l.txLent[k:])
+	l.txLent = l.txLent[:k+n]
+	for i := range n {
+		bufs[i] = l.txLent[k+i].Buf
+	}
+	if n == 0 {
+		l.dropLend()
+	}
+	return n
+}
+
+// SendTx implements TxLender.
+func (l *AFXDP) SendTx(frames [][]byte) (int, error) {
+	lent := l.txLent
+	if len(lent) == 0 {
+		return 0, nil
+	}
+	defer l.dropLend()
+	l.txLent = lent[:0]
+	n := min(len(frames), len(lent))
+	for i := range n {
+		lent[i].Buf = frames[i]
+	}
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	l.sock.CancelTx(lent[n:])
+	k, err := l.sock.SubmitTx(lent[:n])
+	return k, mapXSKErr(err)
 }
 
 // mapXSKErr puts the socket's errors under the Link sentinels: a closed socket

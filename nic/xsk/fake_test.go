@@ -166,12 +166,16 @@ func (k *fakeKernel) complete(n int) {
 // steps against the fake kernel and checks bytes and accounting throughout.
 func TestFakeKernelRandom(t *testing.T) {
 	for seed := range uint64(20) {
-		for _, mb := range []bool{false, true} {
+		for _, span := range []int{0, 1, 2, 3} {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			opts := DefaultOptions()
 			opts.FrameSize = []int{2048, 4096}[seed%2]
 			opts.NumFrames = 32 + rng.IntN(64)
-			opts.MultiBuffer = mb
+			opts.MultiBuffer = span > 0
+			if span > 1 { // TX buffers of two or three chunks (TxSpan)
+				opts.TxSpan = span
+				opts.TxFrames = opts.NumFrames / 2 / span * span
+			}
 			if seed%3 == 0 { // small rings: wrap-around often, fill ring smaller than the pool
 				opts.FillRingSize, opts.RxRingSize, opts.TxRingSize, opts.CompRingSize = 8, 16, 8, 16
 			}
@@ -238,7 +242,7 @@ func runRandom(t *testing.T, rng *rand.Rand, s *Socket, k *fakeKernel) {
 			}
 			var want [][]byte
 			for i := range n {
-				f := frame(s.cfg.FrameSize - 64)
+				f := frame(len(tf[i].Buf) - 64)
 				off := rng.IntN(64)
 				tf[i].Buf = tf[i].Buf[off : off+copy(tf[i].Buf[off:], f)]
 				want = append(want, f)
@@ -533,4 +537,72 @@ func isErr(err error, targets ...error) bool {
 		}
 	}
 	return true
+}
+
+// TestFakeTxSpan: with TxSpan 2, NextTxFrames lends two consecutive chunks as
+// one slice; a frame built across them goes out as two descriptors (the first
+// with XDP_PKT_CONTD), and the buffer is free again only once the kernel has
+// completed both; a completion of a chunk already completed is counted and
+// ignored. A frame of three chunks takes two buffers through Transmit.
+func TestFakeTxSpan(t *testing.T) {
+	opts := DefaultOptions()
+	opts.NumFrames, opts.TxFrames, opts.TxSpan, opts.MultiBuffer = 16, 8, 2, true
+	s, k := newFakeSocket(t, opts)
+	k.delayCompletions = true
+	fs := s.cfg.FrameSize
+	tf := make([]TxFrame, 1)
+	if n := s.NextTxFrames(tf); n != 1 || len(tf[0].Buf) != 2*fs {
+		t.Fatalf("NextTxFrames: %d frames, Buf %d bytes, want 1 of %d", n, len(tf[0].Buf), 2*fs)
+	}
+	f := pattern(fs+58, 1)
+	tf[0].Buf = tf[0].Buf[:copy(tf[0].Buf, f)]
+	if n, err := s.SubmitTx(tf); n != 1 || err != nil {
+		t.Fatalf("SubmitTx: %d, %v", n, err)
+	}
+	if len(k.sent) != 1 || !bytes.Equal(k.sent[0], f) || len(k.pendingComp) != 2 {
+		t.Fatalf("kernel got %d packets, %d descriptors; want the frame in 2", len(k.sent), len(k.pendingComp))
+	}
+	first := k.pendingComp[0]
+	inFlight := func(want int) {
+		t.Helper()
+		s.reap()
+		checkAccounting(t, s)
+		if c := s.Counters(); c.FramesTxInFlight != want {
+			t.Fatalf("FramesTxInFlight %d, want %d", c.FramesTxInFlight, want)
+		}
+	}
+	k.complete(1)
+	inFlight(2) // one chunk still the kernel's
+	k.pendingComp = append([]uint64{first}, k.pendingComp...)
+	k.complete(1) // the first chunk again
+	s.reap()
+	if c := s.Counters(); c.TxBadCompletions != 1 || c.FramesTxInFlight != 2 {
+		t.Fatalf("TxBadCompletions %d, FramesTxInFlight %d; want 1, 2", c.TxBadCompletions, c.FramesTxInFlight)
+	}
+	s.ctr.TxBadCompletions-- // counted, as checkAccounting wants none
+	k.complete(1)
+	inFlight(0)
+
+	big := pattern(2*fs+10, 2)
+	if n, err := s.Transmit([][]byte{big}); n != 1 || err != nil {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	if len(k.pendingComp) != 3 || !bytes.Equal(k.sent[1], big) {
+		t.Fatalf("%d descriptors for a frame of 3 chunks", len(k.pendingComp))
+	}
+	inFlight(4) // two buffers
+	k.complete(3)
+	inFlight(0)
+	if c := s.Counters(); c.FramesTxFree != s.cfg.TxFrames {
+		t.Fatalf("TX pool not home: %+v", c)
+	}
+	for _, bad := range []Options{
+		{TxSpan: 2, NumFrames: 16, TxFrames: 8},                    // no MultiBuffer
+		{TxSpan: 3, NumFrames: 16, TxFrames: 8, MultiBuffer: true}, // does not divide TxFrames
+		{TxSpan: MaxTxSpan + 1, NumFrames: 64, TxFrames: 36, MultiBuffer: true},
+	} {
+		if _, err := bad.config(); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%+v: %v, want ErrInvalidOptions", bad, err)
+		}
+	}
 }

@@ -26,6 +26,10 @@ const (
 	// packet and "limit the number of frags to 18" to work on every kernel.
 	MaxSegments = 18
 
+	// MaxTxSpan bounds Options.TxSpan: a TX buffer's chunks in flight are
+	// bits of one byte.
+	MaxTxSpan = 8
+
 	// RxHeadroom is where received data starts inside a chunk in copy mode: the
 	// kernel keeps XDP_PACKET_HEADROOM in front (xp_get_handle), so one descriptor
 	// carries at most FrameSize-256 bytes (3840 at 4 KiB, PLATFORM).

@@ -17,6 +17,13 @@ type Options struct {
 	// the others feed the fill ring. The two pools never lend frames to each
 	// other, so a burst on one side cannot starve the other.
 	TxFrames int
+	// TxSpan is how many consecutive chunks make one TX buffer (default 1,
+	// at most MaxTxSpan; TxFrames must be a multiple of it, and above 1 it
+	// needs MultiBuffer). NextTxFrames lends a buffer as one slice, which
+	// SubmitTx sends as a chain of one descriptor per chunk it covers: a
+	// frame larger than a chunk (RoCE MTU 4096) is built in place in one
+	// piece. Transmit takes a buffer per TxSpan chunks of a frame.
+	TxSpan int
 
 	// Ring sizes, powers of two. Defaults: FillRingSize and RxRingSize are the
 	// next power of two >= the RX frame count, CompRingSize and TxRingSize the
@@ -103,6 +110,12 @@ func (o Options) config() (config, error) {
 		return bad("TxFrames %d: must be 1..NumFrames-1 (%d)", o.TxFrames, c.NumFrames-1)
 	}
 	c.rxFrames = c.NumFrames - c.TxFrames
+	if c.TxSpan == 0 {
+		c.TxSpan = 1
+	}
+	if c.TxSpan < 1 || c.TxSpan > MaxTxSpan || c.TxFrames%c.TxSpan != 0 || c.TxSpan > 1 && !c.MultiBuffer {
+		return bad("TxSpan %d: must be 0 or 1..%d, divide TxFrames (%d), and above 1 have MultiBuffer", o.TxSpan, MaxTxSpan, c.TxFrames)
+	}
 	for _, r := range []struct {
 		name string
 		v    *int

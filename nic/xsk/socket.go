@@ -28,6 +28,9 @@ const (
 	stTx                           // TX pool, in the TX ring or in flight until completed
 )
 
+// The TX pool's states are those of its buffers (Options.TxSpan chunks each),
+// kept at each buffer's first chunk.
+
 // segMeta is one received segment: its offset and length inside its frame, and
 // the frame of the next segment of the same packet.
 type segMeta struct {
@@ -52,8 +55,11 @@ type Socket struct {
 	tx    descRing
 	state []frameState // per frame
 	meta  []segMeta    // per RX frame
+	// txPend, at a TX buffer's first chunk, has a bit for each of its chunks
+	// whose descriptor the kernel has not completed.
+	txPend []uint8
 	// Free frame indices: rxFree[:rxFreeN] in the order released (refill
-	// keeps it), txFree[:txFreeN] a stack.
+	// keeps it), txFree[:txFreeN] a stack of TX buffers' first chunks.
 	rxFree  []uint32
 	txFree  []uint32
 	rxFreeN int
@@ -64,8 +70,8 @@ type Socket struct {
 	fillCalm   int // refills in a row that did not find the fill ring pressed
 	fillAfter  int // frames on the fill ring after the last stock
 	rxHeld     int // frames held by the owner after Receive
-	txReserved int // frames handed out by NextTxFrames (each holds a TX slot)
-	txInFlight int // frames in the TX ring or awaiting completion
+	txReserved int // buffers handed out by NextTxFrames (each holds TxSpan TX-ring slots)
+	txInFlight int // buffers in the TX ring or awaiting completion
 	maxSegs    int // longest TX chain accepted
 	ctr        Counters
 	pfd        [2]unix.PollFd
@@ -275,13 +281,16 @@ func (s *Socket) setup(cfg config, umem []byte, off unix.XDPMmapOffsets, mems [4
 	}
 	s.rxFreeN = cfg.rxFrames
 	s.fillTarget = cfg.rxFrames // until the owner has kept up a while (refill)
-	s.txFree = make([]uint32, cfg.TxFrames)
+	s.txPend = make([]uint8, cfg.NumFrames)
+	s.txFree = make([]uint32, cfg.TxFrames/cfg.TxSpan)
 	for i := range s.txFree {
-		f := uint32(cfg.NumFrames - 1 - i)
+		f := uint32(cfg.NumFrames - cfg.TxSpan*(i+1))
 		s.txFree[i] = f
-		s.state[f] = stTxFree
+		for k := range cfg.TxSpan {
+			s.state[int(f)+k] = stTxFree
+		}
 	}
-	s.txFreeN = cfg.TxFrames
+	s.txFreeN = len(s.txFree)
 	s.maxSegs = 1
 	if cfg.MultiBuffer {
 		s.maxSegs = min(MaxSegments, cfg.TxRingSize, cfg.TxFrames)
@@ -424,9 +433,9 @@ func (s *Socket) Counters() Counters {
 	c.FramesFill = s.fillN
 	c.FillTarget = s.fillTarget
 	c.FramesRxHeld = s.rxHeld
-	c.FramesTxFree = s.txFreeN
-	c.FramesTxReserved = s.txReserved
-	c.FramesTxInFlight = s.txInFlight
+	c.FramesTxFree = s.txFreeN * s.cfg.TxSpan
+	c.FramesTxReserved = s.txReserved * s.cfg.TxSpan
+	c.FramesTxInFlight = s.txInFlight * s.cfg.TxSpan
 	return c
 }
 

@@ -10,12 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TxFrame is a UMEM chunk reserved for transmit by NextTxFrames, for callers
-// that build frames in place instead of copying them in with Transmit.
+// TxFrame is a TX buffer (Options.TxSpan UMEM chunks) reserved for transmit
+// by NextTxFrames, for callers that build frames in place instead of copying
+// them in with Transmit.
 type TxFrame struct {
-	// Buf is the whole chunk (FrameSize bytes) when NextTxFrames returns. Write
-	// the frame and reslice Buf to the bytes to send; Buf may start past the
-	// chunk's first byte (headroom) but must stay inside the chunk.
+	// Buf is the whole buffer (TxSpan*FrameSize bytes) when NextTxFrames
+	// returns. Write the frame and reslice Buf to the bytes to send; Buf may
+	// start past the buffer's first byte (headroom) but must stay inside it.
+	// It goes out as one descriptor per chunk it covers.
 	Buf []byte
 	// More says the packet continues in the next TxFrame (XDP_PKT_CONTD); it
 	// needs MultiBuffer. A packet is at most MaxSegments frames.
@@ -24,8 +26,8 @@ type TxFrame struct {
 	frame uint32
 }
 
-// NextTxFrames reserves up to len(frames) TX chunks, with a TX-ring slot each,
-// and returns how many it filled in. Every reserved frame must go back through
+// NextTxFrames reserves up to len(frames) TX buffers, with a TX-ring slot for
+// each of their chunks, and returns how many it filled in. Every reserved frame must go back through
 // SubmitTx or CancelTx. Owner only; no allocation.
 func (s *Socket) NextTxFrames(frames []TxFrame) int {
 	if s.closed {
@@ -35,7 +37,8 @@ func (s *Socket) NextTxFrames(frames []TxFrame) int {
 	if s.txFreeN < want {
 		s.reap()
 	}
-	n := min(want, s.txFreeN, int(s.txSlots(want)))
+	span := s.cfg.TxSpan
+	n := min(want, s.txFreeN, int(s.txSlots(want*span))/span)
 	if n < want {
 		s.ctr.TxRingFull++
 	}
@@ -43,7 +46,7 @@ func (s *Socket) NextTxFrames(frames []TxFrame) int {
 		f := s.popTx()
 		s.state[f] = stTxReserved
 		lo := uint64(f) << s.cfg.shift
-		hi := lo + uint64(s.cfg.FrameSize)
+		hi := lo + uint64(span*s.cfg.FrameSize)
 		frames[i] = TxFrame{Buf: s.umem[lo:hi:hi], frame: f}
 	}
 	s.txReserved += n
@@ -64,10 +67,11 @@ func (s *Socket) CancelTx(frames []TxFrame) {
 
 // SubmitTx queues reserved frames on the TX ring in order, in one batch, and
 // kicks the kernel (see Transmit). It returns the number of packets queued.
-// A packet with a frame that is not reserved, an empty or out-of-chunk Buf, a
-// chain longer than MaxTxLen allows, More without MultiBuffer, or a chain still
-// open at the end of frames is dropped: its reserved frames return to the pool
-// and TxDropped counts it. err is as for Transmit. Owner only; no allocation.
+// A packet with a frame that is not reserved, an empty or out-of-buffer Buf,
+// more descriptors than MaxTxLen allows, More without MultiBuffer, or a chain
+// still open at the end of frames is dropped: its reserved frames return to the
+// pool and TxDropped counts it. err is as for Transmit. Owner only; no
+// allocation.
 func (s *Socket) SubmitTx(frames []TxFrame) (n int, err error) {
 	if s.closed {
 		return 0, ErrClosed
@@ -90,23 +94,15 @@ func (s *Socket) SubmitTx(frames []TxFrame) (n int, err error) {
 			s.dropTx(chain)
 			continue
 		}
-		r := &s.tx
 		for k := range chain {
 			fr := &chain[k]
 			addr := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fr.Buf))) - base)
-			var opt uint32
-			if fr.More {
-				opt = unix.XDP_PKT_CONTD
-			}
-			r.descs[r.cachedProd&r.mask] = unix.XDPDesc{Addr: addr, Len: uint32(len(fr.Buf)), Options: opt}
-			r.cachedProd++
-			s.state[fr.frame] = stTx
+			s.ctr.TxDescs += uint64(s.queueTx(fr.frame, addr, len(fr.Buf), fr.More))
 			s.ctr.TxBytes += uint64(len(fr.Buf))
 			*fr = TxFrame{}
 		}
 		s.txReserved -= len(chain)
 		s.txInFlight += len(chain)
-		s.ctr.TxDescs += uint64(len(chain))
 		queued++
 	}
 	s.ctr.TxPackets += uint64(queued)
@@ -120,7 +116,8 @@ func (s *Socket) SubmitTx(frames []TxFrame) (n int, err error) {
 // listed twice; on failure it puts them back to stTxReserved.
 func (s *Socket) checkTx(chain []TxFrame, base uintptr) bool {
 	ok := len(chain) <= s.maxSegs
-	k := 0
+	k, descs := 0, 0
+	fs := uint64(s.cfg.FrameSize)
 	for ; ok && k < len(chain); k++ {
 		fr := &chain[k]
 		f := fr.frame
@@ -128,11 +125,17 @@ func (s *Socket) checkTx(chain []TxFrame, base uintptr) bool {
 			ok = false
 			break
 		}
-		// The slice must lie inside its own chunk (af_xdp.rst: in aligned mode
-		// a descriptor may not cross a chunk boundary).
+		// The slice must lie inside its own buffer; queueTx cuts it at the
+		// chunks' boundaries (af_xdp.rst: in aligned mode a descriptor may
+		// not cross one).
 		lo := uint64(f) << s.cfg.shift
 		p := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(fr.Buf))) - base)
-		if p < lo || p+uint64(len(fr.Buf)) > lo+uint64(s.cfg.FrameSize) {
+		end := p + uint64(len(fr.Buf))
+		if p < lo || end > lo+uint64(s.cfg.TxSpan)*fs {
+			ok = false
+			break
+		}
+		if descs += int((end-1)/fs - p/fs + 1); descs > s.maxSegs {
 			ok = false
 			break
 		}
@@ -184,7 +187,7 @@ func (s *Socket) Transmit(frames [][]byte) (n int, err error) {
 	}
 	s.reap()
 	r := &s.tx
-	fs := s.cfg.FrameSize
+	fs, span := s.cfg.FrameSize, s.cfg.TxSpan
 	queued, descs := 0, 0
 	for n < len(frames) {
 		f := frames[n]
@@ -194,27 +197,22 @@ func (s *Socket) Transmit(frames [][]byte) (n int, err error) {
 			n++
 			continue
 		}
-		if s.txFreeN < segs {
+		bufs := (segs + span - 1) / span
+		if s.txFreeN < bufs {
 			s.reap()
 		}
-		if s.txFreeN < segs || int(s.txSlots(segs)) < segs {
+		if s.txFreeN < bufs || int(s.txSlots(segs)) < segs {
 			s.ctr.TxRingFull++
 			break
 		}
-		for off := 0; off < len(f); off += fs {
+		for off := 0; off < len(f); off += span * fs {
 			fr := s.popTx()
-			seg := min(fs, len(f)-off)
+			seg := min(span*fs, len(f)-off)
 			lo := int(fr) << s.cfg.shift
 			copy(s.umem[lo:lo+seg], f[off:off+seg])
-			var opt uint32
-			if off+seg < len(f) {
-				opt = unix.XDP_PKT_CONTD
-			}
-			r.descs[r.cachedProd&r.mask] = unix.XDPDesc{Addr: uint64(lo), Len: uint32(seg), Options: opt}
-			r.cachedProd++
-			s.state[fr] = stTx
+			s.queueTx(fr, uint64(lo), seg, off+seg < len(f))
+			s.txInFlight++
 		}
-		s.txInFlight += segs
 		descs += segs
 		s.ctr.TxBytes += uint64(len(f))
 		queued++
@@ -240,10 +238,34 @@ func (s *Socket) Flush() error {
 	return err
 }
 
+// queueTx puts the n bytes at UMEM offset addr, inside TX buffer f, on the TX
+// ring as one descriptor per chunk they cover, the last with XDP_PKT_CONTD if
+// more says the packet goes on, and marks f in flight. It returns the
+// descriptors it queued. The caller has checked room and bounds.
+func (s *Socket) queueTx(f uint32, addr uint64, n int, more bool) int {
+	r := &s.tx
+	fs := uint64(s.cfg.FrameSize)
+	end := addr + uint64(n)
+	k := 0
+	for p := addr; p < end; k++ {
+		e := min(end, (p/fs+1)*fs)
+		var opt uint32
+		if e < end || more {
+			opt = unix.XDP_PKT_CONTD
+		}
+		r.descs[r.cachedProd&r.mask] = unix.XDPDesc{Addr: p, Len: uint32(e - p), Options: opt}
+		r.cachedProd++
+		s.txPend[f] |= 1 << (p/fs - uint64(f))
+		p = e
+	}
+	s.state[f] = stTx
+	return k
+}
+
 // txSlots returns the TX-ring slots free for new reservations, reading the
 // kernel's consumer only when want exceeds the cached view.
 func (s *Socket) txSlots(want int) uint32 {
-	held := uint32(s.txReserved)
+	held := uint32(s.txReserved * s.cfg.TxSpan)
 	free := s.tx.free(uint32(want) + held)
 	if free < held {
 		return 0
@@ -303,8 +325,8 @@ func (s *Socket) kick() error {
 	}
 }
 
-// reap takes every completed address off the completion ring and returns its
-// chunk to the TX pool.
+// reap takes every completed address off the completion ring and returns a TX
+// buffer to the pool once the kernel has completed each of its chunks.
 func (s *Socket) reap() {
 	r := &s.comp
 	r.cachedProd = atomic.LoadUint32(r.producer)
@@ -313,14 +335,23 @@ func (s *Socket) reap() {
 		return
 	}
 	lo, hi := uint64(s.cfg.rxFrames), uint64(s.cfg.NumFrames)
+	span := uint64(s.cfg.TxSpan)
 	for i := uint32(0); i < n; i++ {
-		f := r.addrs[(r.cachedCons+i)&r.mask] >> s.cfg.shift
-		if f < lo || f >= hi || s.state[f] != stTx {
+		c := r.addrs[(r.cachedCons+i)&r.mask] >> s.cfg.shift
+		if c < lo || c >= hi {
 			s.ctr.TxBadCompletions++
 			continue
 		}
-		s.pushTx(uint32(f))
-		s.txInFlight--
+		f := lo + (c-lo)/span*span // the chunk's buffer
+		bit := uint8(1) << (c - f)
+		if s.state[f] != stTx || s.txPend[f]&bit == 0 {
+			s.ctr.TxBadCompletions++
+			continue
+		}
+		if s.txPend[f] &^= bit; s.txPend[f] == 0 {
+			s.pushTx(uint32(f))
+			s.txInFlight--
+		}
 	}
 	r.cachedCons += n
 	r.release()
