@@ -394,13 +394,7 @@ func (c *comparison) flood1(k link.Kind, am bpf.AttachMode, size int) (link.Rece
 	wg.Add(1)
 	go pinned(0, func() {
 		defer wg.Done()
-		batch := make([][]byte, 64)
-		for i := range batch {
-			batch[i] = frame
-		}
-		for !stop.Load() {
-			tx.WriteBatch(batch)
-		}
+		link.Flood(tx, frame, &stop, nil)
 	})
 	defer func() { stop.Store(true); wg.Wait() }()
 	var r link.ReceiveResult
@@ -442,6 +436,9 @@ func (c *comparison) flood1(k link.Kind, am bpf.AttachMode, size int) (link.Rece
 			}
 		}
 		r.Elapsed = time.Since(start)
+		if r.Bytes != r.Frames*len(frame) {
+			rerr = fmt.Errorf("%d frames of %d bytes arrived as %d bytes", r.Frames, len(frame), r.Bytes)
+		}
 	})
 	return r, rerr
 }

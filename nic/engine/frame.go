@@ -188,7 +188,8 @@ func (t *txBatch) commit(n int) {
 }
 
 // flush hands the queued frames to the link and keeps what it did not take, in
-// order, at the front. It returns how many frames the link took.
+// order, at the front (a lending link takes them all, and its buffers back).
+// It returns how many frames the link took.
 func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
 	var k int
 	var err error

@@ -283,8 +283,7 @@ func (l *AFXDP) SendTx(frames [][]byte) (int, error) {
 	for i := range n {
 		lent[i].Buf = frames[i]
 	}
-	l.closeMu.RLock()
-	defer l.closeMu.RUnlock()
+	// lendMu, held, keeps Close off the socket.
 	l.sock.CancelTx(lent[n:])
 	k, err := l.sock.SubmitTx(lent[:n])
 	return k, mapXSKErr(err)

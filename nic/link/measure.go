@@ -26,20 +26,12 @@ func (r ReceiveResult) Gbps() float64 { return float64(r.Bytes) * 8 / r.Elapsed.
 // received, so set-up time is not measured. Used by the data-path benchmark and by
 // `bench link`.
 func MeasureReceive(tx, rx Link, frame []byte, want int, dur time.Duration) (ReceiveResult, error) {
-	batch := make([][]byte, 64)
-	for i := range batch {
-		batch[i] = frame
-	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for !stop.Load() {
-			if n, err := tx.WriteBatch(batch); n == 0 || err != nil {
-				time.Sleep(10 * time.Microsecond)
-			}
-		}
+		Flood(tx, frame, &stop, func() { time.Sleep(10 * time.Microsecond) })
 	}()
 	defer func() {
 		stop.Store(true)
@@ -83,4 +75,41 @@ func MeasureReceive(tx, rx Link, frame []byte, want int, dur time.Duration) (Rec
 	}
 	r.Elapsed = time.Since(start)
 	return r, nil
+}
+
+// Flood sends frame through tx, 64 at a time, until stop is set, calling idle
+// (when not nil) after a batch the link took none of. A link that lends its
+// transmit buffers (TxLender) gets frame written once into every one of them,
+// which Flood then only queues, as xdpsock's txonly does: the fastest honest
+// sender, with no copy per frame, which xrnic's engine does not make either.
+func Flood(tx Link, frame []byte, stop *atomic.Bool, idle func()) {
+	batch := make([][]byte, 64)
+	if tl, ok := tx.(TxLender); ok && tl.TxBufLen() >= len(frame) {
+		bufs := make([][]byte, len(batch))
+		// Lend every buffer, write the frame in each, take them back unsent.
+		for n := tl.ReserveTx(bufs); n > 0; n = tl.ReserveTx(bufs) {
+			for _, b := range bufs[:n] {
+				copy(b, frame)
+			}
+		}
+		tl.SendTx(nil)
+		for !stop.Load() {
+			n := tl.ReserveTx(bufs)
+			for i := range n {
+				batch[i] = bufs[i][:len(frame)]
+			}
+			if k, err := tl.SendTx(batch[:n]); (k == 0 || err != nil) && idle != nil {
+				idle()
+			}
+		}
+		return
+	}
+	for i := range batch {
+		batch[i] = frame
+	}
+	for !stop.Load() {
+		if n, err := tx.WriteBatch(batch); (n == 0 || err != nil) && idle != nil {
+			idle()
+		}
+	}
 }

@@ -606,3 +606,33 @@ func TestFakeTxSpan(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeNextTxFramesKicks: when every TX buffer waits in the ring for a
+// sendto() (the kernel took none at the last kick), NextTxFrames kicks the
+// kernel rather than lend nothing for good to a caller that only reserves.
+func TestFakeNextTxFramesKicks(t *testing.T) {
+	opts := DefaultOptions()
+	opts.NumFrames, opts.TxFrames = 16, 8
+	s, k := newFakeSocket(t, opts)
+	k.budget = 0 // sendto takes nothing: EAGAIN
+	tf := make([]TxFrame, 8)
+	n := s.NextTxFrames(tf)
+	for i := range n {
+		tf[i].Buf = tf[i].Buf[:copy(tf[i].Buf, pattern(64, i))]
+	}
+	if got, _ := s.SubmitTx(tf[:n]); n != 8 || got != 8 {
+		t.Fatalf("queued %d of %d", got, n)
+	}
+	if len(k.sent) != 0 {
+		t.Fatalf("the kernel sent %d with no budget", len(k.sent))
+	}
+	k.budget = kernelTxBudget
+	if n := s.NextTxFrames(tf[:1]); n != 1 {
+		t.Fatalf("NextTxFrames lent %d with every buffer in the ring, want 1 after a kick", n)
+	}
+	s.CancelTx(tf[:1])
+	if len(k.sent) != 8 {
+		t.Fatalf("the kernel sent %d, want 8", len(k.sent))
+	}
+	checkAccounting(t, s)
+}

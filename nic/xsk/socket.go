@@ -16,6 +16,7 @@ import (
 
 // frameState is where a UMEM frame is. Each frame is in exactly one state, so a
 // frame is never lost or used twice; the checks cost one byte per descriptor.
+// A TX buffer of several chunks (Options.TxSpan) keeps its state at its first.
 type frameState uint8
 
 const (
@@ -27,9 +28,6 @@ const (
 	stTxChecking                   // TX pool, inside SubmitTx's validation pass
 	stTx                           // TX pool, in the TX ring or in flight until completed
 )
-
-// The TX pool's states are those of its buffers (Options.TxSpan chunks each),
-// kept at each buffer's first chunk.
 
 // segMeta is one received segment: its offset and length inside its frame, and
 // the frame of the next segment of the same packet.

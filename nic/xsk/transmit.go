@@ -27,8 +27,8 @@ type TxFrame struct {
 }
 
 // NextTxFrames reserves up to len(frames) TX buffers, with a TX-ring slot for
-// each of their chunks, and returns how many it filled in. Every reserved frame must go back through
-// SubmitTx or CancelTx. Owner only; no allocation.
+// each of their chunks, and returns how many it filled in. Every reserved
+// frame must go back through SubmitTx or CancelTx. Owner only; no allocation.
 func (s *Socket) NextTxFrames(frames []TxFrame) int {
 	if s.closed {
 		return 0
@@ -39,6 +39,14 @@ func (s *Socket) NextTxFrames(frames []TxFrame) int {
 	}
 	span := s.cfg.TxSpan
 	n := min(want, s.txFreeN, int(s.txSlots(want*span))/span)
+	if n == 0 && want > 0 {
+		// Every buffer may wait in the TX ring for a sendto() that pushes it
+		// (copy mode sends from nothing else): kick, as Transmit does on
+		// every call, or a caller that only reserves would wait for good.
+		// A failed kick leaves the ring as it was; SubmitTx reports it.
+		_ = s.kick()
+		n = min(want, s.txFreeN, int(s.txSlots(want*span))/span)
+	}
 	if n < want {
 		s.ctr.TxRingFull++
 	}
