@@ -140,6 +140,7 @@ type txBatch struct {
 	fixID  bool          // the link sends IPv4 ID 0 (link.Info.FixedIPv4ID)
 	lender link.TxLender // the link, when it lends: bufs[:lent] are its buffers
 	lent   int           // until flush
+	hint   int           // frames the last flush sent: how many to borrow first
 }
 
 // newTxBatch makes a batch of batch frames for l, in l's buffers when it
@@ -163,7 +164,12 @@ func (t *txBatch) full() bool {
 		return t.n == len(t.bufs)
 	}
 	if t.n < len(t.bufs) {
-		t.lent += t.lender.ReserveTx(t.bufs[t.lent:])
+		// As many as the last flush sent, then as many again as are
+		// lent: a pass that sends one ACK does not borrow and give back a
+		// whole batch (8 % of the receiving engine's thread at 64-byte
+		// WRITEs).
+		want := min(len(t.bufs)-t.lent, max(t.hint, t.lent, 1))
+		t.lent += t.lender.ReserveTx(t.bufs[t.lent : t.lent+want])
 	}
 	return t.n == t.lent
 }
@@ -197,7 +203,7 @@ func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
 	case t.lender != nil && t.lent > 0:
 		// Every lent buffer goes back, those not built in unsent.
 		k, err = t.lender.SendTx(t.frames[:t.n])
-		t.lent = 0
+		t.lent, t.hint = 0, t.n
 		if t.n == 0 {
 			return 0
 		}

@@ -102,6 +102,18 @@ func TestTxBatchLends(t *testing.T) {
 		t.Errorf("sent_pkts %d, want 6", got)
 	}
 	f.free = len(f.bufs) // the kernel completed them
+	// A pass that sent one frame (an ACK) borrows one first, not a batch.
+	build(7)
+	tb.flush(f, &c, &ec)
+	if tb.full() || len(f.lent) != 1 {
+		t.Fatalf("after a flush of one frame, %d lent for the next", len(f.lent))
+	}
+	build(8)
+	if tb.full() || len(f.lent) != 2 { // then as many again as are lent
+		t.Fatalf("%d lent for a second frame, want 2", len(f.lent))
+	}
+	tb.flush(f, &c, &ec)
+	f.free = len(f.bufs)
 	f.lent = make([][]byte, 0, len(f.bufs))
 	f.sent = make([]byte, 0, 1000)
 	allocs := testing.AllocsPerRun(100, func() {
