@@ -67,8 +67,8 @@ var engineHelp = map[string]string{
 	"engine_rx_polls":     "Reads of the link.",
 	"engine_rx_batches":   "Reads of the link that returned frames.",
 	"engine_rx_frames":    "Frames the reads of the link returned.",
-	"engine_tx_batches":   "WriteBatch calls on the link.",
-	"engine_tx_frames":    "Frames WriteBatch took.",
+	"engine_tx_batches":   "Calls that hand the link frames (WriteBatch, or SendTx of the buffers an AF_XDP link lends).",
+	"engine_tx_frames":    "Frames the link took.",
 	"engine_idle_waits":   "Waits of the idle engine for frames, a doorbell, a control operation or a timer.",
 	"engine_timers_fired": "Retransmit and RNR timers that fired.",
 }

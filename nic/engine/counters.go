@@ -100,8 +100,8 @@ const (
 	EngRxPolls                           // engine_rx_polls: reads of the link (Lend)
 	EngRxBatches                         // engine_rx_batches: reads that returned frames
 	EngRxFrames                          // engine_rx_frames: frames the reads returned
-	EngTxBatches                         // engine_tx_batches: WriteBatch calls
-	EngTxFrames                          // engine_tx_frames: frames WriteBatch took
+	EngTxBatches                         // engine_tx_batches: calls that hand the link frames (WriteBatch, or a lending link's SendTx)
+	EngTxFrames                          // engine_tx_frames: frames the link took
 	EngIdleWaits                         // engine_idle_waits: waits for frames, a doorbell or a timer (link.Wait)
 	EngTimersFired                       // engine_timers_fired: retransmit and RNR timers that fired
 	EngDriven                            // engine_driven: passes a busy-polling thread ran (Drive)

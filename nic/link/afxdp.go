@@ -220,8 +220,8 @@ func (l *AFXDP) dropLend() {
 
 // BeforeWait implements PreWaiter.
 func (l *AFXDP) BeforeWait() {
-	l.lendMu.Lock()
-	defer l.lendMu.Unlock()
+	l.holdLend() // the owner may hold it, lending transmit buffers
+	defer l.dropLend()
 	if !l.closed.Load() {
 		l.sock.FillAll()
 	}

@@ -21,7 +21,8 @@
 // as one or more UMEM segments (multi-buffer), read in place with Segment or
 // Bytes, or copied with CopyTo, until Release hands its chunks back to the
 // fill ring in one batch. Transmit copies [][]byte frames into chunks;
-// NextTxFrames/SubmitTx let the caller build frames in the chunks instead. Both
+// NextTxFrames/SubmitTx let the caller build frames in the chunks instead (in
+// buffers of Options.TxSpan consecutive chunks, for frames larger than one). Both
 // queue a batch, kick the kernel with sendto(MSG_DONTWAIT) until the TX ring
 // drains, and reap completions. A full ring shows as a short count, not as an
 // error; malformed frames are dropped and counted. Poll sleeps in poll(2) until
