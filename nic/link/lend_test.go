@@ -270,8 +270,8 @@ func TestAFXDPSendTx(t *testing.T) {
 
 // TestAFXDPCloseWaitsForSendTx: Close does not unmap transmit buffers that are
 // lent; it returns once SendTx takes them back, and ReserveTx then lends
-// none. An owner holding lent buffers while Close waits may still Lend (it
-// gets ErrClosed) without deadlocking on the lock Close holds.
+// none. An owner holding lent buffers may call BeforeWait, and while Close
+// waits may still Lend (it gets ErrClosed), without deadlocking on the lock.
 func TestAFXDPCloseWaitsForSendTx(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 1500})
 	var la *AFXDP
@@ -285,6 +285,7 @@ func TestAFXDPCloseWaitsForSendTx(t *testing.T) {
 	if n := la.ReserveTx(bufs); n != 4 {
 		t.Fatalf("ReserveTx lent %d buffers, want 4", n)
 	}
+	la.BeforeWait() // the owner, holding the lend lock already, must not wait for itself
 	closed := make(chan error)
 	go func() { closed <- la.Close() }()
 	select {
