@@ -42,6 +42,54 @@ func lendN(t testing.TB, l *AFXDP, n int) (got [][]byte, inPlace int) {
 	return got, inPlace
 }
 
+// openToClose opens an AF_XDP link on e that the test closes itself.
+func openToClose(t testing.TB, e *testenv.Endpoint) *AFXDP {
+	t.Helper()
+	var l *AFXDP
+	if err := e.Do(func() (err error) {
+		l, err = NewAFXDP(AFXDPOptions{Interface: e.Name, Mode: benchMode})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// smallUMEMPair makes a veth pair of MTU 4224 (RoCE MTU 4096 frames span two
+// chunks) with a small-UMEM AF_XDP link on each end: lb on B, la on A.
+func smallUMEMPair(t testing.TB) (p *testenv.Pair, lb, la *AFXDP) {
+	t.Helper()
+	p = testenv.NewTestPair(t, testenv.PairOptions{MTU: 4096 + 128})
+	return p, openSmallUMEM(t, &p.B), openSmallUMEM(t, &p.A)
+}
+
+// roundFrames makes a round of RoCE frames from p.B to p.A, one of each
+// payload size, their payload bytes and PSNs numbered by round.
+func roundFrames(t testing.TB, p *testenv.Pair, round int, sizes []int) [][]byte {
+	t.Helper()
+	var frames [][]byte
+	for i, size := range sizes {
+		payload := bytes.Repeat([]byte{byte(round*16 + i + 1)}, size)
+		frames = append(frames, roceFrame(t, &p.B, &p.A, round%2 == 1, uint32(round*16+i), payload))
+	}
+	return frames
+}
+
+// checkArrived fails t unless each of got is its frame, whole, with a valid
+// ICRC.
+func checkArrived(t testing.TB, round int, got, frames [][]byte) {
+	t.Helper()
+	var pk wire.Packet
+	for i := range frames {
+		if !sameFrame(got[i], frames[i]) {
+			t.Fatalf("round %d frame %d (%d bytes) arrived changed:\n got %x\nwant %x", round, i, len(frames[i]), head(got[i]), head(frames[i]))
+		}
+		if err := wire.ParseAndVerify(got[i], &pk); err != nil {
+			t.Fatalf("round %d frame %d: %v", round, i, err)
+		}
+	}
+}
+
 // openSmallUMEM opens an AF_XDP link on e with 48 RX chunks, so that
 // two-chunk frames straddle the UMEM's end now and then.
 func openSmallUMEM(t testing.TB, e *testenv.Endpoint) *AFXDP {
@@ -82,22 +130,10 @@ func TestAFXDPLend(t *testing.T) {
 	sizes := []int{mtu, 3900, 0, mtu - 1}
 	total, inPlace := 0, 0
 	for round := range 40 {
-		var frames [][]byte
-		for i, size := range sizes {
-			payload := bytes.Repeat([]byte{byte(round*16 + i + 1)}, size)
-			frames = append(frames, roceFrame(t, &p.B, &p.A, round%2 == 1, uint32(round*16+i), payload))
-		}
+		frames := roundFrames(t, p, round, sizes)
 		sendAll(t, lb, frames)
 		got, k := lendN(t, la, len(frames))
-		var pk wire.Packet
-		for i := range frames {
-			if !sameFrame(got[i], frames[i]) {
-				t.Fatalf("round %d frame %d (%d bytes) arrived changed:\n got %x\nwant %x", round, i, len(frames[i]), head(got[i]), head(frames[i]))
-			}
-			if err := wire.ParseAndVerify(got[i], &pk); err != nil {
-				t.Fatalf("round %d frame %d: %v", round, i, err)
-			}
-		}
+		checkArrived(t, round, got, frames)
 		total += len(frames)
 		inPlace += k
 	}
@@ -113,13 +149,7 @@ func TestAFXDPLend(t *testing.T) {
 func TestAFXDPCloseWaitsForReclaim(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 1500})
 	lb := openOn(t, &p.B, KindAFXDP)
-	var la *AFXDP
-	if err := p.A.Do(func() (err error) {
-		la, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	la := openToClose(t, &p.A)
 	want := roceFrame(t, &p.B, &p.A, false, 1, bytes.Repeat([]byte{7}, 512))
 	sendAll(t, lb, [][]byte{want})
 	frames := make([][]byte, 8)
@@ -237,30 +267,16 @@ func sendLent(t testing.TB, l *AFXDP, frames [][]byte) {
 // ones unsent.
 func TestAFXDPSendTx(t *testing.T) {
 	const mtu = 4096
-	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: mtu + 128})
-	lb := openSmallUMEM(t, &p.B)
-	la := openSmallUMEM(t, &p.A)
+	p, lb, la := smallUMEMPair(t)
 	if lb.TxBufLen() != 2*xsk.DefaultFrameSize {
 		t.Fatalf("TxBufLen %d: want two chunks for MTU %d", lb.TxBufLen(), mtu+128)
 	}
 	sizes := []int{mtu, 3900, 0, mtu - 1, 64}
 	for round := range 20 {
-		var frames [][]byte
-		for i, size := range sizes {
-			payload := bytes.Repeat([]byte{byte(round*16 + i + 1)}, size)
-			frames = append(frames, roceFrame(t, &p.B, &p.A, round%2 == 1, uint32(round*16+i), payload))
-		}
+		frames := roundFrames(t, p, round, sizes)
 		sendLent(t, lb, frames)
 		got, _ := lendN(t, la, len(frames))
-		var pk wire.Packet
-		for i := range frames {
-			if !sameFrame(got[i], frames[i]) {
-				t.Fatalf("round %d frame %d (%d bytes) arrived changed:\n got %x\nwant %x", round, i, len(frames[i]), head(got[i]), head(frames[i]))
-			}
-			if err := wire.ParseAndVerify(got[i], &pk); err != nil {
-				t.Fatalf("round %d frame %d: %v", round, i, err)
-			}
-		}
+		checkArrived(t, round, got, frames)
 	}
 	c := lb.sock.Counters()
 	if c.FramesTxReserved != 0 || c.TxDropped != 0 || c.TxPackets != uint64(20*len(sizes)) {
@@ -274,13 +290,7 @@ func TestAFXDPSendTx(t *testing.T) {
 // waits may still Lend (it gets ErrClosed), without deadlocking on the lock.
 func TestAFXDPCloseWaitsForSendTx(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 1500})
-	var la *AFXDP
-	if err := p.A.Do(func() (err error) {
-		la, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	la := openToClose(t, &p.A)
 	bufs := make([][]byte, 4)
 	if n := la.ReserveTx(bufs); n != 4 {
 		t.Fatalf("ReserveTx lent %d buffers, want 4", n)
@@ -312,9 +322,7 @@ func TestAFXDPCloseWaitsForSendTx(t *testing.T) {
 // TestAFXDPSendTxNoAllocs: lending transmit buffers and sending from them
 // allocate nothing once the link has lent its first.
 func TestAFXDPSendTxNoAllocs(t *testing.T) {
-	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4096 + 128})
-	lb := openSmallUMEM(t, &p.B)
-	la := openSmallUMEM(t, &p.A)
+	p, lb, la := smallUMEMPair(t)
 	frame := roceFrame(t, &p.B, &p.A, false, 2, bytes.Repeat([]byte{5}, 4096))
 	bufs, out, rx := make([][]byte, 8), make([][]byte, 1), make([][]byte, 64)
 	cycle := func() {
@@ -342,9 +350,7 @@ func TestAFXDPSendTxNoAllocs(t *testing.T) {
 // frame into each once and then only queues them; what arrives is the frame,
 // whole, every time, though the buffers go round many times.
 func TestFloodLends(t *testing.T) {
-	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4096 + 128})
-	lb := openSmallUMEM(t, &p.B)
-	la := openSmallUMEM(t, &p.A)
+	p, lb, la := smallUMEMPair(t)
 	frame := roceFrame(t, &p.B, &p.A, false, 9, bytes.Repeat([]byte{0x5a}, 4096))
 	var stop atomic.Bool
 	done := make(chan struct{})
@@ -373,15 +379,11 @@ func TestFloodLends(t *testing.T) {
 	if len(got) < 200 {
 		t.Fatalf("%d frames in 5 s, want 200", len(got))
 	}
-	var pk wire.Packet
-	for i, f := range got {
-		if !sameFrame(f, frame) {
-			t.Fatalf("frame %d arrived changed:\n got %x\nwant %x", i, head(f), head(frame))
-		}
-		if err := wire.ParseAndVerify(f, &pk); err != nil {
-			t.Fatalf("frame %d: %v", i, err)
-		}
+	want := make([][]byte, len(got))
+	for i := range want {
+		want[i] = frame
 	}
+	checkArrived(t, 0, got, want)
 	if c := lb.sock.Counters(); c.TxPackets < 200 || c.FramesTxReserved != 0 {
 		t.Errorf("%d packets sent, %d frames still reserved; want >= 200, 0", c.TxPackets, c.FramesTxReserved)
 	}
