@@ -18,8 +18,10 @@ type AFXDPOptions struct {
 	Interface string
 	Queue     int            // receive queue whose frames this link takes (default 0)
 	Mode      bpf.AttachMode // generic by default: on veth it costs kernel traffic far less (PLATFORM 10)
-	// Socket tunes the AF_XDP socket; zero fields take xsk's defaults. MultiBuffer
-	// is always on: RoCE MTU 4096 needs frames larger than one UMEM chunk.
+	// Socket tunes the AF_XDP socket; zero fields take xsk's defaults, but for
+	// TxSpan, which takes as many chunks as the interface's largest frame
+	// needs, so that the link lends whole frames (TxLender). MultiBuffer is
+	// always on: RoCE MTU 4096 needs frames larger than one UMEM chunk.
 	Socket xsk.Options
 	// Attachment, when set, is an XDP attachment the caller owns and shares among the
 	// links of several queues; otherwise the link attaches the program and detaches
