@@ -138,8 +138,8 @@ type txBatch struct {
 	built  int           // frames committed since the engine last zeroed it (its pass)
 	ipID   uint16        // IPv4 identification, incremented per IPv4 frame as Linux does
 	fixID  bool          // the link sends IPv4 ID 0 (link.Info.FixedIPv4ID)
-	lender link.TxLender // the link, when it lends: bufs[:lent] are its buffers
-	lent   int           // until flush
+	lender link.TxLender // the link, when it lends its buffers
+	lent   int           // bufs[:lent] are to build in: all, or those the lender lent until flush
 	hint   int           // frames the last flush sent: how many to borrow first
 }
 
@@ -154,23 +154,26 @@ func newTxBatch(l link.Link, batch, frameCap int, fixID bool) txBatch {
 	for i := range t.bufs {
 		t.bufs[i] = make([]byte, frameCap)
 	}
+	t.lent = batch
 	return t
 }
 
 // full reports whether every buffer holds a queued frame, or, when the link
-// lends them, whether it has none to lend for the next.
-func (t *txBatch) full() bool {
-	if t.lender == nil || t.n < t.lent {
-		return t.n == len(t.bufs)
+// lends them, whether it has none to lend for the next. One comparison when it
+// is not (inlined, two calls a frame).
+func (t *txBatch) full() bool { return t.n == t.lent && t.borrow() }
+
+// borrow is full's slow path: every buffer to build in holds a frame, so it
+// borrows more from a lending link, and reports whether it got none.
+func (t *txBatch) borrow() bool {
+	if t.lender == nil || t.n == len(t.bufs) {
+		return true
 	}
-	if t.n < len(t.bufs) {
-		// As many as the last flush sent, then as many again as are
-		// lent: a pass that sends one ACK does not borrow and give back a
-		// whole batch (8 % of the receiving engine's thread at 64-byte
-		// WRITEs).
-		want := min(len(t.bufs)-t.lent, max(t.hint, t.lent, 1))
-		t.lent += t.lender.ReserveTx(t.bufs[t.lent : t.lent+want])
-	}
+	// As many as the last flush sent, then as many again as are lent: a
+	// pass that sends one ACK does not borrow and give back a whole batch
+	// (8 % of the receiving engine's thread at 64-byte WRITEs).
+	want := min(len(t.bufs)-t.lent, max(t.hint, t.lent, 1))
+	t.lent += t.lender.ReserveTx(t.bufs[t.lent : t.lent+want])
 	return t.n == t.lent
 }
 
@@ -197,21 +200,13 @@ func (t *txBatch) commit(n int) {
 // order, at the front (a lending link takes them all, and its buffers back).
 // It returns how many frames the link took.
 func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
-	var k int
-	var err error
-	switch {
-	case t.lender != nil && t.lent > 0:
-		// Every lent buffer goes back, those not built in unsent.
-		k, err = t.lender.SendTx(t.frames[:t.n])
-		t.lent, t.hint = 0, t.n
-		if t.n == 0 {
-			return 0
-		}
-	case t.n == 0:
-		return 0
-	default:
-		k, err = l.WriteBatch(t.frames[:t.n])
+	if t.lender != nil {
+		return t.flushLent(c, ec)
 	}
+	if t.n == 0 {
+		return 0
+	}
+	k, err := l.WriteBatch(t.frames[:t.n])
 	ec.inc(EngTxBatches)
 	if err != nil {
 		// A closed or failed link takes nothing; the frames are lost, as on a wire.
@@ -225,17 +220,35 @@ func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
 	}
 	c.add(CntSentPkts, uint64(k))
 	ec.add(EngTxFrames, uint64(k))
-	if t.lender != nil {
-		// The link took every buffer back; it queues all it is given (each
-		// lent buffer held its room in the ring), so none is lost here.
-		c.add(CntSendErr, uint64(t.n-k))
-		t.n = 0
-		return k
-	}
 	for i := k; i < t.n; i++ {
 		t.bufs[i-k], t.bufs[i] = t.bufs[i], t.bufs[i-k]
 		t.frames[i-k] = t.frames[i]
 	}
 	t.n -= k
+	return k
+}
+
+// flushLent is flush for a lending link: every lent buffer goes back, those
+// not built in unsent, and the link queues every frame built (each lent
+// buffer held its room in the ring), so none stays. An error loses them all,
+// as in flush.
+func (t *txBatch) flushLent(c *counters, ec *engineCounters) int {
+	if t.lent == 0 {
+		return 0
+	}
+	k, err := t.lender.SendTx(t.frames[:t.n])
+	n := t.n
+	t.lent, t.hint, t.n = 0, n, 0
+	if n == 0 {
+		return 0
+	}
+	ec.inc(EngTxBatches)
+	if err != nil {
+		c.add(CntSendErr, uint64(n))
+		return 0
+	}
+	c.add(CntSentPkts, uint64(k))
+	c.add(CntSendErr, uint64(n-k)) // none, as the link promises
+	ec.add(EngTxFrames, uint64(k))
 	return k
 }
