@@ -12,11 +12,10 @@ import (
 // link.Link by embedding one whose WriteBatch the batch must not call.
 type fakeTxLender struct {
 	link.Link
-	bufs  [][]byte
-	free  int // bufs[:free] are free; the rest lent or sent
-	lent  [][]byte
-	sent  []byte // each frame's one byte
-	sends int
+	bufs [][]byte
+	free int // bufs[:free] are free; the rest lent or sent
+	lent [][]byte
+	sent []byte // each frame's one byte
 }
 
 func (f *fakeTxLender) TxBufLen() int { return len(f.bufs[0]) }
@@ -32,7 +31,6 @@ func (f *fakeTxLender) ReserveTx(bufs [][]byte) int {
 }
 
 func (f *fakeTxLender) SendTx(frames [][]byte) (int, error) {
-	f.sends++
 	for i, fr := range frames {
 		if unsafe.SliceData(fr) != unsafe.SliceData(f.lent[i]) {
 			panic("frame not built in its lent buffer")
