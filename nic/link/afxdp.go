@@ -97,18 +97,17 @@ func NewAFXDP(opts AFXDPOptions) (_ *AFXDP, err error) {
 	if so.TxSpan == 0 {
 		// TX buffers of as many chunks as the largest frame needs, lent
 		// whole to the engine (TxLender).
-		fs, nf := cmp.Or(so.FrameSize, xsk.DefaultFrameSize), cmp.Or(so.NumFrames, xsk.DefaultNumFrames)
-		if span := (l.frameCap() + fs - 1) / fs; span <= xsk.MaxTxSpan && nf/2 >= span && so.TxFrames%span == 0 {
+		fs := cmp.Or(so.FrameSize, xsk.DefaultFrameSize)
+		if span := (l.frameCap() + fs - 1) / fs; span <= xsk.MaxTxSpan && so.TxFrames%span == 0 {
 			so.TxSpan = span
-			if so.TxFrames == 0 {
-				so.TxFrames = nf / 2 / span * span
-			}
-			l.txLen = span * fs
 		}
 	}
 	l.sock, err = xsk.New(ifc.Index, opts.Queue, so)
 	if err != nil {
 		return nil, fmt.Errorf("%w: AF_XDP socket on %s queue %d: %w", ErrUnavailable, ifc.Name, opts.Queue, err)
+	}
+	if n := l.sock.TxBufLen(); n >= l.frameCap() {
+		l.txLen = n // a buffer holds any frame: lend them
 	}
 	if err := l.att.RegisterSocket(opts.Queue, l.sock.FD()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)

@@ -284,6 +284,41 @@ func TestAFXDPSendTx(t *testing.T) {
 	}
 }
 
+// TestAFXDPTxBufLen: the link lends transmit buffers only when one holds
+// its largest frame: by default it asks xsk for buffers of as many chunks
+// as that needs; with a TxSpan of the caller's too short for it, it copies.
+func TestAFXDPTxBufLen(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4096 + 128})
+	for _, tc := range []struct {
+		name string
+		opts xsk.Options
+		want int
+	}{
+		{"default", xsk.Options{}, 2 * xsk.DefaultFrameSize},
+		{"2K chunks", xsk.Options{FrameSize: 2048, MultiBuffer: true}, 3 * 2048},
+		{"TxSpan 1", xsk.Options{TxSpan: 1}, 0},
+		{"TxFrames not whole buffers", xsk.Options{NumFrames: 64, TxFrames: 15}, 0},
+	} {
+		var l *AFXDP
+		if err := p.A.Do(func() (err error) {
+			l, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode, Socket: tc.opts})
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := l.TxBufLen()
+		bufs := make([][]byte, 1)
+		lent := l.ReserveTx(bufs)
+		if lent > 0 {
+			l.SendTx(nil) // back unsent
+		}
+		l.Close()
+		if got != tc.want || (lent > 0) != (tc.want > 0) {
+			t.Errorf("%s: TxBufLen %d, ReserveTx lent %d; want %d", tc.name, got, lent, tc.want)
+		}
+	}
+}
+
 // TestAFXDPCloseWaitsForSendTx: Close does not unmap transmit buffers that are
 // lent; it returns once SendTx takes them back, and ReserveTx then lends
 // none. An owner holding lent buffers may call BeforeWait, and while Close

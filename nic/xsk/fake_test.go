@@ -596,10 +596,21 @@ func TestFakeTxSpan(t *testing.T) {
 	if c := s.Counters(); c.FramesTxFree != s.cfg.TxFrames {
 		t.Fatalf("TX pool not home: %+v", c)
 	}
+	if s.TxBufLen() != 2*fs {
+		t.Errorf("TxBufLen %d, want %d", s.TxBufLen(), 2*fs)
+	}
+	// TxFrames' default is half the UMEM in whole buffers.
+	for _, tc := range []struct{ num, span, want int }{{16, 3, 6}, {4096, 3, 2046}, {4096, 2, 2048}, {17, 1, 8}} {
+		c, err := Options{NumFrames: tc.num, TxSpan: tc.span, MultiBuffer: true}.config()
+		if err != nil || c.TxFrames != tc.want {
+			t.Errorf("NumFrames %d, TxSpan %d: TxFrames %d (%v), want %d", tc.num, tc.span, c.TxFrames, err, tc.want)
+		}
+	}
 	for _, bad := range []Options{
 		{TxSpan: 2, NumFrames: 16, TxFrames: 8},                    // no MultiBuffer
 		{TxSpan: 3, NumFrames: 16, TxFrames: 8, MultiBuffer: true}, // does not divide TxFrames
 		{TxSpan: MaxTxSpan + 1, NumFrames: 64, TxFrames: 36, MultiBuffer: true},
+		{TxSpan: 3, NumFrames: 5, MultiBuffer: true}, // no whole buffer in half the UMEM
 	} {
 		if _, err := bad.config(); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", bad, err)

@@ -13,13 +13,14 @@ type Options struct {
 	// NumFrames is the UMEM size in chunks (default DefaultNumFrames). The UMEM
 	// is pinned memory: see New about RLIMIT_MEMLOCK.
 	NumFrames int
-	// TxFrames is how many of NumFrames serve transmit (default NumFrames/2);
+	// TxFrames is how many of NumFrames serve transmit (default NumFrames/2,
+	// rounded down to a multiple of TxSpan);
 	// the others feed the fill ring. The two pools never lend frames to each
 	// other, so a burst on one side cannot starve the other.
 	TxFrames int
 	// TxSpan is how many consecutive chunks make one TX buffer (default 1,
 	// at most MaxTxSpan; TxFrames must be a multiple of it, and above 1 it
-	// needs MultiBuffer). NextTxFrames lends a buffer as one slice, which
+	// needs MultiBuffer); Socket.TxBufLen is the buffer's length. NextTxFrames lends a buffer as one slice, which
 	// SubmitTx sends as a chain of one descriptor per chunk it covers: a
 	// frame larger than a chunk (RoCE MTU 4096) is built in place in one
 	// piece. Transmit takes a buffer per TxSpan chunks of a frame.
@@ -103,19 +104,22 @@ func (o Options) config() (config, error) {
 	if c.NumFrames < 2 || c.NumFrames > MaxNumFrames {
 		return bad("NumFrames %d: must be 2..%d", o.NumFrames, MaxNumFrames)
 	}
-	if c.TxFrames == 0 {
-		c.TxFrames = c.NumFrames / 2
-	}
-	if c.TxFrames < 1 || c.TxFrames >= c.NumFrames {
-		return bad("TxFrames %d: must be 1..NumFrames-1 (%d)", o.TxFrames, c.NumFrames-1)
-	}
-	c.rxFrames = c.NumFrames - c.TxFrames
 	if c.TxSpan == 0 {
 		c.TxSpan = 1
 	}
-	if c.TxSpan < 1 || c.TxSpan > MaxTxSpan || c.TxFrames%c.TxSpan != 0 || c.TxSpan > 1 && !c.MultiBuffer {
-		return bad("TxSpan %d: must be 0 or 1..%d, divide TxFrames (%d), and above 1 have MultiBuffer", o.TxSpan, MaxTxSpan, c.TxFrames)
+	if c.TxSpan < 1 || c.TxSpan > MaxTxSpan || c.TxSpan > 1 && !c.MultiBuffer {
+		return bad("TxSpan %d: must be 0 or 1..%d, and above 1 have MultiBuffer", o.TxSpan, MaxTxSpan)
 	}
+	if c.TxFrames == 0 {
+		c.TxFrames = c.NumFrames / 2 / c.TxSpan * c.TxSpan // whole buffers
+	}
+	if c.TxFrames < 1 || c.TxFrames >= c.NumFrames {
+		return bad("TxFrames %d: must be 1..NumFrames-1 (%d)", c.TxFrames, c.NumFrames-1)
+	}
+	if c.TxFrames%c.TxSpan != 0 {
+		return bad("TxFrames %d: must be a multiple of TxSpan (%d)", c.TxFrames, c.TxSpan)
+	}
+	c.rxFrames = c.NumFrames - c.TxFrames
 	for _, r := range []struct {
 		name string
 		v    *int

@@ -396,6 +396,9 @@ func (s *Socket) FD() int {
 // FrameSize returns the UMEM chunk size.
 func (s *Socket) FrameSize() int { return s.cfg.FrameSize }
 
+// TxBufLen is the length of the buffers NextTxFrames lends: TxSpan chunks.
+func (s *Socket) TxBufLen() int { return s.cfg.TxSpan * s.cfg.FrameSize }
+
 // MaxTxLen returns the largest frame Transmit accepts: one chunk, or
 // MaxSegments chunks (bounded by the TX ring and pool) with MultiBuffer.
 func (s *Socket) MaxTxLen() int { return s.maxSegs * s.cfg.FrameSize }

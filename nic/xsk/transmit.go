@@ -37,15 +37,14 @@ func (s *Socket) NextTxFrames(frames []TxFrame) int {
 	if s.txFreeN < want {
 		s.reap()
 	}
-	span := s.cfg.TxSpan
-	n := min(want, s.txFreeN, int(s.txSlots(want*span))/span)
+	n := s.txRoom(want)
 	if n == 0 && want > 0 {
 		// Every buffer may wait in the TX ring for a sendto() that pushes it
 		// (copy mode sends from nothing else): kick, as Transmit does on
 		// every call, or a caller that only reserves would wait for good.
 		// A failed kick leaves the ring as it was; SubmitTx reports it.
 		_ = s.kick()
-		n = min(want, s.txFreeN, int(s.txSlots(want*span))/span)
+		n = s.txRoom(want)
 	}
 	if n < want {
 		s.ctr.TxRingFull++
@@ -54,11 +53,18 @@ func (s *Socket) NextTxFrames(frames []TxFrame) int {
 		f := s.popTx()
 		s.state[f] = stTxReserved
 		lo := uint64(f) << s.cfg.shift
-		hi := lo + uint64(span*s.cfg.FrameSize)
+		hi := lo + uint64(s.cfg.TxSpan*s.cfg.FrameSize)
 		frames[i] = TxFrame{Buf: s.umem[lo:hi:hi], frame: f}
 	}
 	s.txReserved += n
 	return n
+}
+
+// txRoom is how many of want TX buffers are free with ring slots for
+// their chunks.
+func (s *Socket) txRoom(want int) int {
+	span := s.cfg.TxSpan
+	return min(want, s.txFreeN, int(s.txSlots(want*span))/span)
 }
 
 // CancelTx returns reserved frames unsent. Frames not reserved are ignored.
