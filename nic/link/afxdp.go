@@ -20,8 +20,9 @@ type AFXDPOptions struct {
 	Mode      bpf.AttachMode // generic by default: on veth it costs kernel traffic far less (PLATFORM 10)
 	// Socket tunes the AF_XDP socket; zero fields take xsk's defaults, but for
 	// TxSpan, which takes as many chunks as the interface's largest frame
-	// needs, so that the link lends whole frames (TxLender). MultiBuffer is
-	// always on: RoCE MTU 4096 needs frames larger than one UMEM chunk.
+	// needs. The link lends its transmit buffers (TxLender) when one holds
+	// that frame, and copies frames in otherwise. MultiBuffer is always on:
+	// RoCE MTU 4096 needs frames larger than one UMEM chunk.
 	Socket xsk.Options
 	// Attachment, when set, is an XDP attachment the caller owns and shares among the
 	// links of several queues; otherwise the link attaches the program and detaches
