@@ -14,16 +14,17 @@ type Options struct {
 	// is pinned memory: see New about RLIMIT_MEMLOCK.
 	NumFrames int
 	// TxFrames is how many of NumFrames serve transmit (default NumFrames/2,
-	// rounded down to a multiple of TxSpan);
-	// the others feed the fill ring. The two pools never lend frames to each
-	// other, so a burst on one side cannot starve the other.
+	// rounded down to whole TX buffers); the others feed the fill ring. The
+	// two pools never lend frames to each other, so a burst on one side
+	// cannot starve the other.
 	TxFrames int
 	// TxSpan is how many consecutive chunks make one TX buffer (default 1,
 	// at most MaxTxSpan; TxFrames must be a multiple of it, and above 1 it
-	// needs MultiBuffer); Socket.TxBufLen is the buffer's length. NextTxFrames lends a buffer as one slice, which
-	// SubmitTx sends as a chain of one descriptor per chunk it covers: a
-	// frame larger than a chunk (RoCE MTU 4096) is built in place in one
-	// piece. Transmit takes a buffer per TxSpan chunks of a frame.
+	// needs MultiBuffer; Socket.TxBufLen is the buffer's length).
+	// NextTxFrames lends a buffer as one slice, which SubmitTx sends as a
+	// chain of one descriptor per chunk it covers: a frame larger than a
+	// chunk (RoCE MTU 4096) is built in place in one piece. Transmit takes a
+	// buffer per TxSpan chunks of a frame.
 	TxSpan int
 
 	// Ring sizes, powers of two. Defaults: FillRingSize and RxRingSize are the
