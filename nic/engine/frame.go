@@ -207,19 +207,10 @@ func (t *txBatch) flush(l link.Link, c *counters, ec *engineCounters) int {
 		return 0
 	}
 	k, err := l.WriteBatch(t.frames[:t.n])
-	ec.inc(EngTxBatches)
-	if err != nil {
-		// A closed or failed link takes nothing; the frames are lost, as on a wire.
-		// An AF_XDP socket whose interface is down refuses each batch (sendto
-		// ENETDOWN, xsk.ErrLinkDown; what it queued leaves when the link is back,
-		// stale, and the responder takes it as duplicates, C9-105): send_err, per
-		// frame. link_downed counts the port going down (SetPortState).
-		c.add(CntSendErr, uint64(t.n))
+	if k = countSent(c, ec, t.n, k, err); err != nil {
 		t.n = 0
 		return 0
 	}
-	c.add(CntSentPkts, uint64(k))
-	ec.add(EngTxFrames, uint64(k))
 	for i := k; i < t.n; i++ {
 		t.bufs[i-k], t.bufs[i] = t.bufs[i], t.bufs[i-k]
 		t.frames[i-k] = t.frames[i]
@@ -242,13 +233,26 @@ func (t *txBatch) flushLent(c *counters, ec *engineCounters) int {
 	if n == 0 {
 		return 0
 	}
+	if k = countSent(c, ec, n, k, err); err == nil {
+		c.add(CntSendErr, uint64(n-k)) // none, as the link promises
+	}
+	return k
+}
+
+// countSent counts a batch of n frames handed to the link, k of them taken,
+// and returns k, or 0 when err says the link took none. A closed or failed
+// link takes nothing; the frames are lost, as on a wire. An AF_XDP socket
+// whose interface is down refuses each batch (sendto ENETDOWN,
+// xsk.ErrLinkDown; what it queued leaves when the link is back, stale, and the
+// responder takes it as duplicates, C9-105): send_err, per frame. link_downed
+// counts the port going down (SetPortState).
+func countSent(c *counters, ec *engineCounters, n, k int, err error) int {
 	ec.inc(EngTxBatches)
 	if err != nil {
 		c.add(CntSendErr, uint64(n))
 		return 0
 	}
 	c.add(CntSentPkts, uint64(k))
-	c.add(CntSendErr, uint64(n-k)) // none, as the link promises
 	ec.add(EngTxFrames, uint64(k))
 	return k
 }
