@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
+	"github.com/xrnic/xrnic/nic/link"
 )
 
 // TestCompare runs bench compare briefly and checks that it printed every
@@ -29,6 +31,7 @@ func TestCompare(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	want := []string{"raw AF_XDP native XDP, 4096 B", "raw AF_XDP generic XDP, 64 B", "UDP sockets (mmsg), 4096 B",
+		"raw AF_XDP native XDP, 4096 B payload, again", "raw AF_XDP generic XDP, 64 B payload, again",
 		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy", "ping-pong 64 B, udp-blocking",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 ", "write_bw -s 64 --busy-poll",
 		"write_bw -s 65536 -q 16 --queues 2", "send_bw -s 65536 -q 16 --queues 2", "write_bw -s 64 -q 16 --queues 2",
@@ -106,6 +109,35 @@ func TestBestOf(t *testing.T) {
 		if err := run(context.Background(), []string{"compare", "--best-of", n}, &out, &out); !errors.Is(err, errUsage) {
 			t.Errorf("--best-of %s: %v, want a usage error", n, err)
 		}
+	}
+}
+
+// TestRawBars: the bars are the faster of raw AF_XDP's two rounds, whichever
+// came first, and of its two XDP modes; a row held before the second round
+// prints its ratio against the bar that round set.
+func TestRawBars(t *testing.T) {
+	at := func(fps float64) link.ReceiveResult {
+		return link.ReceiveResult{Frames: int(fps), Elapsed: time.Second}
+	}
+	slow := map[string]link.ReceiveResult{"native4096": at(100e3), "generic4096": at(200e3), "native64": at(0.5e6), "generic64": at(0.4e6)}
+	fast := map[string]link.ReceiveResult{"native4096": at(400e3), "generic4096": at(300e3), "native64": at(0.6e6), "generic64": at(0.9e6)}
+	wantMBps, wantMpps := perftestMBps(400e3*4096*8/1e9), 0.9
+	for _, rounds := range [][]map[string]link.ReceiveResult{{slow, fast}, {fast, slow}} {
+		raw := map[string]link.ReceiveResult{}
+		for _, round := range rounds {
+			for k, r := range round {
+				keepFaster(raw, k, r)
+			}
+		}
+		if mbps, mpps := rawBars(raw); math.Abs(mbps-wantMBps) > 1e-9 || math.Abs(mpps-wantMpps) > 1e-9 {
+			t.Errorf("bars %v MB/s, %v M/s; want %v, %v", mbps, mpps, wantMBps, wantMpps)
+		}
+	}
+	var bar float64
+	h := heldRow{"%.2f %.2f %s", []any{3.0, per{3, &bar}, "x"}}
+	bar = 2
+	if got := fmt.Sprintf(h.format, h.args()...); got != "3.00 1.50 x" {
+		t.Errorf("held row %q, want %q", got, "3.00 1.50 x")
 	}
 }
 

@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, out, errw io.Writer) error {
 	case "link":
 		return runLink(args, out)
 	case "compare":
-		return runCompare(ctx, args, out)
+		return runCompare(ctx, args, out, errw)
 	case "rc_pingpong", "uc_pingpong", "ud_pingpong", "srq_pingpong":
 		return runPingpong(ctx, pingpong.Kind(args[0]), args[1:], out, errw)
 	case "rping":
