@@ -32,6 +32,7 @@ func TestCompare(t *testing.T) {
 	}
 	want := []string{"raw AF_XDP native XDP, 4096 B", "raw AF_XDP generic XDP, 64 B", "UDP sockets (mmsg), 4096 B",
 		"raw AF_XDP native XDP, 4096 B payload, again", "raw AF_XDP generic XDP, 64 B payload, again",
+		"ping-pong 64 B, afxdp-busy, again", "ping-pong 64 B, udp-blocking, again",
 		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy", "ping-pong 64 B, udp-blocking",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 ", "write_bw -s 64 --busy-poll",
 		"write_bw -s 65536 -q 16 --queues 2", "send_bw -s 65536 -q 16 --queues 2", "write_bw -s 64 -q 16 --queues 2",
@@ -112,10 +113,11 @@ func TestBestOf(t *testing.T) {
 	}
 }
 
-// TestRawBars: the bars are the faster of raw AF_XDP's two rounds, whichever
-// came first, and of its two XDP modes; a row held before the second round
-// prints its ratio against the bar that round set.
-func TestRawBars(t *testing.T) {
+// TestBaselineBars: the bars are the faster of the baselines' two rounds,
+// whichever came first (raw AF_XDP's and the ping-pongs'), and of raw
+// AF_XDP's two XDP modes; a row held before the second round prints its ratio
+// against the bar that round set.
+func TestBaselineBars(t *testing.T) {
 	at := func(fps float64) link.ReceiveResult {
 		return link.ReceiveResult{Frames: int(fps), Elapsed: time.Second}
 	}
@@ -131,6 +133,15 @@ func TestRawBars(t *testing.T) {
 		}
 		if mbps, mpps := rawBars(raw); math.Abs(mbps-wantMBps) > 1e-9 || math.Abs(mpps-wantMpps) > 1e-9 {
 			t.Errorf("bars %v MB/s, %v M/s; want %v, %v", mbps, mpps, wantMBps, wantMpps)
+		}
+	}
+	for _, rounds := range [][]time.Duration{{5, 3}, {3, 5}} {
+		rtt := map[string]rttPercentiles{}
+		for _, p50 := range rounds {
+			keepShorter(rtt, "afxdp-busy", rttPercentiles{p50: p50, p99: 2 * p50})
+		}
+		if got := rtt["afxdp-busy"]; got != (rttPercentiles{p50: 3, p99: 6}) {
+			t.Errorf("rounds %v: kept %+v, want the shorter median with its own tail", rounds, got)
 		}
 	}
 	var bar float64
