@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -24,16 +23,18 @@ func TestCompare(t *testing.T) {
 	t.Setenv("BENCH_TEST_MAIN", "1") // the children bench runs are this binary
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
+	var out, progress bytes.Buffer
 	// 16 QPs, not 256: under -race's slowdown 256 QPs collapse even at two
 	// WRITEs each (retry exceeded: the performance issue's note).
-	if err := run(ctx, []string{"compare", "--duration", "300ms", "--scale", "0.01", "--qps", "16"}, &out, &out); err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
+	if err := run(ctx, []string{"compare", "--duration", "300ms", "--scale", "0.01", "--qps", "16"}, &out, &progress); err != nil {
+		t.Fatalf("%v\n%s%s", err, out.String(), progress.String())
 	}
-	want := []string{"raw AF_XDP native XDP, 4096 B", "raw AF_XDP generic XDP, 64 B", "UDP sockets (mmsg), 4096 B",
+	// Each baseline row of the first round (its name followed by spaces)
+	// and of the second (", again").
+	want := []string{"raw AF_XDP native XDP, 4096 B payload ", "raw AF_XDP generic XDP, 64 B payload ", "UDP sockets (mmsg), 4096 B",
 		"raw AF_XDP native XDP, 4096 B payload, again", "raw AF_XDP generic XDP, 64 B payload, again",
 		"ping-pong 64 B, afxdp-busy, again", "ping-pong 64 B, udp-blocking, again",
-		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy", "ping-pong 64 B, udp-blocking",
+		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy ", "ping-pong 64 B, udp-blocking ",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 ", "write_bw -s 64 --busy-poll",
 		"write_bw -s 65536 -q 16 --queues 2", "send_bw -s 65536 -q 16 --queues 2", "write_bw -s 64 -q 16 --queues 2",
 		"write_lat -s 2, typical", "send_lat -s 2 --busy-poll, typical", "read_lat -s 2, typical"}
@@ -70,6 +71,11 @@ func TestCompare(t *testing.T) {
 		if strings.Contains(l, "same percentile") && firstNumber(strings.Fields(strings.ReplaceAll(l, "x ", " "))) <= 0 {
 			t.Errorf("%q: no positive ratio", l)
 		}
+	}
+	// xrnic's rows print at the end; each run is named on the other
+	// writer as it starts.
+	if strings.Contains(out.String(), "measuring:") || !strings.Contains(progress.String(), "measuring: write_bw -s 65536") {
+		t.Errorf("progress lines: %d in the table, %q apart", strings.Count(out.String(), "measuring:"), progress.String())
 	}
 	if t.Failed() {
 		t.Log(out.String())
@@ -115,8 +121,7 @@ func TestBestOf(t *testing.T) {
 
 // TestBaselineBars: the bars are the faster of the baselines' two rounds,
 // whichever came first (raw AF_XDP's and the ping-pongs'), and of raw
-// AF_XDP's two XDP modes; a row held before the second round prints its ratio
-// against the bar that round set.
+// AF_XDP's two XDP modes.
 func TestBaselineBars(t *testing.T) {
 	at := func(fps float64) link.ReceiveResult {
 		return link.ReceiveResult{Frames: int(fps), Elapsed: time.Second}
@@ -128,7 +133,7 @@ func TestBaselineBars(t *testing.T) {
 		raw := map[string]link.ReceiveResult{}
 		for _, round := range rounds {
 			for k, r := range round {
-				keepFaster(raw, k, r)
+				keepBetter(raw, k, r, fasterFlood)
 			}
 		}
 		if mbps, mpps := rawBars(raw); math.Abs(mbps-wantMBps) > 1e-9 || math.Abs(mpps-wantMpps) > 1e-9 {
@@ -138,17 +143,11 @@ func TestBaselineBars(t *testing.T) {
 	for _, rounds := range [][]time.Duration{{5, 3}, {3, 5}} {
 		rtt := map[string]rttPercentiles{}
 		for _, p50 := range rounds {
-			keepShorter(rtt, "afxdp-busy", rttPercentiles{p50: p50, p99: 2 * p50})
+			keepBetter(rtt, "afxdp-busy", rttPercentiles{p50: p50, p99: 2 * p50}, shorterRTT)
 		}
 		if got := rtt["afxdp-busy"]; got != (rttPercentiles{p50: 3, p99: 6}) {
 			t.Errorf("rounds %v: kept %+v, want the shorter median with its own tail", rounds, got)
 		}
-	}
-	var bar float64
-	h := heldRow{"%.2f %.2f %s", []any{3.0, per{3, &bar}, "x"}}
-	bar = 2
-	if got := fmt.Sprintf(h.format, h.args()...); got != "3.00 1.50 x" {
-		t.Errorf("held row %q, want %q", got, "3.00 1.50 x")
 	}
 }
 

@@ -28,7 +28,9 @@
 // measures, in one run on one veth pair, the baselines (raw AF_XDP with a
 // pinned, busy-polling receiver in native and generic XDP, UDP sockets, kernel
 // TCP with iperf3, ping-pong round trips) and xrnic's perftest figures, and
-// prints each figure as a ratio to its baseline (make bench-compare).
+// prints each figure as a ratio to its baseline (make bench-compare). Raw
+// AF_XDP and the ping-pongs are measured again after xrnic's runs, and the
+// better of the two rounds is the bar.
 //
 // Every failure is one line on stderr, "bench: ...", and a non-zero exit.
 package main
