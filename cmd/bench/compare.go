@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,17 @@ func runCompare(ctx context.Context, args []string, out, progress io.Writer) err
 	if *queues < 1 || *queues > 64 {
 		return fmt.Errorf("--queues %d outside 1..64 (%w)", *queues, errUsage)
 	}
+	for _, q := range *qps {
+		if q < 1 || q > maxCompareQPs {
+			return fmt.Errorf("--qps %d outside 1..%d (%w)", q, maxCompareQPs, errUsage)
+		}
+	}
+	if *dur <= 0 {
+		return fmt.Errorf("--duration %v: not a time (%w)", *dur, errUsage)
+	}
+	if !(*scale > 0) || math.IsInf(*scale, 0) {
+		return fmt.Errorf("--scale %v: not a positive number (%w)", *scale, errUsage)
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("bench compare needs root: it creates namespaces, a veth pair and attaches XDP")
 	}
@@ -92,6 +104,9 @@ type comparison struct {
 	// only at the end.
 	progress io.Writer
 }
+
+// maxCompareQPs bounds --qps, as perftest bounds -q.
+const maxCompareQPs = 16384
 
 // maxBestOf bounds --best-of: 10 runs of the table take half an hour.
 const maxBestOf = 10

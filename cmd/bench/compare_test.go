@@ -84,7 +84,8 @@ func TestCompare(t *testing.T) {
 
 // TestBestOf: bench compare keeps the best of its runs of a measurement (the
 // highest rate, the lowest latency) wherever it falls among them, and stops
-// at the first error; --best-of outside 1..maxBestOf is a usage error.
+// at the first error; --best-of outside 1..maxBestOf is a usage error, as
+// is every other option outside its range.
 func TestBestOf(t *testing.T) {
 	higher := func(a, b float64) bool { return a > b }
 	lower := func(a, b float64) bool { return a < b }
@@ -111,10 +112,14 @@ func TestBestOf(t *testing.T) {
 	if !errors.Is(err, boom) || calls != 2 {
 		t.Errorf("a failing second run: %v after %d runs, want boom after 2", err, calls)
 	}
-	for _, n := range []string{"0", "11"} {
+	// Like --best-of, every option outside its range is a usage error
+	// before anything runs (--qps 0 divided by zero, after the baselines).
+	for _, a := range [][]string{{"--best-of", "0"}, {"--best-of", "11"}, {"--qps", "0"}, {"--qps", "16,-1"},
+		{"--qps", "16385"}, {"--duration", "0s"}, {"--duration", "-1s"}, {"--scale", "0"}, {"--scale", "NaN"},
+		{"--scale", "+Inf"}, {"--queues", "0"}} {
 		var out bytes.Buffer
-		if err := run(context.Background(), []string{"compare", "--best-of", n}, &out, &out); !errors.Is(err, errUsage) {
-			t.Errorf("--best-of %s: %v, want a usage error", n, err)
+		if err := run(context.Background(), append([]string{"compare"}, a...), &out, &out); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", a, err)
 		}
 	}
 }

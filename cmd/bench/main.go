@@ -212,8 +212,11 @@ func runLink(args []string, out io.Writer) error {
 	}
 	for _, s := range *sizes {
 		if s < 0 || s > 4096 {
-			return fmt.Errorf("payload size %d outside 0..4096", s)
+			return fmt.Errorf("payload size %d outside 0..4096 (%w)", s, errUsage)
 		}
+	}
+	if *dur <= 0 {
+		return fmt.Errorf("--duration %v: not a time (%w)", *dur, errUsage)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("bench link needs root: it creates namespaces, a veth pair and attaches XDP")

@@ -28,7 +28,8 @@ func runBench(args ...string) (string, error) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"nope_bw"}, {"-x"}, {"link", "--nope"}, {"link", "--xdp-mode", "turbo"}} {
+	for _, args := range [][]string{{"nope_bw"}, {"-x"}, {"link", "--nope"}, {"link", "--xdp-mode", "turbo"},
+		{"link", "--sizes", "-1"}, {"link", "--duration", "0s"}} {
 		if _, err := runBench(args...); !errors.Is(err, errUsage) {
 			t.Errorf("run(%q) = %v, want a usage error", args, err)
 		}
