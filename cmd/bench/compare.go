@@ -139,11 +139,14 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	// moment of the host under the first round alone would flatter every
 	// ratio (issue 20).
 	raw := map[string]link.ReceiveResult{}
-	if err := c.rawAFXDP(raw, row, ""); err != nil {
+	if err := c.rawAFXDP(ctx, raw, row, ""); err != nil {
 		return err
 	}
 	for _, k := range []link.Kind{link.KindUDP, link.KindUDPGSO} {
 		for _, size := range []int{4096, 64} {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			r, err := c.flood(k, bpf.AttachGeneric, size)
 			if err != nil {
 				return fmt.Errorf("UDP sockets (%s), %d B: %w", k, size, err)
@@ -175,7 +178,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		row("%-44s %10.3f Gb/s %8.2fx alone", "  with xrnic's XDP program, "+m.name, r.gbps, r.gbps/tcp.gbps)
 	}
 	rtt := map[string]rttPercentiles{}
-	if err := c.pingPongs(rtt, row, ""); err != nil {
+	if err := c.pingPongs(ctx, rtt, row, ""); err != nil {
 		return err
 	}
 
@@ -311,10 +314,10 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		}
 	}
 	// The baselines' second round, then the bars and xrnic's rows.
-	if err := c.rawAFXDP(raw, row, ", again"); err != nil {
+	if err := c.rawAFXDP(ctx, raw, row, ", again"); err != nil {
 		return err
 	}
-	if err := c.pingPongs(rtt, row, ", again"); err != nil {
+	if err := c.pingPongs(ctx, rtt, row, ", again"); err != nil {
 		return err
 	}
 	printHeld()
@@ -423,12 +426,15 @@ func openLink(e *testenv.Endpoint, k link.Kind, am bpf.AttachMode) (l link.Link,
 // rawAFXDP floods raw AF_XDP frames of 4 KiB and 64 B payloads, native and
 // generic XDP, prints each figure (its row name ending in suffix) and keeps in
 // raw the better (fasterFlood) of it and what raw held under the same key.
-func (c *comparison) rawAFXDP(raw map[string]link.ReceiveResult, row func(string, ...any), suffix string) error {
+func (c *comparison) rawAFXDP(ctx context.Context, raw map[string]link.ReceiveResult, row func(string, ...any), suffix string) error {
 	for _, m := range []struct {
 		name string
 		mode bpf.AttachMode
 	}{{"native", bpf.AttachNative}, {"generic", bpf.AttachGeneric}} {
 		for _, size := range []int{4096, 64} {
+			if err := ctx.Err(); err != nil { // a measurement does not watch ctx: stop between them
+				return err
+			}
 			r, err := c.flood(link.KindAFXDP, m.mode, size)
 			if err != nil {
 				return fmt.Errorf("raw AF_XDP, %s XDP, %d B: %w", m.name, size, err)
@@ -444,8 +450,11 @@ func (c *comparison) rawAFXDP(raw map[string]link.ReceiveResult, row func(string
 // pingPongs measures the baselines' round trips (pingPong), prints each (its
 // row name ending in suffix) and keeps in rtt the better (shorterRTT) of it
 // and what rtt held.
-func (c *comparison) pingPongs(rtt map[string]rttPercentiles, row func(string, ...any), suffix string) error {
+func (c *comparison) pingPongs(ctx context.Context, rtt map[string]rttPercentiles, row func(string, ...any), suffix string) error {
 	for _, k := range []string{"afxdp-busy", "udp-busy", "udp-blocking"} {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		d, err := c.pingPong(k)
 		if err != nil {
 			return fmt.Errorf("ping-pong %s: %w", k, err)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +81,64 @@ func TestCompare(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(out.String())
+	}
+}
+
+// cancelAt is a progress writer that cancels a run at its nth xrnic run.
+type cancelAt struct {
+	n      int
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	seen   int
+}
+
+func (w *cancelAt) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen += bytes.Count(b, []byte("measuring:")); w.seen >= w.n {
+		w.cancel()
+	}
+	return len(b), nil
+}
+
+// TestCompareStops: a cancelled compare stops between measurements, and the
+// xrnic rows it has print, against the first round's bars, under a line that
+// says so; cancelled before it starts, it prints no baseline.
+func TestCompareStops(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "iperf3")
+	t.Setenv("BENCH_TEST_MAIN", "1")
+	args := []string{"compare", "--duration", "300ms", "--scale", "0.01", "--qps", "16", "--queues", "1"}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out bytes.Buffer
+	if err := run(ctx, args, &out, io.Discard); !errors.Is(err, context.Canceled) || strings.Contains(out.String(), "raw AF_XDP") {
+		t.Errorf("cancelled before it started: %v\n%s", err, out.String())
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out.Reset()
+	err := run(ctx, args, &out, &cancelAt{n: 2, cancel: cancel})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled at the second xrnic run: %v\n%s", err, out.String())
+	}
+	o := out.String()
+	if !strings.Contains(o, "(the run stopped") || strings.Contains(o, ", again") {
+		t.Errorf("no word of the stop, or a second round:\n%s", o)
+	}
+	found := false
+	for _, l := range strings.Split(o, "\n") {
+		if w := "write_bw -s 65536 "; strings.HasPrefix(l, w) {
+			found = true
+			if firstNumber(strings.Fields(l[len(w):])) <= 0 {
+				t.Errorf("%q: no positive figure", l)
+			}
+		}
+	}
+	if !found || strings.Contains(o, "write_bw -s 65536 --busy-poll") {
+		t.Errorf("want the first xrnic run's row and not the second's:\n%s", o)
 	}
 }
 
