@@ -134,10 +134,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	row := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	row("%-44s %14s", "baseline", "value")
 
-	// The baselines. Raw AF_XDP and the ping-pongs are measured again after
-	// xrnic's runs and the faster of the two rounds is the bar: a slow
-	// moment of the host under the first round alone would flatter every
-	// ratio (issue 20).
+	// The baselines' first round (the package comment says why two).
 	raw := map[string]link.ReceiveResult{}
 	if err := c.rawAFXDP(ctx, raw, row, ""); err != nil {
 		return err
@@ -188,16 +185,14 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	var bestBW, bestRate float64
 	var held []func()
 	later := func(f func()) { held = append(held, f) }
-	printed := false
 	printHeld := func() {
 		bestBW, bestRate = rawBars(raw)
 		for _, f := range held {
 			f()
 		}
-		printed = true
 	}
 	defer func() {
-		if err != nil && !printed && len(held) > 0 {
+		if err != nil && len(held) > 0 {
 			row("(the run stopped: the ratios below are against the baselines' first round)")
 			printHeld()
 		}
