@@ -141,10 +141,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	}
 	for _, k := range []link.Kind{link.KindUDP, link.KindUDPGSO} {
 		for _, size := range []int{4096, 64} {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			r, err := c.flood(k, bpf.AttachGeneric, size)
+			r, err := c.flood(ctx, k, bpf.AttachGeneric, size)
 			if err != nil {
 				return fmt.Errorf("UDP sockets (%s), %d B: %w", k, size, err)
 			}
@@ -427,10 +424,7 @@ func (c *comparison) rawAFXDP(ctx context.Context, raw map[string]link.ReceiveRe
 		mode bpf.AttachMode
 	}{{"native", bpf.AttachNative}, {"generic", bpf.AttachGeneric}} {
 		for _, size := range []int{4096, 64} {
-			if err := ctx.Err(); err != nil { // a measurement does not watch ctx: stop between them
-				return err
-			}
-			r, err := c.flood(link.KindAFXDP, m.mode, size)
+			r, err := c.flood(ctx, link.KindAFXDP, m.mode, size)
 			if err != nil {
 				return fmt.Errorf("raw AF_XDP, %s XDP, %d B: %w", m.name, size, err)
 			}
@@ -447,10 +441,7 @@ func (c *comparison) rawAFXDP(ctx context.Context, raw map[string]link.ReceiveRe
 // and what rtt held.
 func (c *comparison) pingPongs(ctx context.Context, rtt map[string]rttPercentiles, row func(string, ...any), suffix string) error {
 	for _, k := range []string{"afxdp-busy", "udp-busy", "udp-blocking"} {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		d, err := c.pingPong(k)
+		d, err := c.pingPong(ctx, k)
 		if err != nil {
 			return fmt.Errorf("ping-pong %s: %w", k, err)
 		}
@@ -484,9 +475,15 @@ func keepBetter[T any](m map[string]T, key string, v T, better func(a, b T) bool
 	}
 }
 
-// flood is the best of c.bestOf floods (flood1) by frame rate.
-func (c *comparison) flood(k link.Kind, am bpf.AttachMode, size int) (link.ReceiveResult, error) {
-	return bestOf(c.bestOf, func() (link.ReceiveResult, error) { return c.flood1(k, am, size) }, fasterFlood)
+// flood is the best of c.bestOf floods (flood1) by frame rate. A flood does
+// not watch ctx; once ctx ends, no further one starts.
+func (c *comparison) flood(ctx context.Context, k link.Kind, am bpf.AttachMode, size int) (link.ReceiveResult, error) {
+	return bestOf(c.bestOf, func() (link.ReceiveResult, error) {
+		if err := ctx.Err(); err != nil {
+			return link.ReceiveResult{}, err
+		}
+		return c.flood1(k, am, size)
+	}, fasterFlood)
 }
 
 // flood1 sends RoCE SEND-only frames of size bytes of payload from B to A for
@@ -565,9 +562,14 @@ func (c *comparison) flood1(k link.Kind, am bpf.AttachMode, size int) (link.Rece
 type rttPercentiles struct{ p50, p99, p999 time.Duration }
 
 // pingPong is the best of c.bestOf ping-pongs (pingPong1) by median round
-// trip, with that run's tails.
-func (c *comparison) pingPong(kind string) (rttPercentiles, error) {
-	return bestOf(c.bestOf, func() (rttPercentiles, error) { return c.pingPong1(kind) }, shorterRTT)
+// trip, with that run's tails. Like flood, it starts none once ctx ends.
+func (c *comparison) pingPong(ctx context.Context, kind string) (rttPercentiles, error) {
+	return bestOf(c.bestOf, func() (rttPercentiles, error) {
+		if err := ctx.Err(); err != nil {
+			return rttPercentiles{}, err
+		}
+		return c.pingPong1(kind)
+	}, shorterRTT)
 }
 
 // pingPong1 measures the round trip of a 64-byte message between the ends:
