@@ -47,6 +47,15 @@ const compareMTU = 4200
 // as on iperf3's.
 const msgs64K = 30000
 
+// msgRateDepth is the send queue of the message rate's runs. At perftest's
+// own (-t 128, a CQE every 100 WRs: -Q 100) the poster has posted all it may
+// until the 100th WR completes, and the engine sends the last 28 while that
+// WR's ACK comes back, then waits for the next 100 posts: the rate is then the
+// poster's round trip, not the data path's. A deep queue keeps WRs waiting,
+// so the requester's window (128 PSNs, rxe's) is the bound, as a flood's ring
+// is the raw sender's.
+const msgRateDepth = "4096"
+
 func runCompare(ctx context.Context, args []string, out, progress io.Writer) error {
 	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -245,19 +254,24 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		}
 		later(func() { runRows(row, t.test, t.args, r, bestBW, bestRate, oneQP, tcp.cpuPerGB) })
 	}
-	// The message rate, and run to completion (the posting thread's CQ
-	// polls also drive the engine).
-	for _, busy := range []bool{false, true} {
-		args, name := []string{"-s", "64", "-n", n(600000)}, "write_bw -s 64 (message rate)"
-		if busy {
-			args, name = append(args, "--busy-poll"), "write_bw -s 64 --busy-poll"
-		}
+	// The message rate: at perftest's own send queue depth, and at a deep
+	// one (msgRateDepth), with and without run to completion (the posting
+	// thread's CQ polls also drive the engine).
+	for _, m := range []struct {
+		args []string
+		name string
+	}{
+		{nil, "write_bw -s 64 (perftest's depth, -t 128)"},
+		{[]string{"-t", msgRateDepth}, "write_bw -s 64 -t " + msgRateDepth + " (message rate)"},
+		{[]string{"-t", msgRateDepth, "--busy-poll"}, "write_bw -s 64 -t " + msgRateDepth + " --busy-poll"},
+	} {
+		args := append([]string{"-s", "64", "-n", n(600000)}, m.args...)
 		r, err := c.xrnic(ctx, "write_bw", args)
 		if err != nil {
 			return fmt.Errorf("write_bw %s: %w", strings.Join(args, " "), err)
 		}
 		later(func() {
-			row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B")
+			row("%-44s %9.3f Mpps %9.2fx %s", m.name, r.res["MsgRate"], r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B")
 		})
 	}
 	// The UDP link with GSO and GRO (--link udp-gso), against the same
@@ -282,12 +296,12 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 			}
 		})
 	}
-	r, err := c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000), "--link", "udp-gso"})
+	r, err := c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000), "-t", msgRateDepth, "--link", "udp-gso"})
 	if err != nil {
 		return fmt.Errorf("write_bw -s 64 --link udp-gso: %w", err)
 	}
 	later(func() {
-		row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 --link udp-gso", r.res["MsgRate"], r.res["MsgRate"]/udpRate, "UDP GSO/GRO 64 B")
+		row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 -t "+msgRateDepth+" --link udp-gso", r.res["MsgRate"], r.res["MsgRate"]/udpRate, "UDP GSO/GRO 64 B")
 		row("%-44s %9s %9.2fx %s", "", "", r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B") // issue 20's bar
 	})
 	// Latency: the engine goroutine's (against kernel UDP blocking), and
