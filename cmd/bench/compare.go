@@ -381,6 +381,10 @@ func latRows(row func(string, ...any), test string, args []string, r xrnicResult
 	typ := r.res["t_typical"]
 	row("%-44s %10.2f us %9.2fx %s", test+" "+strings.Join(append(args[:2:2], args[4:]...), " ")+", typical",
 		typ, typ/(us(base.p50)/way), baseName+wayName)
+	if acked, ok := rtt["afxdp-busy-acked"]; ok && way == 2 && slices.Contains(args, "--busy-poll") {
+		// Against the least an RC ping-pong puts on the wire (pingPong1).
+		row("%-44s %10s %9.2fx %s", "", "", typ/(us(acked.p50)/2), "raw AF_XDP busy with an ACK a turn, one way")
+	}
 	for _, p := range []struct {
 		name, key string
 		base      time.Duration
@@ -454,7 +458,7 @@ func (c *comparison) rawAFXDP(ctx context.Context, raw map[string]link.ReceiveRe
 // row name ending in suffix) and keeps in rtt the better (shorterRTT) of it
 // and what rtt held.
 func (c *comparison) pingPongs(ctx context.Context, rtt map[string]rttPercentiles, row func(string, ...any), suffix string) error {
-	for _, k := range []string{"afxdp-busy", "udp-busy", "udp-blocking"} {
+	for _, k := range []string{"afxdp-busy", "afxdp-busy-acked", "udp-busy", "udp-blocking"} {
 		d, err := c.pingPong(ctx, k)
 		if err != nil {
 			return fmt.Errorf("ping-pong %s: %w", k, err)
@@ -589,6 +593,14 @@ func (c *comparison) pingPong(ctx context.Context, kind string) (rttPercentiles,
 // pingPong1 measures the round trip of a 64-byte message between the ends:
 // raw AF_XDP frames with both ends busy-polling ("afxdp-busy"), or UDP
 // sockets read without blocking ("udp-busy") or blocking in recv.
+//
+// "afxdp-busy-acked" is afxdp-busy with a second frame in each turn, of an
+// ACK's size, sent in the same call ahead of the message: what an RC ping-pong
+// puts on the wire at the least. perftest's write_lat and send_lat wait for
+// their own WRITE's or SEND's completion, which the peer's ACK brings, before
+// they watch for the peer's, so each turn carries the reply and the ACK of
+// the message before it (an IBTA request acknowledges nothing of the other
+// direction: the ACK is a packet of its own).
 func (c *comparison) pingPong1(kind string) (rttPercentiles, error) {
 	const rounds = 20000
 	var send, recv [2]func() error // index 0: A, the initiator; 1: B, the echo
@@ -598,39 +610,42 @@ func (c *comparison) pingPong1(kind string) (rttPercentiles, error) {
 			f()
 		}
 	}()
-	if kind == "afxdp-busy" {
-		fa, err := testenv.RoCESendOnly(&c.p.A, &c.p.B, false, 0, make([]byte, 64))
-		if err != nil {
-			return rttPercentiles{}, err
-		}
-		fb, err := testenv.RoCESendOnly(&c.p.B, &c.p.A, false, 0, make([]byte, 64))
-		if err != nil {
-			return rttPercentiles{}, err
-		}
-		for i, e := range []*testenv.Endpoint{&c.p.A, &c.p.B} {
+	if kind == "afxdp-busy" || kind == "afxdp-busy-acked" {
+		ends := []*testenv.Endpoint{&c.p.A, &c.p.B}
+		for i, e := range ends {
+			out, err := turnFrames(kind, e, ends[1-i])
+			if err != nil {
+				return rttPercentiles{}, err
+			}
 			l, err := openLink(e, link.KindAFXDP, bpf.AttachNative)
 			if err != nil {
 				return rttPercentiles{}, err
 			}
 			closers = append(closers, func() { l.Close() })
-			out := [][]byte{fa}
-			if i == 1 {
-				out = [][]byte{fb}
+			bufs := make([][]byte, len(out))
+			for j := range bufs {
+				bufs[j] = make([]byte, 256)
 			}
-			bufs, sizes := [][]byte{make([]byte, 256)}, []int{0}
+			got := make([]int, len(out))
 			send[i] = func() error {
-				for {
-					if n, err := l.WriteBatch(out); n == 1 || err != nil {
+				for o := out; len(o) > 0; {
+					n, err := l.WriteBatch(o)
+					if err != nil {
 						return err
 					}
+					o = o[n:]
 				}
+				return nil
 			}
 			recv[i] = func() error {
-				for {
-					if n, err := l.ReadBatch(bufs, sizes); n == 1 || err != nil {
+				for k := 0; k < len(bufs); {
+					n, err := l.ReadBatch(bufs[k:], got[k:])
+					if err != nil {
 						return err
 					}
+					k += n
 				}
+				return nil
 			}
 		}
 	} else {
@@ -705,6 +720,26 @@ func (c *comparison) pingPong1(kind string) (rttPercentiles, error) {
 	slices.Sort(rtts)
 	at := func(q float64) time.Duration { return rtts[min(int(q*float64(len(rtts))), len(rtts)-1)] }
 	return rttPercentiles{at(0.5), at(0.99), at(0.999)}, nil
+}
+
+// turnFrames are the frames an end of an AF_XDP ping-pong (pingPong1) sends
+// from src to dst in its turn: the 64-byte message, after a frame of an ACK's
+// size for "afxdp-busy-acked". A SEND Only with 4 bytes of payload is as long
+// as an ACK (BTH 12, AETH 4, ICRC 4: 62 bytes with Ethernet, IPv4 and UDP).
+func turnFrames(kind string, src, dst *testenv.Endpoint) ([][]byte, error) {
+	sizes := []int{64}
+	if kind == "afxdp-busy-acked" {
+		sizes = []int{4, 64}
+	}
+	var out [][]byte
+	for _, size := range sizes {
+		f, err := testenv.RoCESendOnly(src, dst, false, 0, make([]byte, size))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // tcpResult is iperf3's figure and the CPU both its processes spent per GB.

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +18,7 @@ import (
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
 	"github.com/xrnic/xrnic/internal/testutil"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/testenv"
 )
 
 // TestCompare runs bench compare briefly and checks that it printed every
@@ -35,7 +39,7 @@ func TestCompare(t *testing.T) {
 	// and of the second (", again").
 	want := []string{"raw AF_XDP native XDP, 4096 B payload ", "raw AF_XDP generic XDP, 64 B payload ", "UDP sockets (mmsg), 4096 B",
 		"raw AF_XDP native XDP, 4096 B payload, again", "raw AF_XDP generic XDP, 64 B payload, again",
-		"ping-pong 64 B, afxdp-busy, again", "ping-pong 64 B, udp-blocking, again",
+		"ping-pong 64 B, afxdp-busy, again", "ping-pong 64 B, afxdp-busy-acked ", "ping-pong 64 B, afxdp-busy-acked, again", "ping-pong 64 B, udp-blocking, again",
 		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy ", "ping-pong 64 B, udp-blocking ",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 (perftest's depth", "write_bw -s 64 -t 4096 (message rate)", "write_bw -s 64 -t 4096 --busy-poll",
 		"write_bw -s 65536 -q 16 --queues 2", "send_bw -s 65536 -q 16 --queues 2", "write_bw -s 64 -q 16 --queues 2",
@@ -65,6 +69,11 @@ func TestCompare(t *testing.T) {
 				t.Errorf("%d tail rows against %s%s, want %d", n, b, way, want)
 			}
 		}
+	}
+	// write_lat and send_lat with --busy-poll also stand against the
+	// two-frame ping-pong; read_lat, whose response is its ACK, does not.
+	if n := strings.Count(out.String(), "raw AF_XDP busy with an ACK a turn, one way"); n != 2 {
+		t.Errorf("%d rows against the ping-pong with an ACK a turn, want 2 (write_lat and send_lat --busy-poll)", n)
 	}
 	for _, l := range lines {
 		if strings.HasPrefix(l, "read_lat") && !strings.Contains(l, "round trip") {
@@ -234,5 +243,26 @@ func TestPerftestMBps(t *testing.T) {
 	r := perftest.ComputeBW(&s, 1<<20, 1, 1, true, false)
 	if got := r.Avg / perftestMBps(8*(1<<20)/1e9); math.Abs(got-1) > 1e-9 {
 		t.Errorf("1 MB/s of bench against its baseline: ratio %v, want 1", got)
+	}
+}
+
+// TestTurnFrames: a turn of the ping-pong with an ACK carries two frames, the
+// first of an ACK's 62 bytes (Ethernet 14, IPv4 20, UDP 8, BTH 12, AETH 4,
+// ICRC 4) and then the 64-byte message; afxdp-busy's carries the message alone.
+func TestTurnFrames(t *testing.T) {
+	a := &testenv.Endpoint{Name: "a", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, IPv4: netip.MustParseAddr("10.9.0.1")}
+	b := &testenv.Endpoint{Name: "b", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, IPv4: netip.MustParseAddr("10.9.0.2")}
+	for kind, want := range map[string][]int{"afxdp-busy": {122}, "afxdp-busy-acked": {62, 122}} {
+		out, err := turnFrames(kind, a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, f := range out {
+			got = append(got, len(f))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: frames of %v bytes, want %v", kind, got, want)
+		}
 	}
 }
