@@ -13,4 +13,7 @@ var hasFoldCopy = hasFold16 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VPCLMULQDQ
 func foldCopy(r uint32, dst, src *byte, n int, acc *[16]byte)
 
 //go:noescape
+func foldCRC(r uint32, p *byte, n int, acc *[16]byte)
+
+//go:noescape
 func fold16(r uint32, p *byte, n int) uint32

@@ -70,17 +70,23 @@ func TestFoldConstants(t *testing.T) {
 	}
 }
 
-// updateIEEE is crc32.Update at every length to 600 bytes (both sides of
-// fold16's bound), from any register and alignment, with fold16 (where the
-// CPU has it) and without.
+// updateIEEE is crc32.Update at every length to 1100 bytes (both sides of
+// fold16's bound and of foldCRC's first rounds), and at a 4 KiB frame's
+// lengths, from any register and alignment, with foldCRC and fold16 (where
+// the CPU has them) and without.
 func TestUpdateIEEE(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	src := make([]byte, 700)
+	src := make([]byte, 4200)
 	for i := range src {
 		src[i] = byte(rng.Uint32())
 	}
+	lens := make([]int, 0, 1110)
+	for n := range 1100 {
+		lens = append(lens, n)
+	}
+	lens = append(lens, 4095, 4096, 4097, 4136, 4152, 4190)
 	check := func(t *testing.T) {
-		for n := range 600 {
+		for _, n := range lens {
 			for _, off := range []int{0, 1, 7} {
 				crc := rng.Uint32()
 				s := src[off : off+n]
@@ -90,15 +96,23 @@ func TestUpdateIEEE(t *testing.T) {
 			}
 		}
 	}
+	t.Run("foldCRC", func(t *testing.T) {
+		if !hasFoldCopy {
+			t.Skip("no AVX-512 VPCLMULQDQ on this CPU") // the paths without it are run below
+		}
+		check(t)
+	})
 	t.Run("fold16", func(t *testing.T) {
 		if !hasFold16 {
 			t.Skip("no PCLMULQDQ on this CPU") // the table path is run below
 		}
+		defer func(h bool) { hasFoldCopy = h }(hasFoldCopy)
+		hasFoldCopy = false
 		check(t)
 	})
 	t.Run("table", func(t *testing.T) {
-		defer func(h bool) { hasFold16 = h }(hasFold16)
-		hasFold16 = false
+		defer func(h, c bool) { hasFold16, hasFoldCopy = h, c }(hasFold16, hasFoldCopy)
+		hasFold16, hasFoldCopy = false, false
 		check(t)
 	})
 }

@@ -89,8 +89,16 @@ func crcStep8(crc uint32, v uint64) uint32 {
 // 19 ns, 128 both 22, 192 29 against 25, on the EPYC here). Either way the
 // rest goes 8 bytes a step: hash/crc32 takes a tail under 16 bytes a byte
 // at a time, each lookup waiting on the last (BenchmarkICRCWrite64,
-// BenchmarkICRCAck).
+// BenchmarkICRCAck). From FoldCopyMin bytes, with AVX-512, the rounds of 256
+// bytes go through foldCRC, four 512-bit accumulators wide, as a sender's
+// payload goes through foldCopy.
 func updateIEEE(crc uint32, b []byte) uint32 {
+	if n := len(b) &^ 255; hasFoldCopy && n >= FoldCopyMin {
+		var acc [16]byte
+		foldCRC(^crc, &b[0], n, &acc)
+		crc = ^fold16(0, &acc[0], len(acc)) // hasFoldCopy implies hasFold16
+		b = b[n:]
+	}
 	// Without fold16 (no PCLMULQDQ, another architecture) hash/crc32 takes
 	// from 64 bytes, as before fold16.
 	if n := len(b) &^ 15; hasFold16 && n >= 16 && n < 128 {
