@@ -257,21 +257,21 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	// The message rate: at perftest's own send queue depth, and at a deep
 	// one (msgRateDepth), with and without run to completion (the posting
 	// thread's CQ polls also drive the engine).
-	for _, m := range []struct {
-		args []string
-		name string
-	}{
-		{nil, "write_bw -s 64 (perftest's depth, -t 128)"},
-		{[]string{"-t", msgRateDepth}, "write_bw -s 64 -t " + msgRateDepth + " (message rate)"},
-		{[]string{"-t", msgRateDepth, "--busy-poll"}, "write_bw -s 64 -t " + msgRateDepth + " --busy-poll"},
-	} {
-		args := append([]string{"-s", "64", "-n", n(600000)}, m.args...)
+	for _, extra := range [][]string{nil, {"-t", msgRateDepth}, {"-t", msgRateDepth, "--busy-poll"}} {
+		args := append([]string{"-s", "64", "-n", n(600000)}, extra...)
+		name := strings.Join(append([]string{"write_bw -s 64"}, extra...), " ") // what ran
+		switch {
+		case extra == nil:
+			name += " (perftest's depth, -t 128)"
+		case !slices.Contains(extra, "--busy-poll"):
+			name += " (message rate)"
+		}
 		r, err := c.xrnic(ctx, "write_bw", args)
 		if err != nil {
 			return fmt.Errorf("write_bw %s: %w", strings.Join(args, " "), err)
 		}
 		later(func() {
-			row("%-44s %9.3f Mpps %9.2fx %s", m.name, r.res["MsgRate"], r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B")
+			row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B")
 		})
 	}
 	// The UDP link with GSO and GRO (--link udp-gso), against the same
