@@ -50,8 +50,17 @@ func TestManyQPsWithinReceiverRing(t *testing.T) {
 // (512 chunks) while it kept up with a few WRITEs. Its engine gave the kernel
 // every chunk before it slept (link.PreWaiter), so nothing drops; without
 // that 256 frames dropped.
+//
+// The calm that brings the ring down is 32 refills, as many as the burst's
+// own releases make when they come 64 frames at a time (2048 packets): with
+// 8, the burst brought the ring down again a quarter of the way in, and a
+// receiver that a loaded host then kept off its CPU had 512 chunks there
+// against the sender's 512 frames in flight, 1024 chunks (64-256 dropped in
+// about 1 run of 30 beside two other test binaries under -race; none in 60
+// with 32). With 64 the ring had not come down by the burst, and the test
+// passed without the PreWaiter too; with 32 that variant drops.
 func TestManyQPsBurstToSleepingReceiver(t *testing.T) {
-	st, c, _ := manyQPsOnVeth(t, manyQPs{mtu: qpattr.MTU4096, nQP: 256, writes: 2, calm: 8})
+	st, c, _ := manyQPsOnVeth(t, manyQPs{mtu: qpattr.MTU4096, nQP: 256, writes: 2, calm: 32})
 	if st.RxDropped+st.RxRingFull+st.RxFillRingEmptyDescs != 0 || c[CntRetransmitted] != 0 {
 		t.Fatalf("the receiver dropped %d frames (ring full %d, fill ring empty %d), the sender resent %d",
 			st.RxDropped, st.RxRingFull, st.RxFillRingEmptyDescs, c[CntRetransmitted])
