@@ -124,10 +124,14 @@ const maxBestOf = 10
 // better prefers. The shared host's noise only ever slows a run or lengthens
 // a round trip, so the best of a few is nearer what a path does than any one
 // of them: the baselines as fast as they can go (issue 20), and xrnic's
-// figures kept the same way.
-func bestOf[T any](n int, measure func() (T, error), better func(a, b T) bool) (T, error) {
+// figures kept the same way. It starts no run once ctx ends, so that a
+// stopped compare stops between measurements.
+func bestOf[T any](ctx context.Context, n int, measure func() (T, error), better func(a, b T) bool) (T, error) {
 	var best T
 	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return best, err
+		}
 		r, err := measure()
 		if err != nil {
 			return r, err
@@ -496,12 +500,7 @@ func keepBetter[T any](m map[string]T, key string, v T, better func(a, b T) bool
 // flood is the best of c.bestOf floods (flood1) by frame rate. A flood does
 // not watch ctx; once ctx ends, no further one starts.
 func (c *comparison) flood(ctx context.Context, k link.Kind, am bpf.AttachMode, size int) (link.ReceiveResult, error) {
-	return bestOf(c.bestOf, func() (link.ReceiveResult, error) {
-		if err := ctx.Err(); err != nil {
-			return link.ReceiveResult{}, err
-		}
-		return c.flood1(k, am, size)
-	}, fasterFlood)
+	return bestOf(ctx, c.bestOf, func() (link.ReceiveResult, error) { return c.flood1(k, am, size) }, fasterFlood)
 }
 
 // flood1 sends RoCE SEND-only frames of size bytes of payload from B to A for
@@ -582,12 +581,7 @@ type rttPercentiles struct{ p50, p99, p999 time.Duration }
 // pingPong is the best of c.bestOf ping-pongs (pingPong1) by median round
 // trip, with that run's tails. Like flood, it starts none once ctx ends.
 func (c *comparison) pingPong(ctx context.Context, kind string) (rttPercentiles, error) {
-	return bestOf(c.bestOf, func() (rttPercentiles, error) {
-		if err := ctx.Err(); err != nil {
-			return rttPercentiles{}, err
-		}
-		return c.pingPong1(kind)
-	}, shorterRTT)
+	return bestOf(ctx, c.bestOf, func() (rttPercentiles, error) { return c.pingPong1(kind) }, shorterRTT)
 }
 
 // pingPong1 measures the round trip of a 64-byte message between the ends:
@@ -747,7 +741,7 @@ type tcpResult struct{ gbps, cpuPerGB float64 }
 
 // iperf3 is the best of c.bestOf streams (iperf3Once) by throughput.
 func (c *comparison) iperf3(ctx context.Context) (tcpResult, error) {
-	return bestOf(c.bestOf, func() (tcpResult, error) { return c.iperf3Once(ctx) },
+	return bestOf(ctx, c.bestOf, func() (tcpResult, error) { return c.iperf3Once(ctx) },
 		func(a, b tcpResult) bool { return a.gbps > b.gbps })
 }
 
@@ -844,7 +838,7 @@ type xrnicResult struct {
 func (c *comparison) xrnic(ctx context.Context, test string, args []string) (xrnicResult, error) {
 	fmt.Fprintf(c.progress, "measuring: %s %s\n", test, strings.Join(args, " "))
 	lat := strings.HasSuffix(test, "_lat")
-	return bestOf(c.bestOf, func() (xrnicResult, error) { return c.xrnic1(ctx, test, args) },
+	return bestOf(ctx, c.bestOf, func() (xrnicResult, error) { return c.xrnic1(ctx, test, args) },
 		func(a, b xrnicResult) bool {
 			if lat {
 				return a.res["t_typical"] < b.res["t_typical"]

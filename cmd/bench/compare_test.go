@@ -153,7 +153,7 @@ func TestCompareStops(t *testing.T) {
 
 // TestBestOf: bench compare keeps the best of its runs of a measurement (the
 // highest rate, the lowest latency) wherever it falls among them, and stops
-// at the first error; --best-of outside 1..maxBestOf is a usage error, as
+// at the first error or once its context ends; --best-of outside 1..maxBestOf is a usage error, as
 // is every other option outside its range.
 func TestBestOf(t *testing.T) {
 	higher := func(a, b float64) bool { return a > b }
@@ -164,7 +164,7 @@ func TestBestOf(t *testing.T) {
 			want   float64
 		}{{higher, 7}, {lower, 3}} {
 			i := 0
-			got, err := bestOf(len(seq), func() (float64, error) { i++; return seq[i-1], nil }, c.better)
+			got, err := bestOf(context.Background(), len(seq), func() (float64, error) { i++; return seq[i-1], nil }, c.better)
 			if err != nil || got != c.want || i != len(seq) {
 				t.Errorf("best of %v: %v after %d runs (%v), want %v after %d", seq, got, i, err, c.want, len(seq))
 			}
@@ -172,7 +172,7 @@ func TestBestOf(t *testing.T) {
 	}
 	boom := errors.New("boom")
 	calls := 0
-	_, err := bestOf(3, func() (float64, error) {
+	_, err := bestOf(context.Background(), 3, func() (float64, error) {
 		if calls++; calls == 2 {
 			return 0, boom
 		}
@@ -180,6 +180,18 @@ func TestBestOf(t *testing.T) {
 	}, higher)
 	if !errors.Is(err, boom) || calls != 2 {
 		t.Errorf("a failing second run: %v after %d runs, want boom after 2", err, calls)
+	}
+	// A stopped compare starts no further run.
+	ctx, cancel := context.WithCancel(context.Background())
+	calls = 0
+	_, err = bestOf(ctx, 3, func() (float64, error) {
+		if calls++; calls == 2 {
+			cancel()
+		}
+		return 1, nil
+	}, higher)
+	if !errors.Is(err, context.Canceled) || calls != 2 {
+		t.Errorf("cancelled in the second run: %v after %d runs, want context.Canceled after 2", err, calls)
 	}
 	// Like --best-of, every option outside its range is a usage error
 	// before anything runs (--qps 0 divided by zero, after the baselines).
