@@ -206,11 +206,12 @@ func (sh *shard) routineEngine() {
 			// sender's kernel, which costs an IPI here and waits for the
 			// scheduler. The NAPI busy-poll idea (PLATFORM 9). Measured on
 			// the veth pair, 2 cores: write_bw 64 KiB 960-1024 -> 1250-1440
-			// MB/s, write_lat typical 15-32 -> 7.8-8.9 us. Longer spins took
-			// the posting thread's CPU (README, "The engine spins"). Not
-			// while busy pollers drive (e.polled): they take the work. A
-			// side whose application does not poll (read_lat's responder,
-			// write_bw's server) has only this goroutine, and spins.
+			// MB/s, write_lat typical 15-32 -> 7.8-8.9 us. Longer spins
+			// took the posting thread's CPU (docs/performance.md, "The
+			// engine spins"). Not while busy pollers drive (e.polled): they
+			// take the work. A side whose application does not poll
+			// (read_lat's responder, write_bw's server) has only this
+			// goroutine, and spins.
 			th.spinning(true)
 			spins++
 			sh.ecnt.inc(EngIdleSpins)
@@ -318,7 +319,7 @@ func (t *engThread) restore() {
 // in: EEVDF moves a yielding thread's deadline on by a slice scaled by its
 // weight, 1/87 of a nice 0 thread's. The application on the engine's CPU
 // starved: send_bw's receiver fell 512 receives behind (RNR NAKs), and the
-// 64-byte WRITE poster waited (README, "The engine spins").
+// 64-byte WRITE poster waited (docs/performance.md, "The engine spins").
 func (t *engThread) spinning(on bool) {
 	if t.tid == 0 || t.low == on {
 		return
