@@ -28,6 +28,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
@@ -40,6 +41,11 @@ import (
 // bandwidth-delay product of a veth pair (about 60 packets of 4 KiB at 1 GB/s
 // and 250 us) and of a real link.
 const maxDestInflight = 512
+
+// An AF_XDP receiver's fill ring keeps room for one sender's bound
+// (link.FillReserveFrames): the constant overflows, and the build fails, if
+// the bound outgrows it.
+const _ = uint(link.FillReserveFrames - maxDestInflight)
 
 // roomStale is how long a QP's PSNs count in its destination's room with no
 // ACK moving them: after that they no longer hold others back, until an ACK

@@ -49,7 +49,9 @@ func TestManyQPsWithinReceiverRing(t *testing.T) {
 // to a receiver asleep whose fill ring came down to xsk.DefaultFillFrames
 // (512 chunks) while it kept up with a few WRITEs. Its engine gave the kernel
 // every chunk before it slept (link.PreWaiter), so nothing drops; without
-// that 256 frames dropped.
+// that 256 frames dropped. The link's own reserve (link.FillReserveFrames)
+// holds one sender's bound, so the test sets the ring's smaller, as a
+// second sender's packets would make it.
 //
 // The calm that brings the ring down is 32 refills, as many as the burst's
 // own releases make when they come 64 frames at a time (2048 packets): with
@@ -72,7 +74,8 @@ type manyQPs struct {
 	numFrames   int // the receiver's UMEM frames (0: xsk's default)
 	mtu         qpattr.MTU
 	nQP, writes int
-	// calm > 0: the receiver's xsk.Options.FillCalmRefills, and WRITEs on
+	// calm > 0: the receiver's xsk.Options.FillCalmRefills (and FillFrames
+	// xsk.DefaultFillFrames, below the link's reserve), and WRITEs on
 	// the first QP, one at a time, before the others start: enough for the
 	// receiver's fill ring to come down to its target (2*calm refills) and
 	// the kernel to take what was on it (every RX frame, 8 chunks a WRITE).
@@ -92,6 +95,9 @@ func manyQPsOnVeth(t *testing.T, m manyQPs) (xsk.Stats, Counters, EngineCounters
 	if err := p.B.Do(func() (err error) {
 		so := xsk.DefaultOptions()
 		so.NumFrames, so.FillCalmRefills = m.numFrames, m.calm
+		if m.calm > 0 {
+			so.FillFrames = xsk.DefaultFillFrames
+		}
 		lb, err = link.NewAFXDP(link.AFXDPOptions{Interface: p.B.Name, Socket: so})
 		return err
 	}); err != nil {

@@ -599,11 +599,16 @@ func TestFakeTxSpan(t *testing.T) {
 	if s.TxBufLen() != 2*fs {
 		t.Errorf("TxBufLen %d, want %d", s.TxBufLen(), 2*fs)
 	}
-	// TxFrames' default is half the UMEM in whole buffers.
+	// TxFrames' default is half the UMEM in whole buffers; RxFrames is the
+	// rest.
 	for _, tc := range []struct{ num, span, want int }{{16, 3, 6}, {4096, 3, 2046}, {4096, 2, 2048}, {17, 1, 8}} {
-		c, err := Options{NumFrames: tc.num, TxSpan: tc.span, MultiBuffer: true}.config()
+		o := Options{NumFrames: tc.num, TxSpan: tc.span, MultiBuffer: true}
+		c, err := o.config()
 		if err != nil || c.TxFrames != tc.want {
 			t.Errorf("NumFrames %d, TxSpan %d: TxFrames %d (%v), want %d", tc.num, tc.span, c.TxFrames, err, tc.want)
+		}
+		if rx := o.RxFrames(); rx != tc.num-tc.want {
+			t.Errorf("NumFrames %d, TxSpan %d: RxFrames %d, want %d", tc.num, tc.span, rx, tc.num-tc.want)
 		}
 	}
 	for _, bad := range []Options{
@@ -614,6 +619,9 @@ func TestFakeTxSpan(t *testing.T) {
 	} {
 		if _, err := bad.config(); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", bad, err)
+		}
+		if rx := bad.RxFrames(); rx != 0 {
+			t.Errorf("%+v: RxFrames %d, want 0", bad, rx)
 		}
 	}
 }

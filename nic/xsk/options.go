@@ -65,6 +65,16 @@ type Options struct {
 	TxBudget int
 }
 
+// RxFrames is how many of the UMEM's chunks feed the fill ring under o, its
+// defaults applied, or 0 if New would refuse o.
+func (o Options) RxFrames() int {
+	c, err := o.config()
+	if err != nil {
+		return 0
+	}
+	return c.rxFrames
+}
+
 // DefaultOptions returns the defaults: 4096-byte frames, 4096 frames split evenly
 // between RX and TX, rings sized to their pools, need-wakeup on, copy mode.
 func DefaultOptions() Options {
