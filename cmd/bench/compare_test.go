@@ -153,8 +153,8 @@ func TestCompareStops(t *testing.T) {
 
 // TestBestOf: bench compare keeps the best of its runs of a measurement (the
 // highest rate, the lowest latency) wherever it falls among them, and stops
-// at the first error or once its context ends; --best-of outside 1..maxBestOf is a usage error, as
-// is every other option outside its range.
+// at the first error or once its context ends; --best-of outside
+// 1..maxBestOf is a usage error, as is every other option outside its range.
 func TestBestOf(t *testing.T) {
 	higher := func(a, b float64) bool { return a > b }
 	lower := func(a, b float64) bool { return a < b }

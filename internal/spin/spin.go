@@ -61,8 +61,9 @@ func (c *Counter) Idle() {
 // applications kept it there, 2,500-6,500 wake-ups a second per process.
 // Raw, the non-blocking calls of the spins and the engine (this, its
 // setpriority, the AF_XDP kick) left 80-140 (perf trace), and write_lat's
-// and send_lat's 99 % fell from 37-57 to 26-37 us (docs/performance.md). sched_yield
-// does not block: at worst the thread waits for a CPU, P and all.
+// and send_lat's 99 % fell from 37-57 to 26-37 us (docs/performance.md).
+// sched_yield does not block: at worst the thread waits for a CPU, P and
+// all.
 var yield = func() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // Yield yields the CPU once (sched_yield(2)): for a thread that spins by its
