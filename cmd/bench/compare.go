@@ -263,7 +263,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	// thread's CQ polls also drive the engine).
 	for _, extra := range [][]string{nil, {"-t", msgRateDepth}, {"-t", msgRateDepth, "--busy-poll"}} {
 		args := append([]string{"-s", "64", "-n", n(600000)}, extra...)
-		name := strings.Join(append([]string{"write_bw -s 64"}, extra...), " ") // what ran
+		name := rowName("write_bw", args)
 		switch {
 		case extra == nil:
 			name += " (perftest's depth, -t 128)"
@@ -283,29 +283,30 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	udpBW := perftestMBps(payloadGbps(raw[fmt.Sprint(link.KindUDPGSO, 4096)], 4096))
 	udpRate := raw[fmt.Sprint(link.KindUDPGSO, 64)].FramesPerSecond() / 1e6
 	for _, t := range []run{
-		{"write_bw", []string{"-s", "65536", "-n", n(msgs64K)}},
-		{"read_bw", []string{"-s", "65536", "-n", n(msgs64K)}},
-		{"send_bw", []string{"-s", "65536", "-n", n(msgs64K)}},
+		{"write_bw", []string{"-s", "65536", "-n", n(msgs64K), "--link", "udp-gso"}},
+		{"read_bw", []string{"-s", "65536", "-n", n(msgs64K), "--link", "udp-gso"}},
+		{"send_bw", []string{"-s", "65536", "-n", n(msgs64K), "--link", "udp-gso"}},
 	} {
-		r, err := c.xrnic(ctx, t.test, append(t.args, "--link", "udp-gso"))
+		r, err := c.xrnic(ctx, t.test, t.args)
 		if err != nil {
-			return fmt.Errorf("%s --link udp-gso: %w", t.test, err)
+			return fmt.Errorf("%s: %w", rowName(t.test, t.args), err)
 		}
 		later(func() {
 			bw := r.res["BW_average"]
-			row("%-44s %9.1f MB/s %9.2fx %s", t.test+" -s 65536 --link udp-gso", bw, bw/udpBW, "UDP GSO/GRO 4 KiB")
+			row("%-44s %9.1f MB/s %9.2fx %s", rowName(t.test, t.args), bw, bw/udpBW, "UDP GSO/GRO 4 KiB")
 			row("%-44s %9s %9.2fx %s", "", "", bw/perftestMBps(tcp.gbps), "kernel TCP")
 			if t.test == "write_bw" {
 				row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcp.cpuPerGB, "kernel TCP")
 			}
 		})
 	}
-	r, err := c.xrnic(ctx, "write_bw", []string{"-s", "64", "-n", n(600000), "-t", msgRateDepth, "--link", "udp-gso"})
+	udpRateArgs := []string{"-s", "64", "-n", n(600000), "-t", msgRateDepth, "--link", "udp-gso"}
+	r, err := c.xrnic(ctx, "write_bw", udpRateArgs)
 	if err != nil {
-		return fmt.Errorf("write_bw -s 64 --link udp-gso: %w", err)
+		return fmt.Errorf("%s: %w", rowName("write_bw", udpRateArgs), err)
 	}
 	later(func() {
-		row("%-44s %9.3f Mpps %9.2fx %s", "write_bw -s 64 -t "+msgRateDepth+" --link udp-gso", r.res["MsgRate"], r.res["MsgRate"]/udpRate, "UDP GSO/GRO 64 B")
+		row("%-44s %9.3f Mpps %9.2fx %s", rowName("write_bw", udpRateArgs), r.res["MsgRate"], r.res["MsgRate"]/udpRate, "UDP GSO/GRO 64 B")
 		row("%-44s %9s %9.2fx %s", "", "", r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B") // issue 20's bar
 	})
 	// Latency: the engine goroutine's (against kernel UDP blocking), and
@@ -332,6 +333,20 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	}
 	printHeld()
 	return nil
+}
+
+// rowName names a row by what ran: test and its arguments but the
+// iteration count (-n), which --scale sets.
+func rowName(test string, args []string) string {
+	name := []string{test}
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-n" {
+			i++
+			continue
+		}
+		name = append(name, args[i])
+	}
+	return strings.Join(name, " ")
 }
 
 // runRows prints the rows of one of run's bandwidth runs: its figure against

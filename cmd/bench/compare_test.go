@@ -43,6 +43,7 @@ func TestCompare(t *testing.T) {
 		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy ", "ping-pong 64 B, udp-blocking ",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 (perftest's depth", "write_bw -s 64 -t 4096 (message rate)", "write_bw -s 64 -t 4096 --busy-poll",
 		"write_bw -s 65536 -q 16 --queues 2", "send_bw -s 65536 -q 16 --queues 2", "write_bw -s 64 -q 16 --queues 2",
+		"write_bw -s 65536 --link udp-gso ", "read_bw -s 65536 --link udp-gso ", "write_bw -s 64 -t 4096 --link udp-gso ",
 		"write_lat -s 2, typical", "send_lat -s 2 --busy-poll, typical", "read_lat -s 2, typical"}
 	lines := strings.Split(out.String(), "\n")
 	for _, w := range want {
@@ -201,6 +202,22 @@ func TestBestOf(t *testing.T) {
 		var out bytes.Buffer
 		if err := run(context.Background(), append([]string{"compare"}, a...), &out, &out); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", a, err)
+		}
+	}
+}
+
+// TestRowName: a row is named by what ran, but for the iteration count.
+func TestRowName(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-s", "64", "-n", "600000", "-t", "4096", "--link", "udp-gso"}, "write_bw -s 64 -t 4096 --link udp-gso"},
+		{[]string{"-s", "65536", "-n", "10", "--link", "udp-gso"}, "write_bw -s 65536 --link udp-gso"},
+		{[]string{"-s", "64", "-n", "60"}, "write_bw -s 64"},
+	} {
+		if got := rowName("write_bw", c.args); got != c.want {
+			t.Errorf("%v: %q, want %q", c.args, got, c.want)
 		}
 	}
 }
