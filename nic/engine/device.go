@@ -65,7 +65,8 @@ type Config struct {
 	// goes with the reply. Callbacks (CQ handlers, event handlers) may then
 	// run in the polling or posting thread. A process whose one goroutine
 	// polls does best with GOMAXPROCS 1: with a second P, Go's scheduler
-	// moves the poller between threads (bench --busy-poll sets it; docs/performance.md).
+	// moves the poller between threads (bench --busy-poll sets it;
+	// docs/performance.md).
 	BusyPoll bool
 	// PlainThread leaves the engine goroutine's thread at the process's
 	// priority. By default the engine locks its thread and raises it to
