@@ -42,6 +42,7 @@ func TestCompare(t *testing.T) {
 		"ping-pong 64 B, afxdp-busy, again", "ping-pong 64 B, afxdp-busy-acked ", "ping-pong 64 B, afxdp-busy-acked, again", "ping-pong 64 B, udp-blocking, again",
 		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy ", "ping-pong 64 B, udp-blocking ",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 (perftest's depth", "write_bw -s 64 -t 4096 (message rate)", "write_bw -s 64 -t 4096 --busy-poll",
+		"write_bw -s 64 -t 4096 --xdp-mode native ",
 		"write_bw -s 65536 -q 16 --queues 2", "send_bw -s 65536 -q 16 --queues 2", "write_bw -s 64 -q 16 --queues 2",
 		"write_bw -s 65536 --link udp-gso ", "read_bw -s 65536 --link udp-gso ", "write_bw -s 64 -t 4096 --link udp-gso ",
 		"write_lat -s 2, typical", "send_lat -s 2 --busy-poll, typical", "read_lat -s 2, typical"}
