@@ -77,6 +77,17 @@ func TestCompare(t *testing.T) {
 	if n := strings.Count(out.String(), "raw AF_XDP busy with an ACK a turn, one way"); n != 2 {
 		t.Errorf("%d rows against the ping-pong with an ACK a turn, want 2 (write_lat and send_lat --busy-poll)", n)
 	}
+	// xrnic's rows keep their names within the 44-character column.
+	xr := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "xrnic (bench") })
+	if xr < 0 {
+		t.Error("no xrnic header")
+	} else {
+		for _, l := range lines[xr+1:] {
+			if l != "" && (len(l) <= 44 || l[44] != ' ') {
+				t.Errorf("%q: a name past its column", l)
+			}
+		}
+	}
 	for _, l := range lines {
 		if strings.HasPrefix(l, "read_lat") && !strings.Contains(l, "round trip") {
 			t.Errorf("%q: read_lat is a round trip", l)
@@ -210,15 +221,19 @@ func TestBestOf(t *testing.T) {
 // TestRowName: a row is named by what ran, but for the iteration count.
 func TestRowName(t *testing.T) {
 	for _, c := range []struct {
-		args []string
-		want string
+		args, omit []string
+		want       string
 	}{
-		{[]string{"-s", "64", "-n", "600000", "-t", "4096", "--link", "udp-gso"}, "write_bw -s 64 -t 4096 --link udp-gso"},
-		{[]string{"-s", "65536", "-n", "10", "--link", "udp-gso"}, "write_bw -s 65536 --link udp-gso"},
-		{[]string{"-s", "64", "-n", "60"}, "write_bw -s 64"},
+		{[]string{"-s", "64", "-n", "600000", "-t", "4096", "--link", "udp-gso"}, nil, "write_bw -s 64 -t 4096 --link udp-gso"},
+		{[]string{"-s", "65536", "-n", "10", "--link", "udp-gso"}, nil, "write_bw -s 65536 --link udp-gso"},
+		{[]string{"-s", "64", "-n", "60"}, nil, "write_bw -s 64"},
+		{[]string{"-s", "64", "-n", "60", "-t", "4096", "--xdp-mode", "native"}, nil, "write_bw -s 64 -t 4096 --xdp-mode native"},
+		{[]string{"-s", "65536", "-q", "16", "-n", "1875", "--queues", "2", "--xdp-mode", "native"}, []string{"--xdp-mode"},
+			"write_bw -s 65536 -q 16 --queues 2"},
+		{[]string{"-s", "65536", "-n", "10", "--busy-poll"}, []string{"--xdp-mode"}, "write_bw -s 65536 --busy-poll"},
 	} {
-		if got := rowName("write_bw", c.args); got != c.want {
-			t.Errorf("%v: %q, want %q", c.args, got, c.want)
+		if got := rowName("write_bw", c.args, c.omit...); got != c.want {
+			t.Errorf("%v less %v: %q, want %q", c.args, c.omit, got, c.want)
 		}
 	}
 }
