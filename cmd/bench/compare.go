@@ -262,16 +262,17 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	// one (msgRateDepth), with and without run to completion (the posting
 	// thread's CQ polls also drive the engine), and in native XDP mode: the
 	// bar is raw AF_XDP's better mode, native for 64-byte frames here.
-	for _, extra := range [][]string{nil, {"-t", msgRateDepth}, {"-t", msgRateDepth, "--busy-poll"},
-		{"-t", msgRateDepth, "--xdp-mode", "native"}} {
-		args := append([]string{"-s", "64", "-n", n(600000)}, extra...)
-		name := rowName("write_bw", args)
-		switch len(extra) {
-		case 0:
-			name += " (perftest's depth, -t 128)"
-		case 2:
-			name += " (message rate)"
-		}
+	for _, m := range []struct {
+		extra []string
+		note  string // after the row's name
+	}{
+		{nil, " (perftest's depth, -t 128)"},
+		{[]string{"-t", msgRateDepth}, " (message rate)"},
+		{[]string{"-t", msgRateDepth, "--busy-poll"}, ""},
+		{[]string{"-t", msgRateDepth, "--xdp-mode", "native"}, ""},
+	} {
+		args := append([]string{"-s", "64", "-n", n(600000)}, m.extra...)
+		name := rowName("write_bw", args) + m.note
 		r, err := c.xrnic(ctx, "write_bw", args)
 		if err != nil {
 			return fmt.Errorf("write_bw %s: %w", strings.Join(args, " "), err)

@@ -218,7 +218,8 @@ func TestBestOf(t *testing.T) {
 	}
 }
 
-// TestRowName: a row is named by what ran, but for the iteration count.
+// TestRowName: a row is named by what ran, but for the iteration count and
+// the flags its caller leaves out.
 func TestRowName(t *testing.T) {
 	for _, c := range []struct {
 		args, omit []string
