@@ -20,7 +20,8 @@ type AFXDPOptions struct {
 	Mode      bpf.AttachMode // generic by default: on veth it costs kernel traffic far less (PLATFORM 10)
 	// Socket tunes the AF_XDP socket; zero fields take xsk's defaults, but for
 	// TxSpan, which takes as many chunks as the interface's largest frame
-	// needs, and FillFrames, which keeps FillReserveFrames of those frames.
+	// needs, FillFrames, which keeps FillReserveFrames of those frames, and
+	// TxBudget, which is the TX ring's where the kernel allows (TxBudgetRing).
 	// The link lends its transmit buffers (TxLender) when one holds that
 	// frame, and copies frames in otherwise. MultiBuffer is always on: RoCE
 	// MTU 4096 needs frames larger than one UMEM chunk.
@@ -114,6 +115,12 @@ func NewAFXDP(opts AFXDPOptions) (_ *AFXDP, err error) {
 		if span := (l.frameCap() + fs - 1) / fs; span <= xsk.MaxTxSpan && so.TxFrames%span == 0 {
 			so.TxSpan = span
 		}
+	}
+	if so.TxBudget == 0 {
+		// One transmit call sends all the TX ring holds, not 32 descriptors
+		// of it: 32 frames a call cost raw AF_XDP floods 2-5 % of their
+		// 64-byte rate and xrnic's write_bw 1-3 % (docs/performance.md).
+		so.TxBudget = xsk.TxBudgetRing
 	}
 	if so.FillFrames == 0 {
 		// Chunks for FillReserveFrames of the interface's largest frames,

@@ -319,6 +319,35 @@ func TestAFXDPTxBufLen(t *testing.T) {
 	}
 }
 
+// TestAFXDPTxBudget: a link's transmit call sends all its TX ring holds
+// (xsk.TxBudgetRing), unless the caller set a budget of its own.
+func TestAFXDPTxBudget(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4096 + 128})
+	for _, tc := range []struct {
+		name string
+		opts xsk.Options
+		want int
+	}{
+		{"default", xsk.Options{}, 2048},
+		{"a smaller ring", xsk.Options{NumFrames: 256}, 128},
+		{"a ring of 16: the kernel's", xsk.Options{NumFrames: 64, TxFrames: 16}, 32},
+		{"the caller's", xsk.Options{TxBudget: 64}, 64},
+	} {
+		var l *AFXDP
+		if err := p.A.Do(func() (err error) {
+			l, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode, Socket: tc.opts})
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := l.sock.Counters().TxBudget
+		l.Close()
+		if got != tc.want {
+			t.Errorf("%s: TxBudget %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestAFXDPCloseWaitsForSendTx: Close does not unmap transmit buffers that are
 // lent; it returns once SendTx takes them back, and ReserveTx then lends
 // none. An owner holding lent buffers may call BeforeWait, and while Close

@@ -61,7 +61,9 @@ type Options struct {
 	ZeroCopy bool
 
 	// TxBudget sets XDP_MAX_TX_SKB_BUDGET: descriptors one sendto() sends in copy
-	// mode. 0 keeps the kernel's 32; otherwise 32..TxRingSize.
+	// mode. 0 keeps the kernel's 32; TxBudgetRing asks for the TX ring's size
+	// where the kernel has the option and keeps 32 where it has not; otherwise
+	// 32..TxRingSize, which New fails without the option (ErrNotSupported).
 	TxBudget int
 }
 
@@ -86,6 +88,9 @@ type config struct {
 	Options
 	rxFrames int
 	shift    uint // log2(FrameSize)
+	// budgetOptional: TxBudget came from TxBudgetRing, and a kernel without
+	// XDP_MAX_TX_SKB_BUDGET leaves the default.
+	budgetOptional bool
 }
 
 func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
@@ -159,6 +164,13 @@ func (o Options) config() (config, error) {
 	}
 	if c.FillCalmRefills < 1 {
 		return bad("FillCalmRefills %d: must be 0 or positive", o.FillCalmRefills)
+	}
+	if c.TxBudget == TxBudgetRing {
+		// A ring of 32 or fewer is sent whole at the kernel's own budget.
+		c.TxBudget, c.budgetOptional = 0, true
+		if c.TxRingSize > kernelTxBudget {
+			c.TxBudget = c.TxRingSize
+		}
 	}
 	if c.TxBudget != 0 && (c.TxBudget < kernelTxBudget || c.TxBudget > c.TxRingSize) {
 		return bad("TxBudget %d: must be 0 or %d..TxRingSize (%d)", o.TxBudget, kernelTxBudget, c.TxRingSize)

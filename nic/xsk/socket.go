@@ -4,6 +4,7 @@ package xsk
 // and the calls that are safe from any goroutine (FD, Stats, Wake, Close).
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -130,6 +131,7 @@ type Counters struct {
 	FramesTxInFlight int // TX pool, queued or sent but not yet reaped from the completion ring
 
 	FillTarget int // RX frames kept on the fill ring now: Options.FillFrames once the owner kept up a while, else all
+	TxBudget   int // descriptors one sendto() sends in copy mode: Options.TxBudget where the kernel took it, else its 32
 }
 
 // New creates an AF_XDP socket with its own UMEM, bound to queue queueID of the
@@ -235,14 +237,10 @@ func New(ifindex, queueID int, opts Options) (*Socket, error) {
 		s.maps = append(s.maps, m)
 		mems[i] = m
 	}
-	if cfg.TxBudget != 0 {
-		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, cfg.TxBudget); err != nil {
-			var sentinel error
-			if errors.Is(err, unix.ENOPROTOOPT) {
-				sentinel = ErrNotSupported
-			}
-			return nil, errSys(sentinel, "setsockopt(XDP_MAX_TX_SKB_BUDGET)", err, fmt.Sprint(cfg.TxBudget))
-		}
+	if cfg.TxBudget, err = setTxBudget(cfg, func(n int) error {
+		return unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, n)
+	}); err != nil {
+		return nil, err
 	}
 
 	s.setup(cfg, umem, off, mems)
@@ -299,6 +297,25 @@ func (s *Socket) setup(cfg config, umem []byte, off unix.XDPMmapOffsets, mems [4
 	if s.recvfrom == nil {
 		s.recvfrom = s.sysRecvfrom
 	}
+}
+
+// setTxBudget sets cfg.TxBudget through set (XDP_MAX_TX_SKB_BUDGET) and
+// returns the budget in force, 0 for the kernel's own. A kernel without the
+// option (ENOPROTOOPT) keeps its own where cfg came from TxBudgetRing.
+func setTxBudget(cfg config, set func(int) error) (int, error) {
+	if cfg.TxBudget == 0 {
+		return 0, nil
+	}
+	err := set(cfg.TxBudget)
+	switch {
+	case err == nil:
+		return cfg.TxBudget, nil
+	case errors.Is(err, unix.ENOPROTOOPT) && cfg.budgetOptional:
+		return 0, nil
+	case errors.Is(err, unix.ENOPROTOOPT):
+		return 0, errSys(ErrNotSupported, "setsockopt(XDP_MAX_TX_SKB_BUDGET)", err, fmt.Sprint(cfg.TxBudget))
+	}
+	return 0, errSys(nil, "setsockopt(XDP_MAX_TX_SKB_BUDGET)", err, fmt.Sprint(cfg.TxBudget))
 }
 
 // bind binds fd, retrying while a closed socket still holds the queue.
@@ -433,6 +450,7 @@ func (s *Socket) Counters() Counters {
 	c.FramesRxFree = s.rxFreeN
 	c.FramesFill = s.fillN
 	c.FillTarget = s.fillTarget
+	c.TxBudget = cmp.Or(s.cfg.TxBudget, kernelTxBudget)
 	c.FramesRxHeld = s.rxHeld
 	c.FramesTxFree = s.txFreeN * s.cfg.TxSpan
 	c.FramesTxReserved = s.txReserved * s.cfg.TxSpan

@@ -403,12 +403,28 @@ func TestFillTarget(t *testing.T) {
 }
 
 // TestTransmitToUDP sends a large batch to a kernel UDP socket with the TX
-// budget raised (XDP_MAX_TX_SKB_BUDGET).
+// budget raised (XDP_MAX_TX_SKB_BUDGET): to 256, and to the TX ring's size
+// (TxBudgetRing), which this kernel has.
 func TestTransmitToUDP(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		budget, want int
+	}{
+		{"256", 256, 256},
+		{"the ring's", TxBudgetRing, nextPow2(DefaultNumFrames / 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { transmitToUDP(t, tc.budget, tc.want) })
+	}
+}
+
+func transmitToUDP(t *testing.T, budget, want int) {
 	e := newVethEnv(t, 1500)
 	opts := DefaultOptions()
-	opts.TxBudget = 256
+	opts.TxBudget = budget
 	s := e.newXSK(t, true, 0, opts)
+	if got := s.Counters().TxBudget; got != want {
+		t.Fatalf("TxBudget %d in force, want %d", got, want)
+	}
 	conn := e.udpConn(t, 6000, false)
 	raw, err := conn.SyscallConn()
 	if err != nil {
@@ -429,7 +445,7 @@ func TestTransmitToUDP(t *testing.T) {
 	}
 	// The default budget would need at least batch/32 kicks.
 	if c := s.Counters(); c.TxKicks >= batch/kernelTxBudget {
-		t.Errorf("TxKicks: got %d, want < %d with budget 256", c.TxKicks, batch/kernelTxBudget)
+		t.Errorf("TxKicks: got %d, want < %d with budget %d", c.TxKicks, batch/kernelTxBudget, want)
 	}
 	buf := make([]byte, 2048)
 	for i := range batch {
@@ -652,6 +668,8 @@ func TestBadOptions(t *testing.T) {
 		{"one frame", e.A.Index, 0, Options{NumFrames: 1}, ErrInvalidOptions, "NumFrames 1"},
 		{"all frames tx", e.A.Index, 0, Options{NumFrames: 8, TxFrames: 8}, ErrInvalidOptions, "TxFrames 8"},
 		{"budget 16", e.A.Index, 0, Options{TxBudget: 16}, ErrInvalidOptions, "TxBudget 16"},
+		{"budget -2", e.A.Index, 0, Options{TxBudget: -2}, ErrInvalidOptions, "TxBudget -2"},
+		{"budget past the ring", e.A.Index, 0, Options{TxRingSize: 64, TxBudget: 128}, ErrInvalidOptions, "TxBudget 128"},
 		{"fill frames past the rx pool", e.A.Index, 0, Options{NumFrames: 64, FillFrames: 33}, ErrInvalidOptions, "FillFrames 33"},
 		{"negative fill frames", e.A.Index, 0, Options{FillFrames: -1}, ErrInvalidOptions, "FillFrames -1"},
 		{"negative calm refills", e.A.Index, 0, Options{FillCalmRefills: -1}, ErrInvalidOptions, "FillCalmRefills -1"},
@@ -676,6 +694,42 @@ func TestBadOptions(t *testing.T) {
 	}
 	if fds := countFDs(t); fds != fds0 {
 		t.Errorf("failed New calls leaked fds: got %d, want %d", fds, fds0)
+	}
+}
+
+// TestSetTxBudget: a kernel without XDP_MAX_TX_SKB_BUDGET (ENOPROTOOPT,
+// before the option) keeps its own budget where TxBudgetRing asked, and
+// fails New with ErrNotSupported where a budget was asked for by number.
+func TestSetTxBudget(t *testing.T) {
+	enoprotoopt := func(int) error { return unix.ENOPROTOOPT }
+	for _, tc := range []struct {
+		name    string
+		budget  int
+		set     func(int) error
+		want    int
+		wantErr error
+	}{
+		{"none", 0, func(int) error { t.Error("setsockopt without a budget"); return nil }, 0, nil},
+		{"the ring's", TxBudgetRing, func(n int) error {
+			if n != 64 {
+				t.Errorf("setsockopt(%d), want the ring's 64", n)
+			}
+			return nil
+		}, 64, nil},
+		{"the ring's, old kernel", TxBudgetRing, enoprotoopt, 0, nil},
+		{"64, old kernel", 64, enoprotoopt, 0, ErrNotSupported},
+		{"refused", TxBudgetRing, func(int) error { return unix.EACCES }, 0, unix.EACCES},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Options{NumFrames: 128, TxRingSize: 64, TxBudget: tc.budget}.config()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := setTxBudget(cfg, tc.set)
+			if got != tc.want || (tc.wantErr == nil) != (err == nil) || tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+				t.Errorf("setTxBudget: (%d, %v), want (%d, %v)", got, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }
 
