@@ -21,7 +21,7 @@ type AFXDPOptions struct {
 	// Socket tunes the AF_XDP socket; zero fields take xsk's defaults, but for
 	// TxSpan, which takes as many chunks as the interface's largest frame
 	// needs, FillFrames, which keeps FillReserveFrames of those frames, and
-	// TxBudget, which is the TX ring's where the kernel allows (TxBudgetRing).
+	// TxBudget, the TX ring's size where the kernel allows it (TxBudgetRing).
 	// The link lends its transmit buffers (TxLender) when one holds that
 	// frame, and copies frames in otherwise. MultiBuffer is always on: RoCE
 	// MTU 4096 needs frames larger than one UMEM chunk.

@@ -35,8 +35,8 @@ const (
 	// carries at most FrameSize-256 bytes (3840 at 4 KiB, PLATFORM).
 	RxHeadroom = 256
 
-	// TxBudgetRing is the Options.TxBudget of as many descriptors a sendto() as
-	// the TX ring holds, where the kernel allows it.
+	// TxBudgetRing, as Options.TxBudget, asks that one sendto() send as many
+	// descriptors as the TX ring holds, where the kernel allows it.
 	TxBudgetRing = -1
 
 	// kernelTxBudget is TX_BATCH_SIZE in net/xdp/xsk.c: descriptors one sendto()
