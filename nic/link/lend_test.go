@@ -44,13 +44,19 @@ func lendN(t testing.TB, l *AFXDP, n int) (got [][]byte, inPlace int) {
 
 // openToClose opens an AF_XDP link on e that the test closes itself.
 func openToClose(t testing.TB, e *testenv.Endpoint) *AFXDP {
+	return openWith(t, e, xsk.Options{})
+}
+
+// openWith opens an AF_XDP link on e with socket options so, which the test
+// closes itself.
+func openWith(t testing.TB, e *testenv.Endpoint, so xsk.Options) *AFXDP {
 	t.Helper()
 	var l *AFXDP
 	if err := e.Do(func() (err error) {
-		l, err = NewAFXDP(AFXDPOptions{Interface: e.Name, Mode: benchMode})
+		l, err = NewAFXDP(AFXDPOptions{Interface: e.Name, Mode: benchMode, Socket: so})
 		return err
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("socket options %+v: %v", so, err)
 	}
 	return l
 }
@@ -94,14 +100,7 @@ func checkArrived(t testing.TB, round int, got, frames [][]byte) {
 // two-chunk frames straddle the UMEM's end now and then.
 func openSmallUMEM(t testing.TB, e *testenv.Endpoint) *AFXDP {
 	t.Helper()
-	var l *AFXDP
-	if err := e.Do(func() (err error) {
-		l, err = NewAFXDP(AFXDPOptions{Interface: e.Name, Mode: benchMode,
-			Socket: xsk.Options{NumFrames: 64, TxFrames: 16}})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	l := openWith(t, e, xsk.Options{NumFrames: 64, TxFrames: 16})
 	t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -299,13 +298,7 @@ func TestAFXDPTxBufLen(t *testing.T) {
 		{"TxSpan 1", xsk.Options{TxSpan: 1}, 0},
 		{"TxFrames not whole buffers", xsk.Options{NumFrames: 64, TxFrames: 15}, 0},
 	} {
-		var l *AFXDP
-		if err := p.A.Do(func() (err error) {
-			l, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode, Socket: tc.opts})
-			return err
-		}); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
+		l := openWith(t, &p.A, tc.opts)
 		got := l.TxBufLen()
 		bufs := make([][]byte, 1)
 		lent := l.ReserveTx(bufs)
@@ -333,13 +326,7 @@ func TestAFXDPTxBudget(t *testing.T) {
 		{"a ring of 16: the kernel's", xsk.Options{NumFrames: 64, TxFrames: 16}, 32},
 		{"the caller's", xsk.Options{TxBudget: 64}, 64},
 	} {
-		var l *AFXDP
-		if err := p.A.Do(func() (err error) {
-			l, err = NewAFXDP(AFXDPOptions{Interface: p.A.Name, Mode: benchMode, Socket: tc.opts})
-			return err
-		}); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
+		l := openWith(t, &p.A, tc.opts)
 		got := l.sock.Counters().TxBudget
 		l.Close()
 		if got != tc.want {
