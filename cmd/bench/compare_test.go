@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -39,6 +40,7 @@ func TestCompare(t *testing.T) {
 	// and of the second (", again").
 	want := []string{"raw AF_XDP native XDP, 4096 B payload ", "raw AF_XDP generic XDP, 64 B payload ", "UDP sockets (mmsg), 4096 B",
 		"raw AF_XDP native XDP, 4096 B payload, again", "raw AF_XDP generic XDP, 64 B payload, again",
+		"UDP sockets (GSO and GRO), 4096 B payload, again", "UDP sockets (mmsg), 64 B payload, again",
 		"ping-pong 64 B, afxdp-busy, again", "ping-pong 64 B, afxdp-busy-acked ", "ping-pong 64 B, afxdp-busy-acked, again", "ping-pong 64 B, udp-blocking, again",
 		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy ", "ping-pong 64 B, udp-blocking ",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 (perftest's depth", "write_bw -s 64 -t 4096 (message rate)", "write_bw -s 64 -t 4096 --busy-poll",
@@ -258,6 +260,23 @@ func TestBaselineBars(t *testing.T) {
 		}
 		if mbps, mpps := rawBars(raw); math.Abs(mbps-wantMBps) > 1e-9 || math.Abs(mpps-wantMpps) > 1e-9 {
 			t.Errorf("bars %v MB/s, %v M/s; want %v, %v", mbps, mpps, wantMBps, wantMpps)
+		}
+	}
+	// The UDP link's bars: the GSO/GRO sockets' better round.
+	udp := func(fps4K, fps64 float64) map[string]link.ReceiveResult {
+		return map[string]link.ReceiveResult{fmt.Sprint(link.KindUDPGSO, 4096): at(fps4K), fmt.Sprint(link.KindUDPGSO, 64): at(fps64),
+			fmt.Sprint(link.KindUDP, 4096): at(9e6), fmt.Sprint(link.KindUDP, 64): at(9e6)}
+	}
+	wantMBps = perftestMBps(1.2e6 * 4096 * 8 / 1e9)
+	for _, rounds := range [][]map[string]link.ReceiveResult{{udp(0.4e6, 6e6), udp(1.2e6, 4e6)}, {udp(1.2e6, 4e6), udp(0.4e6, 6e6)}} {
+		raw := map[string]link.ReceiveResult{}
+		for _, round := range rounds {
+			for k, r := range round {
+				keepBetter(raw, k, r, fasterFlood)
+			}
+		}
+		if mbps, mpps := udpBars(raw); math.Abs(mbps-wantMBps) > 1e-9 || math.Abs(mpps-6) > 1e-9 {
+			t.Errorf("UDP bars %v MB/s, %v M/s; want %v, 6", mbps, mpps, wantMBps)
 		}
 	}
 	for _, rounds := range [][]time.Duration{{5, 3}, {3, 5}} {
