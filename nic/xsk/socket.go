@@ -307,15 +307,17 @@ func setTxBudget(cfg config, set func(int) error) (int, error) {
 		return 0, nil
 	}
 	err := set(cfg.TxBudget)
-	switch {
-	case err == nil:
+	if err == nil {
 		return cfg.TxBudget, nil
-	case errors.Is(err, unix.ENOPROTOOPT) && cfg.budgetOptional:
-		return 0, nil
-	case errors.Is(err, unix.ENOPROTOOPT):
-		return 0, errSys(ErrNotSupported, "setsockopt(XDP_MAX_TX_SKB_BUDGET)", err, fmt.Sprint(cfg.TxBudget))
 	}
-	return 0, errSys(nil, "setsockopt(XDP_MAX_TX_SKB_BUDGET)", err, fmt.Sprint(cfg.TxBudget))
+	var sentinel error
+	if errors.Is(err, unix.ENOPROTOOPT) {
+		if cfg.budgetOptional {
+			return 0, nil
+		}
+		sentinel = ErrNotSupported
+	}
+	return 0, errSys(sentinel, "setsockopt(XDP_MAX_TX_SKB_BUDGET)", err, fmt.Sprint(cfg.TxBudget))
 }
 
 // bind binds fd, retrying while a closed socket still holds the queue.
