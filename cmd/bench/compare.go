@@ -150,10 +150,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 
 	// The baselines' first round (the package comment says why two).
 	raw := map[string]link.ReceiveResult{}
-	if err := c.rawAFXDP(ctx, raw, row, ""); err != nil {
-		return err
-	}
-	if err := c.udpFloods(ctx, raw, row, ""); err != nil {
+	if err := c.floods(ctx, raw, row, ""); err != nil {
 		return err
 	}
 	tcp, err := c.iperf3(ctx)
@@ -316,10 +313,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		}
 	}
 	// The baselines' second round, then the bars and xrnic's rows.
-	if err := c.rawAFXDP(ctx, raw, row, ", again"); err != nil {
-		return err
-	}
-	if err := c.udpFloods(ctx, raw, row, ", again"); err != nil {
+	if err := c.floods(ctx, raw, row, ", again"); err != nil {
 		return err
 	}
 	if err := c.pingPongs(ctx, rtt, row, ", again"); err != nil {
@@ -445,44 +439,33 @@ func openLink(e *testenv.Endpoint, k link.Kind, am bpf.AttachMode) (l link.Link,
 	return l, err
 }
 
-// udpFloods floods UDP sockets, with sendmmsg and recvmmsg and with GSO and
-// GRO, of 4 KiB and 64 B payloads, prints each figure (its row name ending in
-// suffix) and keeps in raw the better (fasterFlood) of it and what raw held
-// under the same key.
-func (c *comparison) udpFloods(ctx context.Context, raw map[string]link.ReceiveResult, row func(string, ...any), suffix string) error {
-	for _, k := range []link.Kind{link.KindUDP, link.KindUDPGSO} {
-		for _, size := range []int{4096, 64} {
-			r, err := c.flood(ctx, k, bpf.AttachGeneric, size)
-			if err != nil {
-				return fmt.Errorf("UDP sockets (%s), %d B: %w", k, size, err)
-			}
-			keepBetter(raw, fmt.Sprint(k, size), r, fasterFlood)
-			how := "mmsg"
-			if k == link.KindUDPGSO {
-				how = "GSO and GRO"
-			}
-			row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("UDP sockets (%s), %d B payload%s", how, size, suffix),
-				payloadGbps(r, size), r.FramesPerSecond()/1e6)
-		}
-	}
-	return nil
+// baselineFloods are the floods of the baselines' rounds: raw AF_XDP in each
+// XDP mode, and UDP sockets with sendmmsg and recvmmsg and with GSO and GRO.
+// Each is kept in raw under key and its payload size (rawBars, udpBars) and
+// printed as "name, N B payload".
+var baselineFloods = []struct {
+	key, name string
+	kind      link.Kind
+	mode      bpf.AttachMode
+}{
+	{"native", "raw AF_XDP native XDP", link.KindAFXDP, bpf.AttachNative},
+	{"generic", "raw AF_XDP generic XDP", link.KindAFXDP, bpf.AttachGeneric},
+	{"udp", "UDP sockets (mmsg)", link.KindUDP, bpf.AttachGeneric},
+	{"udp-gso", "UDP sockets (GSO and GRO)", link.KindUDPGSO, bpf.AttachGeneric},
 }
 
-// rawAFXDP floods raw AF_XDP frames of 4 KiB and 64 B payloads, native and
-// generic XDP, prints each figure (its row name ending in suffix) and keeps in
-// raw the better (fasterFlood) of it and what raw held under the same key.
-func (c *comparison) rawAFXDP(ctx context.Context, raw map[string]link.ReceiveResult, row func(string, ...any), suffix string) error {
-	for _, m := range []struct {
-		name string
-		mode bpf.AttachMode
-	}{{"native", bpf.AttachNative}, {"generic", bpf.AttachGeneric}} {
+// floods runs baselineFloods of 4 KiB and 64 B payloads, prints each figure
+// (its row name ending in suffix) and keeps in raw the better (fasterFlood)
+// of it and what raw held under the same key.
+func (c *comparison) floods(ctx context.Context, raw map[string]link.ReceiveResult, row func(string, ...any), suffix string) error {
+	for _, f := range baselineFloods {
 		for _, size := range []int{4096, 64} {
-			r, err := c.flood(ctx, link.KindAFXDP, m.mode, size)
+			r, err := c.flood(ctx, f.kind, f.mode, size)
 			if err != nil {
-				return fmt.Errorf("raw AF_XDP, %s XDP, %d B: %w", m.name, size, err)
+				return fmt.Errorf("%s, %d B: %w", f.name, size, err)
 			}
-			keepBetter(raw, fmt.Sprint(m.name, size), r, fasterFlood)
-			row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("raw AF_XDP %s XDP, %d B payload%s", m.name, size, suffix),
+			keepBetter(raw, fmt.Sprint(f.key, size), r, fasterFlood)
+			row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("%s, %d B payload%s", f.name, size, suffix),
 				payloadGbps(r, size), r.FramesPerSecond()/1e6)
 		}
 	}
@@ -520,8 +503,7 @@ func rawBars(raw map[string]link.ReceiveResult) (mbps, mpps float64) {
 // payload throughput in perftest's MB/s and their 64-byte datagram rate in
 // M/s.
 func udpBars(raw map[string]link.ReceiveResult) (mbps, mpps float64) {
-	return perftestMBps(payloadGbps(raw[fmt.Sprint(link.KindUDPGSO, 4096)], 4096)),
-		raw[fmt.Sprint(link.KindUDPGSO, 64)].FramesPerSecond() / 1e6
+	return perftestMBps(payloadGbps(raw["udp-gso4096"], 4096)), raw["udp-gso64"].FramesPerSecond() / 1e6
 }
 
 // fasterFlood and shorterRTT say whether a baseline's result a is better
