@@ -10,7 +10,7 @@
 // WriteBatch and Wait; it takes no locks on that state. Open gives a device one
 // link; OpenQueues one per receive queue, a QP belonging to the engine of queue
 // QPN modulo their number, and a frame that comes in on another engine's queue
-// is handed to its QP's engine through a ring between the two (shard.go). The
+// is handed to its QP's engine through that engine's ring (shard.go). The
 // engines share the CQs, SRQs and the memory region table, which have locks of
 // their own. Its loop reads a batch of frames, parses them
 // in place (wire.Parse and the ICRC), dispatches each by destination QPN (requests to

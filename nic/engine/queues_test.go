@@ -6,6 +6,7 @@ package engine
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -44,12 +45,14 @@ func openQueuesOn(t testing.TB, links []link.Link, g netdev.GID, cfg Config) *De
 // queuePairs connects n RC QP pairs between a and b. B makes one QP more half
 // way, so that the first half of the pairs have QPNs on the same queue on both
 // sides and the second half do not: their frames come in on the queue of the
-// sender's QP and must be handed to the receiver's.
+// sender's QP and must be handed to the receiver's. With more than two queues B
+// makes another at three quarters, so that each engine takes frames from two
+// others.
 func queuePairs(t *testing.T, da, db *Device, n int, mtu qpattr.MTU) (as, bs []*node) {
 	t.Helper()
 	cap := qpattr.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	for i := range n {
-		if i == n/2 {
+		if i == n/2 || i == n*3/4 && len(da.sh) > 2 {
 			newNode(t, db, nodeOpts{cap: cap, bufLen: 4096})
 		}
 		as = append(as, newNode(t, da, nodeOpts{cap: cap, bufLen: 1 << 20}))
@@ -151,20 +154,25 @@ func memoryQueues(t testing.TB, n int, cfg Config) (da, db *Device) {
 	return openQueuesOn(t, la, netdev.GIDFromAddr(addrA), cfg), openQueuesOn(t, lb, netdev.GIDFromAddr(addrB), cfg)
 }
 
-// TestQueuesMemory runs two engines per device over two memory link pairs.
+// TestQueuesMemory runs two engines per device over two memory link pairs, and
+// four over four, where three engines hand frames to each at once.
 func TestQueuesMemory(t *testing.T) {
-	da, db := memoryQueues(t, 2, Config{})
-	as, bs := queuePairs(t, da, db, 6, qpattr.MTU4096)
-	queueTraffic(t, as, bs)
-	checkQueues(t, "A", da)
-	checkQueues(t, "B", db)
-	// Every pass of every engine: Sync waits for both.
-	if err := da.Sync().Wait(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := da.Resources()
-	if err != nil || len(res.QPs) != 6 {
-		t.Fatalf("Resources: %d QPs, %v", len(res.QPs), err)
+	for _, c := range []struct{ queues, pairs int }{{2, 6}, {4, 16}} {
+		t.Run(fmt.Sprint("queues=", c.queues), func(t *testing.T) {
+			da, db := memoryQueues(t, c.queues, Config{})
+			as, bs := queuePairs(t, da, db, c.pairs, qpattr.MTU4096)
+			queueTraffic(t, as, bs)
+			checkQueues(t, "A", da)
+			checkQueues(t, "B", db)
+			// Every pass of every engine: Sync waits for all.
+			if err := da.Sync().Wait(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := da.Resources()
+			if err != nil || len(res.QPs) != c.pairs {
+				t.Fatalf("Resources: %d QPs, %v", len(res.QPs), err)
+			}
+		})
 	}
 }
 
@@ -212,19 +220,128 @@ func TestOpenQueuesChecks(t *testing.T) {
 	}
 }
 
-// TestHandoffRing: a full ring refuses the frame rather than overwrite one.
+// TestHandoffRing: a full ring refuses the frame rather than overwrite one,
+// gives its frames back in order, and takes frames again once they are taken,
+// lap after lap.
 func TestHandoffRing(t *testing.T) {
 	h := newHandoff(4, 16)
-	for i := range 4 {
-		if !h.put([]byte{byte(i)}) {
-			t.Fatalf("put %d refused", i)
+	if h.put(make([]byte, 17)) {
+		t.Fatal("a frame longer than the ring's buffers was taken")
+	}
+	for lap := range 3 {
+		for i := range 4 {
+			if !h.put([]byte{byte(lap), byte(i)}) {
+				t.Fatalf("lap %d: put %d refused", lap, i)
+			}
+		}
+		if h.put([]byte{9}) {
+			t.Fatalf("lap %d: a full ring took a fifth frame", lap)
+		}
+		for i := range 4 {
+			f, ok := h.next()
+			if !ok || len(f) != 2 || f[0] != byte(lap) || f[1] != byte(i) {
+				t.Fatalf("lap %d: frame %d is %v (%v)", lap, i, f, ok)
+			}
+			h.done()
+		}
+		if f, ok := h.next(); ok {
+			t.Fatalf("lap %d: an empty ring gave %v", lap, f)
 		}
 	}
-	if h.put([]byte{9}) || h.put(make([]byte, 17)) {
-		t.Fatal("a full ring, or a frame longer than its buffers, was taken")
+	f := []byte{1, 2, 3}
+	if a := testing.AllocsPerRun(100, func() {
+		for range 5 { // into a ring of 4: the fifth refused
+			h.put(f)
+		}
+		for _, ok := h.next(); ok; _, ok = h.next() {
+			h.done()
+		}
+	}); a != 0 {
+		t.Fatalf("%v allocations handing over 5 frames and taking 4", a)
 	}
-	if got := h.bufs[h.head.Load()&h.mask][:h.sizes[0]]; got[0] != 0 {
-		t.Fatalf("oldest frame %v", got)
+}
+
+// TestHandoffProducers: shards hand frames to one at once; each frame arrives
+// once, whole, and each producer's in the order it put them (under -race, the
+// ring's slots are handed between goroutines by their seq alone).
+func TestHandoffProducers(t *testing.T) {
+	const producers, each = 4, 20000
+	h := newHandoff(64, 64)
+	var wg sync.WaitGroup
+	var refused [producers]int
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := make([]byte, 9+p) // each producer's own length
+			f[0] = byte(p)
+			for i := range each {
+				binary.LittleEndian.PutUint64(f[1:], uint64(i))
+				for !h.put(f) {
+					refused[p]++
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	var next [producers]uint64
+	for got := 0; got < producers*each; {
+		f, ok := h.next()
+		if !ok {
+			runtime.Gosched()
+			continue
+		}
+		p := int(f[0])
+		if p >= producers || len(f) != 9+p || binary.LittleEndian.Uint64(f[1:]) != next[p] {
+			t.Fatalf("frame %d: %v, want producer %d's %d", got, f, p, next[p])
+		}
+		next[p]++
+		h.done()
+		got++
+	}
+	wg.Wait()
+	if f, ok := h.next(); ok {
+		t.Fatalf("a frame more: %v", f)
+	}
+	t.Logf("puts refused on a full ring, by producer: %v", refused)
+}
+
+// TestHandoffMemory: the handoff rings' memory grows with the number of
+// queues, not with its square (rings per ordered pair of engines took 4.1
+// GiB at 64 queues). Twice the queues take twice the memory, give or take
+// what the rest of a shard takes.
+func TestHandoffMemory(t *testing.T) {
+	opened := func(n int) uint64 {
+		var links []link.Link
+		for range n {
+			a, _, err := link.NewMemoryPair(link.MemoryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			links = append(links, a)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		d, err := OpenQueues(links, Config{GIDs: []netdev.GID{netdev.GIDFromAddr(addrA)}})
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range links {
+			l.Close()
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	four, eight := opened(4), opened(8)
+	t.Logf("OpenQueues allocated %d MiB for 4 queues, %d MiB for 8", four>>20, eight>>20)
+	if eight > four*5/2 {
+		t.Fatalf("8 queues took %.1f times what 4 did: more than linear", float64(eight)/float64(four))
+	}
+	if depth := handoffDepth(MaxQueues); depth > 1024 {
+		t.Fatalf("%d queues: rings of %d frames each", MaxQueues, depth)
 	}
 }
 

@@ -2,10 +2,11 @@
 // hot path"). Each owns its queue's link, the QPs whose numbers hash to it, their
 // timers and its own control queue and doorbells; engines share no lock on the
 // data path. A frame that arrives on another queue than its QP's is handed over
-// through a ring between the two engines: the sender of a frame picks the
-// queue, not the receiver (on a veth the peer's transmit queue; on a NIC its
-// RSS hash of the UDP source port), so a receiver cannot steer by QP in XDP,
-// which redirects only to the socket of the queue a frame came in on.
+// through the ring of its QP's engine, which the other engines share (a CAS,
+// no lock): the sender of a frame picks the queue, not the receiver (on a veth
+// the peer's transmit queue; on a NIC its RSS hash of the UDP source port), so
+// a receiver cannot steer by QP in XDP, which redirects only to the socket of
+// the queue a frame came in on.
 
 package engine
 
@@ -25,10 +26,15 @@ import (
 // MaxQueues bounds OpenQueues' links.
 const MaxQueues = 64
 
-// handoffDepth is the number of frames one engine can have waiting for another:
-// a receive batch's worth several times over. A full ring drops the frame, as a
+// handoffDepth is the number of frames an engine can have waiting from the
+// others, in one ring they share: a receive batch's worth several times over
+// for each of up to 4 of them. With n queues, n rings (of up to 1024 frames of
+// the link's MTU, 4.1 MiB at 4200), not n*(n-1): 64 queues take 264 MiB where
+// rings per ordered pair took 4.1 GiB. A full ring drops the frame, as a
 // NIC's full receive queue does, and counts it (EngHandoffDrops).
-const handoffDepth = 256
+func handoffDepth(queues int) int {
+	return 256 << min(bits.Len(uint(queues-2)), 2)
+}
 
 // shard is one engine goroutine, its link and its loop's state. The Device's
 // methods reach it through QPs (qp.sh) or all shards at once (execAll).
@@ -58,8 +64,8 @@ type shard struct {
 	dbHead  atomic.Pointer[QP]
 	polling atomic.Bool // the engine goroutine is running its pollers (poller.go)
 
-	// in[j] carries the frames shard j received for this shard's QPs.
-	in []*handoff
+	// in carries the frames other shards received for this shard's QPs.
+	in *handoff
 
 	ecnt engineCounters // the engine loop's own, not rxe's: one writer, the loop's
 
@@ -79,12 +85,7 @@ func (d *Device) connectShards() {
 	}
 	frameCap := d.info.MTU + maxEthernetLen
 	for _, sh := range d.sh {
-		sh.in = make([]*handoff, len(d.sh))
-		for j := range d.sh {
-			if j != sh.idx {
-				sh.in[j] = newHandoff(handoffDepth, frameCap)
-			}
-		}
+		sh.in = newHandoff(handoffDepth(len(d.sh)), frameCap)
 	}
 }
 
@@ -384,39 +385,84 @@ func (sh *shard) drive1(c *cq.CQ) bool {
 	return true
 }
 
-// handoff is a single-producer, single-consumer ring of frames from one shard
-// to another, with its buffers preallocated: no allocation per frame.
+// handoff is a bounded ring of frames from the other shards to one, with its
+// buffers preallocated (no allocation per frame): many producers, the shards'
+// receive passes, and one consumer, whoever drives the shard. A slot's seq
+// says whose turn it is (D. Vyukov's bounded queue): pos while it is free for
+// the producer that claims position pos, pos+1 once that producer has filled
+// it, pos+depth once the consumer has taken it. A producer claims a position
+// with one CAS on tail and fills its slot outside of any lock; the consumer
+// reads a slot only once its seq says it is filled.
 type handoff struct {
-	bufs       [][]byte
-	sizes      []int
-	mask       uint64
-	head, tail atomic.Uint64 // the consumer's and the producer's counters
+	mask  uint64
+	slots []handoffSlot
+	_     [32]byte
+	tail  atomic.Uint64 // the producers' next position, on a line of its own
+	_     [56]byte
+	head  uint64 // the consumer's next position; the driver's (sh.drive)
+}
+
+// handoffSlot fills a cache line, so that a producer filling one slot and the
+// consumer freeing the one before it write different lines.
+type handoffSlot struct {
+	seq  atomic.Uint64
+	size int
+	buf  []byte
+	_    [24]byte
 }
 
 func newHandoff(depth, frameCap int) *handoff {
-	h := &handoff{bufs: make([][]byte, depth), sizes: make([]int, depth), mask: uint64(depth - 1)}
-	for i := range h.bufs {
-		h.bufs[i] = make([]byte, frameCap)
+	h := &handoff{slots: make([]handoffSlot, depth), mask: uint64(depth - 1)}
+	for i := range h.slots {
+		h.slots[i].seq.Store(uint64(i))
+		h.slots[i].buf = make([]byte, frameCap)
 	}
 	return h
 }
 
-// put copies f into the ring; false when it is full.
+// put copies f into the ring; false when it is full or f longer than a slot.
 func (h *handoff) put(f []byte) bool {
-	t := h.tail.Load()
-	if t-h.head.Load() > h.mask || len(f) > len(h.bufs[0]) {
+	if len(f) > len(h.slots[0].buf) {
 		return false
 	}
-	i := t & h.mask
-	h.sizes[i] = copy(h.bufs[i], f)
-	h.tail.Store(t + 1)
-	return true
+	pos := h.tail.Load()
+	for {
+		s := &h.slots[pos&h.mask]
+		switch seq := s.seq.Load(); {
+		case seq == pos:
+			if h.tail.CompareAndSwap(pos, pos+1) {
+				s.size = copy(s.buf, f)
+				s.seq.Store(pos + 1)
+				return true
+			}
+			pos = h.tail.Load()
+		case int64(seq-pos) < 0:
+			// The slot still holds the frame of a lap ago: full.
+			return false
+		default:
+			pos = h.tail.Load() // another producer claimed pos
+		}
+	}
+}
+
+// next returns the oldest frame, filled, or false; done gives its slot back.
+func (h *handoff) next() ([]byte, bool) {
+	s := &h.slots[h.head&h.mask]
+	if s.seq.Load() != h.head+1 {
+		return nil, false
+	}
+	return s.buf[:s.size], true
+}
+
+func (h *handoff) done() {
+	h.slots[h.head&h.mask].seq.Store(h.head + h.mask + 1)
+	h.head++
 }
 
 // handOver gives a frame that came in on this shard's queue to the shard that
 // owns its QP, and wakes it once per receive batch (e.wakeNext).
 func (e *engine) handOver(to *shard, f []byte) {
-	if !to.in[e.sh.idx].put(f) {
+	if !to.in.put(f) {
 		e.sh.ecnt.inc(EngHandoffDrops)
 		return
 	}
@@ -438,27 +484,23 @@ func (e *engine) wakeHanded() {
 // takeHanded handles the frames other shards handed to this one; it reports
 // whether there were any.
 func (e *engine) takeHanded() bool {
+	h := e.sh.in
 	got := false
-	for _, h := range e.sh.in {
-		if h == nil {
-			continue
-		}
-		for hd, t := h.head.Load(), h.tail.Load(); hd != t; hd++ {
-			i := hd & h.mask
-			e.handleFrame(h.bufs[i][:h.sizes[i]]) // this engine's QP: handled here
-			h.head.Store(hd + 1)
-			got = true
-		}
+	for f, ok := h.next(); ok; f, ok = h.next() {
+		e.handleFrame(f) // this engine's QP: handled here
+		h.done()
+		got = true
 	}
 	return got
 }
 
-// handoffPending reports whether a frame waits in one of the shard's rings.
+// handoffPending reports whether a frame waits in the shard's ring (one a
+// producer has claimed but not yet filled does not: that producer wakes the
+// shard after it, wakeHanded).
 func (e *engine) handoffPending() bool {
-	for _, h := range e.sh.in {
-		if h != nil && h.head.Load() != h.tail.Load() {
-			return true
-		}
+	if e.sh.in == nil {
+		return false
 	}
-	return false
+	_, ok := e.sh.in.next()
+	return ok
 }
