@@ -481,17 +481,18 @@ func (e *engine) wakeHanded() {
 	e.handed = 0
 }
 
-// takeHanded handles the frames other shards handed to this one; it reports
-// whether there were any.
+// takeHanded handles the frames other shards handed to this one, at most a
+// ring's worth a pass, so that producers that keep handing over do not keep
+// the pass from the rest of its work; it reports whether there were any.
 func (e *engine) takeHanded() bool {
 	h := e.sh.in
-	got := false
-	for f, ok := h.next(); ok; f, ok = h.next() {
+	n := 0
+	for f, ok := h.next(); ok && n < len(h.slots); f, ok = h.next() {
 		e.handleFrame(f) // this engine's QP: handled here
 		h.done()
-		got = true
+		n++
 	}
-	return got
+	return n > 0
 }
 
 // handoffPending reports whether a frame waits in the shard's ring (one a
