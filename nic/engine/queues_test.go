@@ -155,7 +155,7 @@ func memoryQueues(t testing.TB, n int, cfg Config) (da, db *Device) {
 }
 
 // TestQueuesMemory runs two engines per device over two memory link pairs, and
-// four over four, where three engines hand frames to each at once.
+// four over four, where two engines hand frames to each at once.
 func TestQueuesMemory(t *testing.T) {
 	for _, c := range []struct{ queues, pairs int }{{2, 6}, {4, 16}} {
 		t.Run(fmt.Sprint("queues=", c.queues), func(t *testing.T) {
@@ -261,6 +261,30 @@ func TestHandoffRing(t *testing.T) {
 	}
 }
 
+// TestHandoffPending: what an engine about to sleep asks of its ring (a frame
+// handed over before the producer could see it asleep), filled frames only.
+func TestHandoffPending(t *testing.T) {
+	if (&engine{sh: &shard{}}).handoffPending() {
+		t.Fatal("one queue, no ring: pending")
+	}
+	h := newHandoff(4, 16)
+	e := &engine{sh: &shard{in: h}}
+	for i, c := range []struct {
+		do   func()
+		want bool
+	}{
+		{func() {}, false},
+		{func() { h.put([]byte{1}) }, true},
+		{func() { h.next(); h.done() }, false},
+		{func() { h.tail.Add(1) }, false}, // claimed by a producer that has not filled it yet
+	} {
+		c.do()
+		if got := e.handoffPending(); got != c.want {
+			t.Fatalf("step %d: pending %v, want %v", i, got, c.want)
+		}
+	}
+}
+
 // TestHandoffProducers: shards hand frames to one at once; each frame arrives
 // once, whole, and each producer's in the order it put them (under -race, the
 // ring's slots are handed between goroutines by their seq alone).
@@ -285,9 +309,13 @@ func TestHandoffProducers(t *testing.T) {
 		}()
 	}
 	var next [producers]uint64
+	deadline := time.Now().Add(time.Minute)
 	for got := 0; got < producers*each; {
 		f, ok := h.next()
 		if !ok {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d frames of %d after a minute, next by producer %v", got, producers*each, next)
+			}
 			runtime.Gosched()
 			continue
 		}

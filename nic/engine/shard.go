@@ -27,13 +27,16 @@ import (
 const MaxQueues = 64
 
 // handoffDepth is the number of frames an engine can have waiting from the
-// others, in one ring they share: a receive batch's worth several times over
-// for each of up to 4 of them. With n queues, n rings (of up to 1024 frames of
-// the link's MTU, 4.1 MiB at 4200), not n*(n-1): 64 queues take 264 MiB where
-// rings per ordered pair took 4.1 GiB. A full ring drops the frame, as a
-// NIC's full receive queue does, and counts it (EngHandoffDrops).
+// others, in the one ring they share: a pass's worth (passBatches of
+// DefaultBatch) for each other engine, up to 4 of them, rounded up to a power
+// of two. With n queues that is n rings of up to 1024 frames of the link's
+// MTU (4.1 MiB at 4200), not n*(n-1) of 256: 64 queues take 264 MiB where
+// rings per ordered pair took 4.1 GiB. The price is at many queues: 63 engines
+// share 1024 slots, so a burst from many at once may fill a ring that rings
+// per pair would have taken. A full ring drops the frame, as a NIC's full
+// receive queue does, counts it (EngHandoffDrops), and RC resends it.
 func handoffDepth(queues int) int {
-	return 256 << min(bits.Len(uint(queues-2)), 2)
+	return 256 << min(bits.Len(uint(max(queues, 2)-2)), 2)
 }
 
 // shard is one engine goroutine, its link and its loop's state. The Device's
@@ -394,16 +397,19 @@ func (sh *shard) drive1(c *cq.CQ) bool {
 // with one CAS on tail and fills its slot outside of any lock; the consumer
 // reads a slot only once its seq says it is filled.
 type handoff struct {
+	tail atomic.Uint64 // the producers' next position
+	_    [56]byte
+	head uint64 // the consumer's next position; the driver's (sh.drive)
+	_    [56]byte
+	// Read by both, written by neither once made. 64 bytes apart, whatever
+	// the struct's alignment, tail, head and these are on three lines.
 	mask  uint64
 	slots []handoffSlot
-	_     [32]byte
-	tail  atomic.Uint64 // the producers' next position, on a line of its own
-	_     [56]byte
-	head  uint64 // the consumer's next position; the driver's (sh.drive)
 }
 
-// handoffSlot fills a cache line, so that a producer filling one slot and the
-// consumer freeing the one before it write different lines.
+// handoffSlot is 64 bytes, so that the seq a producer writes (and its size)
+// and the seq of the slot before, which the consumer writes as it frees it,
+// are on different cache lines.
 type handoffSlot struct {
 	seq  atomic.Uint64
 	size int
@@ -413,9 +419,10 @@ type handoffSlot struct {
 
 func newHandoff(depth, frameCap int) *handoff {
 	h := &handoff{slots: make([]handoffSlot, depth), mask: uint64(depth - 1)}
+	bufs := make([]byte, depth*frameCap) // one allocation, not one per slot
 	for i := range h.slots {
 		h.slots[i].seq.Store(uint64(i))
-		h.slots[i].buf = make([]byte, frameCap)
+		h.slots[i].buf = bufs[i*frameCap : (i+1)*frameCap : (i+1)*frameCap]
 	}
 	return h
 }
@@ -487,10 +494,13 @@ func (e *engine) wakeHanded() {
 func (e *engine) takeHanded() bool {
 	h := e.sh.in
 	n := 0
-	for f, ok := h.next(); ok && n < len(h.slots); f, ok = h.next() {
+	for ; n < len(h.slots); n++ {
+		f, ok := h.next()
+		if !ok {
+			break
+		}
 		e.handleFrame(f) // this engine's QP: handled here
 		h.done()
-		n++
 	}
 	return n > 0
 }
