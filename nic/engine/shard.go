@@ -467,7 +467,8 @@ func (h *handoff) done() {
 }
 
 // handOver gives a frame that came in on this shard's queue to the shard that
-// owns its QP, and wakes it once per receive batch (e.wakeNext).
+// owns its QP, and marks that shard for wakeHanded, which wakes it once per
+// pass of the engine.
 func (e *engine) handOver(to *shard, f []byte) {
 	if !to.in.put(f) {
 		e.sh.ecnt.inc(EngHandoffDrops)
