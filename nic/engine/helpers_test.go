@@ -108,6 +108,7 @@ type nodeOpts struct {
 	srq    *SRQ
 	pd     *PD
 	cqe    int
+	cq     *CQ // the send and receive CQ, shared with other nodes; else a CQ of its own
 }
 
 func newNode(t testing.TB, d *Device, o nodeOpts) *node {
@@ -134,8 +135,11 @@ func newNode(t testing.TB, d *Device, o nodeOpts) *node {
 			t.Fatalf("AllocPD: %v", err)
 		}
 	}
-	if n.cq, err = d.CreateCQ(o.cqe, CQOptions{}); err != nil {
-		t.Fatalf("CreateCQ: %v", err)
+	n.cq = o.cq
+	if n.cq == nil {
+		if n.cq, err = d.CreateCQ(o.cqe, CQOptions{}); err != nil {
+			t.Fatalf("CreateCQ: %v", err)
+		}
 	}
 	n.rcq = n.cq
 	n.buf = make([]byte, o.bufLen)
@@ -151,7 +155,9 @@ func newNode(t testing.TB, d *Device, o nodeOpts) *node {
 			n.qp.Destroy().Wait()
 		}
 		n.mr.Dereg()
-		n.cq.Close()
+		if o.cq == nil {
+			n.cq.Close()
+		}
 	})
 	return n
 }
