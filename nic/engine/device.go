@@ -638,7 +638,7 @@ type engine struct {
 	d        *Device
 	sh       *shard
 	now      time.Duration
-	qps      map[uint32]*QP
+	qps      qpTable
 	active   []*QP // QPs with transmit work, in turn order
 	next     []*QP // the next round of active
 	timers   timerHeap
@@ -666,7 +666,6 @@ type engine struct {
 
 func (e *engine) init(d *Device, sh *shard) {
 	e.d, e.sh = d, sh
-	e.qps = make(map[uint32]*QP)
 	e.rooms = make(map[netdev.GID]*destRoom)
 	frameCap := d.info.MTU + maxEthernetLen
 	e.tx = newTxBatch(sh.link, d.cfg.Batch, frameCap, d.info.FixedIPv4ID)
@@ -725,9 +724,7 @@ func (e *engine) stopping() bool {
 
 // shutdown destroys every QP, flushing its work requests, and stops the engine.
 func (e *engine) shutdown() {
-	for _, qp := range e.qps {
-		e.destroyQP(qp)
-	}
+	e.qps.all(e.destroyQP)
 	e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt)
 	e.sh.ctlMu.Lock()
 	e.sh.stopped = true

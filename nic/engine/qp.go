@@ -117,7 +117,7 @@ func (pd *PD) CreateQP(a QPInitAttr) (*QP, error) {
 	}
 	op := qp.sh.exec(func(e *engine) error {
 		qp.live = true
-		e.qps[qp.qpn] = qp
+		e.qps.put(qp)
 		return nil
 	})
 	if err := op.Wait(); err != nil {
@@ -300,7 +300,7 @@ func (e *engine) destroyQP(qp *QP) {
 	qp.n.dead.Store(true)
 	qp.live = false
 	e.account(qp) // out of its destination's room
-	delete(e.qps, qp.qpn)
+	e.qps.remove(qp.qpn)
 	// Its type 2 windows go with it: a new QP may get its number, and must not
 	// inherit what a peer was given for this one.
 	e.d.mrs.InvalidateWindows(qp.qpn)

@@ -34,7 +34,7 @@ func (e *engine) handleFrame(b []byte) {
 		c.inc(CntRcvdPkts) // congestion control is not modelled
 		return
 	}
-	qp := e.qps[p.BTH.DestQPN()]
+	qp := e.qps.get(p.BTH.DestQPN())
 	if qp == nil {
 		c.inc(CntRcvdUnknownQP)
 		return

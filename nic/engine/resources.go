@@ -83,11 +83,11 @@ func (d *Device) Resources() (Resources, error) {
 	err := d.execAll(func(e *engine) error {
 		mu.Lock()
 		defer mu.Unlock()
-		for _, qp := range e.qps {
+		e.qps.all(func(qp *QP) {
 			if qp.live {
 				r.QPs = append(r.QPs, qp.engineInfo())
 			}
-		}
+		})
 		return nil
 	}).Wait()
 	if err != nil {
