@@ -165,7 +165,7 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 				if qp.req.psn.Sub(c.psn) > 0 && qp.timeout > 0 && !qp.req.waitRNRTime {
 					e.timers.set(&qp.retrans, e.now+qp.timeout)
 				} else if qp.req.psn == c.psn {
-					e.timers.stop(&qp.retrans)
+					e.timers.lapse(&qp.retrans)
 				}
 			}
 			return

@@ -169,8 +169,8 @@ func (e *engine) account(qp *QP) {
 		if qp.roomWait {
 			r.wait = slices.DeleteFunc(r.wait, func(w *QP) bool { return w == qp })
 			qp.roomWait = false
-			e.timers.stop(&qp.roomTimer)
 		}
+		e.timers.stop(&qp.roomTimer) // roomFreed may have left it to lapse
 		r.qps = slices.DeleteFunc(r.qps, func(w *QP) bool { return w == qp })
 		qp.room, qp.roomStale = nil, false
 		if len(r.qps) == 0 {
@@ -187,7 +187,7 @@ func (e *engine) roomFreed(r *destRoom) {
 	}
 	for i, w := range r.wait {
 		w.roomWait = false
-		e.timers.stop(&w.roomTimer)
+		e.timers.lapse(&w.roomTimer) // a QP that can send: its next wait sets it again
 		e.schedule(w)
 		r.wait[i] = nil
 	}
