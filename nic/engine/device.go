@@ -913,6 +913,12 @@ func (e *engine) schedule(qp *QP) {
 // the pass's bound (passBatches) allows, and writes the frames. It reports
 // whether the link left frames unsent (its transmit ring is full).
 func (e *engine) transmit() (blocked bool) {
+	if len(e.active) == 0 && e.tx.empty() {
+		// Most passes of an engine that spins, or of a busy poller, have
+		// nothing to send: 2.7 a WRITE, 55 instructions each, at 256 QPs
+		// (BenchmarkInstructions).
+		return false
+	}
 	e.tx.built = 0
 	limit := passBatches * len(e.tx.bufs)
 	// The budget is a QP's turn, for fairness among QPs, not the pass's

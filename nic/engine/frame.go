@@ -163,6 +163,10 @@ func newTxBatch(l link.Link, batch, frameCap int, fixID bool) txBatch {
 // is not (inlined, two calls a frame).
 func (t *txBatch) full() bool { return t.n == t.lent && t.borrow() }
 
+// empty reports whether flush has nothing to do: no frame built, no buffer
+// lent to give back.
+func (t *txBatch) empty() bool { return t.n == 0 && (t.lender == nil || t.lent == 0) }
+
 // borrow is full's slow path: every buffer to build in holds a frame, so it
 // borrows more from a lending link, and reports whether it got none.
 func (t *txBatch) borrow() bool {
