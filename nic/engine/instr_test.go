@@ -117,8 +117,8 @@ func callgrindTotal(path string) (float64, error) {
 }
 
 // TestInstructionWorkload is BenchmarkInstructions' child: 64-byte WRITEs on
-// RC QPs over the memory link, every one signaled, the CQs polled only when
-// they hold completions (an empty poll is no completion's cost). With one QP
+// RC QPs over the memory link, every one signaled, the requesters' CQ polled
+// only when it holds completions (an empty poll is no completion's cost). With one QP
 // (XRNIC_INSTR_QPS unset or 1) 64 are outstanding; with many, 4 on each QP
 // (1,024 in all at 256, where perftest's -q 256 keeps 117 on each): the QPs
 // take turns, their ACKs coalesce less and the shard's bound on PSNs in
