@@ -5,8 +5,10 @@ package main
 // the moment weighs on both sides of every ratio. The baselines are made as
 // fast as they honestly go: the raw AF_XDP receiver busy-polls on a core of
 // its own (pinned; the sender on the other, where veth does its receive work,
-// PLATFORM 11), with large rings; the UDP sockets use recvmmsg/sendmmsg;
-// kernel TCP is iperf3. Raw AF_XDP and the ping-pongs, the bars of issue 20's
+// PLATFORM 11), with large rings; xrnic's runs with an engine per queue
+// stand against raw AF_XDP on as many queues, a thread per queue that sends
+// and receives (floodQueues1); the UDP sockets use recvmmsg/sendmmsg; kernel
+// TCP is iperf3. Raw AF_XDP and the ping-pongs, the bars of issue 20's
 // targets, and the UDP sockets are measured twice, before and after xrnic's
 // runs, and the better round is the bar: a slow moment of the host under one
 // round alone would flatter every ratio (the UDP GSO sockets' 4 KiB rate here
@@ -178,11 +180,14 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	// xrnic's rows wait for the bars, the best baseline figures, which are
 	// known once the baselines' second round is in; should a run fail, the
 	// rows so far print against the first round's.
-	var bestBW, bestRate, udpBW, udpRate float64
+	var b bars
+	var udpBW, udpRate float64
 	var held []func()
 	later := func(f func()) { held = append(held, f) }
 	printHeld := func() {
-		bestBW, bestRate = rawBars(raw)
+		b.bw, b.rate = rawBars(raw)
+		b.queuesBW, b.queuesRate = queueBars(raw)
+		b.tcpCPU = tcp.cpuPerGB
 		udpBW, udpRate = udpBars(raw)
 		for _, f := range held {
 			f()
@@ -234,16 +239,15 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 		}
 		runs = append(runs, run{"write_bw", append([]string{"-s", "64", "-q", "16", "-n", n(40000)}, mq...)})
 	}
-	var oneQP float64
 	for _, t := range runs {
 		r, err := c.xrnic(ctx, t.test, t.args)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", t.test, strings.Join(t.args, " "), err)
 		}
-		if t.test == "write_bw" && t.args[1] == "65536" && !slices.Contains(t.args, "-q") && oneQP == 0 {
-			oneQP = r.res["BW_average"]
+		if t.test == "write_bw" && t.args[1] == "65536" && !slices.Contains(t.args, "-q") && b.oneQP == 0 {
+			b.oneQP = r.res["BW_average"]
 		}
-		later(func() { runRows(row, t.test, t.args, r, bestBW, bestRate, oneQP, tcp.cpuPerGB) })
+		later(func() { runRows(row, t.test, t.args, r, b) })
 	}
 	// The message rate: at perftest's own send queue depth, and at a deep
 	// one (msgRateDepth), with and without run to completion (the posting
@@ -265,7 +269,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 			return fmt.Errorf("write_bw %s: %w", strings.Join(args, " "), err)
 		}
 		later(func() {
-			row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B")
+			row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/b.rate, "raw AF_XDP 64 B")
 		})
 	}
 	// The UDP link with GSO and GRO (--link udp-gso), against the same
@@ -295,7 +299,7 @@ func (c *comparison) run(ctx context.Context, out io.Writer, scale float64, qps 
 	}
 	later(func() {
 		row("%-44s %9.3f Mpps %9.2fx %s", rowName("write_bw", udpRateArgs), r.res["MsgRate"], r.res["MsgRate"]/udpRate, "UDP GSO/GRO 64 B")
-		row("%-44s %9s %9.2fx %s", "", "", r.res["MsgRate"]/bestRate, "raw AF_XDP 64 B") // issue 20's bar
+		row("%-44s %9s %9.2fx %s", "", "", r.res["MsgRate"]/b.rate, "raw AF_XDP 64 B") // issue 20's bar
 	})
 	// Latency: the engine goroutine's (against kernel UDP blocking), and
 	// run to completion, --busy-poll (against raw AF_XDP busy-polling).
@@ -338,32 +342,39 @@ func rowName(test string, args []string, omit ...string) string {
 	return strings.Join(name, " ")
 }
 
+// bars are what run's bandwidth rows stand against: raw AF_XDP's 4 KiB
+// payload rate in MB/s and 64-byte frame rate in M/s (rawBars), the same on
+// as many queues as an engine per queue runs on (queueBars), one QP's
+// write_bw 64 KiB and kernel TCP's CPU per GB.
+type bars struct{ bw, rate, queuesBW, queuesRate, oneQP, tcpCPU float64 }
+
 // runRows prints the rows of one of run's bandwidth runs: its figure against
-// raw AF_XDP's (bw, the bar in MB/s; rate, in M/s) or one QP's (oneQP), and
-// CPU per GB against kernel TCP's (tcpCPU).
-func runRows(row func(string, ...any), test string, args []string, r xrnicResult, bw, rate, oneQP, tcpCPU float64) {
+// raw AF_XDP's or one QP's, and CPU per GB against kernel TCP's. A run with
+// an engine per queue stands against raw AF_XDP on as many queues.
+func runRows(row func(string, ...any), test string, args []string, r xrnicResult, b bars) {
 	// An engine per queue runs in native XDP mode, as the method says: the
 	// name leaves the mode out, to stay within the column.
 	name := rowName(test, args, "--xdp-mode")
 	cpu := func() {
-		row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/tcpCPU, "kernel TCP")
+		row("%-44s %9.2f s/GB %9.2fx %s", "  CPU of both processes", r.cpuPerGB, r.cpuPerGB/b.tcpCPU, "kernel TCP")
 	}
 	i := slices.Index(args, "-q")
 	switch {
 	case i < 0:
-		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/bw, "raw AF_XDP 4 KiB")
+		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/b.bw, "raw AF_XDP 4 KiB")
 		if args[1] == "65536" {
 			cpu()
 		}
 	case !slices.Contains(args, "--queues"):
-		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/oneQP, "one QP")
+		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/b.oneQP, "one QP")
 	default:
+		queues := args[slices.Index(args, "--queues")+1]
 		if args[1] == "64" {
-			row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/rate, "raw AF_XDP 64 B")
+			row("%-44s %9.3f Mpps %9.2fx %s", name, r.res["MsgRate"], r.res["MsgRate"]/b.queuesRate, "raw AF_XDP 64 B, "+queues+" queues")
 			return
 		}
-		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/bw, "raw AF_XDP 4 KiB")
-		row("%-44s %9s %9.2fx %s", "", "", r.res["BW_average"]/oneQP, "one QP, one queue")
+		row("%-44s %9.1f MB/s %9.2fx %s", name, r.res["BW_average"], r.res["BW_average"]/b.queuesBW, "raw AF_XDP 4 KiB, "+queues+" queues")
+		row("%-44s %9s %9.2fx %s", "", "", r.res["BW_average"]/b.oneQP, "one QP, one queue")
 		if test == "write_bw" {
 			cpu()
 		}
@@ -469,6 +480,18 @@ func (c *comparison) floods(ctx context.Context, raw map[string]link.ReceiveResu
 				payloadGbps(r, size), r.FramesPerSecond()/1e6)
 		}
 	}
+	if c.queues == 1 {
+		return nil
+	}
+	for _, size := range []int{4096, 64} {
+		r, err := c.floodQueues(ctx, size)
+		if err != nil {
+			return fmt.Errorf("raw AF_XDP on %d queues, %d B: %w", c.queues, size, err)
+		}
+		keepBetter(raw, fmt.Sprint("queues", size), r, fasterFlood)
+		row("%-44s %10.3f Gb/s %8.3f Mpps", fmt.Sprintf("raw AF_XDP native, %d queues, %d B payload%s", c.queues, size, suffix),
+			payloadGbps(r, size), r.FramesPerSecond()/1e6)
+	}
 	return nil
 }
 
@@ -497,6 +520,14 @@ func (c *comparison) pingPongs(ctx context.Context, rtt map[string]rttPercentile
 func rawBars(raw map[string]link.ReceiveResult) (mbps, mpps float64) {
 	return perftestMBps(max(payloadGbps(raw["native4096"], 4096), payloadGbps(raw["generic4096"], 4096))),
 		max(raw["native64"].FramesPerSecond(), raw["generic64"].FramesPerSecond()) / 1e6
+}
+
+// queueBars are the bars of xrnic's runs with an engine per queue: the
+// faster of raw AF_XDP on one queue (rawBars) and on as many queues as
+// those runs (floodQueues), in the same units.
+func queueBars(raw map[string]link.ReceiveResult) (mbps, mpps float64) {
+	mbps, mpps = rawBars(raw)
+	return max(mbps, perftestMBps(payloadGbps(raw["queues4096"], 4096))), max(mpps, raw["queues64"].FramesPerSecond()/1e6)
 }
 
 // udpBars are the bars of xrnic's UDP link: the UDP GSO/GRO sockets' 4 KiB
@@ -594,6 +625,122 @@ func (c *comparison) flood1(k link.Kind, am bpf.AttachMode, size int) (link.Rece
 		}
 	})
 	return r, rerr
+}
+
+// floodQueues is the best of c.bestOf floodQueues1 by frame rate.
+func (c *comparison) floodQueues(ctx context.Context, size int) (link.ReceiveResult, error) {
+	return bestOf(ctx, c.bestOf, func() (link.ReceiveResult, error) { return c.floodQueues1(size) }, fasterFlood)
+}
+
+// floodQueues1 is raw AF_XDP on c.queues queues at once, native XDP (the
+// mode in which veth keeps a frame on its sender's queue), the bar of
+// xrnic's runs with an engine per queue: a thread per queue, pinned to CPU
+// queue, sends a batch of frames on that queue from B and then reads what
+// A's socket on it holds, as an engine per queue sends and receives on one
+// thread. A receiver busy-polling on a CPU of its own, as flood1's, would
+// take a CPU from a sender once there are as many queues as CPUs.
+func (c *comparison) floodQueues1(size int) (link.ReceiveResult, error) {
+	tx, closeTx, err := openQueueLinks(&c.p.B, c.queues)
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	defer closeTx()
+	rx, closeRx, err := openQueueLinks(&c.p.A, c.queues)
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	defer closeRx()
+	frame, err := testenv.RoCESendOnly(&c.p.B, &c.p.A, false, 0, bytes.Repeat([]byte{'x'}, size))
+	if err != nil {
+		return link.ReceiveResult{}, err
+	}
+	var stop atomic.Bool
+	var frames, total atomic.Int64 // frames and bytes received on every queue
+	errs := make(chan error, c.queues)
+	for q := range c.queues {
+		go pinned(q, func() {
+			f := link.NewFlooder(tx[q], frame)
+			bufs, sizes := make([][]byte, 64), make([]int, 64)
+			for i := range bufs {
+				bufs[i] = make([]byte, len(frame)+64)
+			}
+			for !stop.Load() {
+				if _, err := f.Send(); err != nil {
+					errs <- err
+					return
+				}
+				n, err := rx[q].ReadBatch(bufs, sizes)
+				if err != nil {
+					errs <- err
+					return
+				}
+				b := 0
+				for _, s := range sizes[:n] {
+					b += s
+				}
+				frames.Add(int64(n))
+				total.Add(int64(b))
+			}
+			errs <- nil
+		})
+	}
+	wait := func() error {
+		stop.Store(true)
+		var first error
+		for range c.queues {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	// The clock starts once frames flow, as flood1's.
+	for warm := time.Now().Add(5 * time.Second); frames.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(warm) {
+			err := wait()
+			return link.ReceiveResult{}, errors.Join(fmt.Errorf("no frame reached A's sockets within 5 s"), err)
+		}
+	}
+	f0, b0, start := frames.Load(), total.Load(), time.Now()
+	time.Sleep(c.dur)
+	r := link.ReceiveResult{Frames: int(frames.Load() - f0), Bytes: int(total.Load() - b0), Elapsed: time.Since(start)}
+	if err := wait(); err != nil {
+		return r, err
+	}
+	if r.Bytes != r.Frames*len(frame) {
+		return r, fmt.Errorf("%d frames of %d bytes arrived as %d bytes", r.Frames, len(frame), r.Bytes)
+	}
+	return r, nil
+}
+
+// openQueueLinks opens openLink's AF_XDP links on e's receive queues
+// 0..n-1, native XDP, sharing one attachment of the program; closeAll
+// closes them and then detaches it.
+func openQueueLinks(e *testenv.Endpoint, n int) (links []link.Link, closeAll func(), err error) {
+	err = e.Do(func() error {
+		att, err := bpf.Attach(e.Name, bpf.AttachOptions{Mode: bpf.AttachNative})
+		if err != nil {
+			return err
+		}
+		closeAll = func() {
+			for _, l := range links {
+				l.Close()
+			}
+			att.Close()
+		}
+		for q := range n {
+			o := xsk.DefaultOptions()
+			o.NumFrames = 16384
+			l, err := link.NewAFXDP(link.AFXDPOptions{Interface: e.Name, Queue: q, Mode: bpf.AttachNative, Socket: o, Attachment: att})
+			if err != nil {
+				closeAll()
+				return err
+			}
+			links = append(links, l)
+		}
+		return nil
+	})
+	return links, closeAll, err
 }
 
 // rttPercentiles are a ping-pong's round trips at the median, 99 % and 99.9 %.

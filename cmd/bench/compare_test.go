@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -41,6 +42,7 @@ func TestCompare(t *testing.T) {
 		"raw AF_XDP native XDP, 4096 B payload, again", "raw AF_XDP generic XDP, 64 B payload, again",
 		"UDP sockets (GSO and GRO), 4096 B payload, again", "UDP sockets (mmsg), 64 B payload, again",
 		"ping-pong 64 B, afxdp-busy, again", "ping-pong 64 B, afxdp-busy-acked ", "ping-pong 64 B, afxdp-busy-acked, again", "ping-pong 64 B, udp-blocking, again",
+		"raw AF_XDP native, 2 queues, 4096 B payload ", "raw AF_XDP native, 2 queues, 64 B payload, again",
 		"kernel TCP, iperf3", "  with xrnic's XDP program, native", "ping-pong 64 B, afxdp-busy ", "ping-pong 64 B, udp-blocking ",
 		"write_bw -s 65536 ", "read_bw -s 4096 ", "send_bw -s 65536 ", "write_bw -s 65536 -q 16", "write_bw -s 64 (perftest's depth", "write_bw -s 64 -t 4096 (message rate)", "write_bw -s 64 -t 4096 --busy-poll",
 		"write_bw -s 64 -t 4096 --xdp-mode native ",
@@ -61,6 +63,13 @@ func TestCompare(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("no row %q", w)
+		}
+	}
+	// The runs with an engine per queue stand against raw AF_XDP on as many
+	// queues: the 64 KiB bandwidths and the 64-byte rate.
+	for want, n := range map[string]int{"raw AF_XDP 4 KiB, 2 queues": 3, "raw AF_XDP 64 B, 2 queues": 1} {
+		if got := strings.Count(out.String(), "x "+want+"\n"); got != n {
+			t.Errorf("%d rows against %q, want %d", got, want, n)
 		}
 	}
 	// Every ratio has its bar: a bar read from a key the floods did not
@@ -266,6 +275,23 @@ func TestBaselineBars(t *testing.T) {
 			t.Errorf("bars %v MB/s, %v M/s; want %v, %v", mbps, mpps, wantMBps, wantMpps)
 		}
 	}
+	// An engine per queue's bars: raw AF_XDP on as many queues, or on one
+	// should that be the faster.
+	for _, c := range []struct {
+		q4K, q64       float64 // frames a second on the queues
+		wantBW, wantPS float64
+	}{
+		{800e3, 1.5e6, perftestMBps(800e3 * 4096 * 8 / 1e9), 1.5},
+		{300e3, 0.7e6, perftestMBps(400e3 * 4096 * 8 / 1e9), 0.9},
+	} {
+		raw := map[string]link.ReceiveResult{"queues4096": at(c.q4K), "queues64": at(c.q64)}
+		for k, r := range fast {
+			raw[k] = r
+		}
+		if mbps, mpps := queueBars(raw); math.Abs(mbps-c.wantBW) > 1e-9 || math.Abs(mpps-c.wantPS) > 1e-9 {
+			t.Errorf("queue bars %v MB/s, %v M/s; want %v, %v", mbps, mpps, c.wantBW, c.wantPS)
+		}
+	}
 	// The UDP link's bars: the GSO/GRO sockets' better round.
 	udp := func(fps4K, fps64 float64) map[string]link.ReceiveResult {
 		return map[string]link.ReceiveResult{"udp-gso4096": at(fps4K), "udp-gso64": at(fps64), "udp4096": at(9e6), "udp64": at(9e6)}
@@ -331,6 +357,38 @@ func TestTurnFrames(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: frames of %v bytes, want %v", kind, got, want)
+		}
+	}
+}
+
+// TestRunRowsBars: a run with an engine per queue stands against raw AF_XDP
+// on as many queues, and a run on one queue against raw AF_XDP on one.
+func TestRunRowsBars(t *testing.T) {
+	b := bars{bw: 100, rate: 1, queuesBW: 200, queuesRate: 4, oneQP: 50, tcpCPU: 1}
+	r := xrnicResult{res: map[string]float64{"BW_average": 100, "MsgRate": 1}, cpuPerGB: 2}
+	for _, c := range []struct {
+		test string
+		args []string
+		want []string // the ratios and what they stand against, in order
+	}{
+		{"write_bw", []string{"-s", "65536", "-n", "10"}, []string{"1.00x raw AF_XDP 4 KiB", "2.00x kernel TCP"}},
+		{"write_bw", []string{"-s", "65536", "-q", "16", "-n", "10"}, []string{"2.00x one QP"}},
+		{"read_bw", []string{"-s", "65536", "-q", "16", "-n", "10", "--queues", "2", "--xdp-mode", "native"},
+			[]string{"0.50x raw AF_XDP 4 KiB, 2 queues", "2.00x one QP, one queue"}},
+		{"write_bw", []string{"-s", "64", "-q", "16", "-n", "10", "--queues", "2", "--xdp-mode", "native"},
+			[]string{"0.25x raw AF_XDP 64 B, 2 queues"}},
+	} {
+		var got []string
+		runRows(func(format string, args ...any) {
+			f := strings.Fields(fmt.Sprintf(format, args...))
+			for i, w := range f {
+				if strings.HasSuffix(w, "x") && i+1 < len(f) && strings.Contains(w, ".") {
+					got = append(got, strings.Join(f[i:], " "))
+				}
+			}
+		}, c.test, c.args, r, b)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s %v: %q, want %q", c.test, c.args, got, c.want)
 		}
 	}
 }

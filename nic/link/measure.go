@@ -77,39 +77,58 @@ func MeasureReceive(tx, rx Link, frame []byte, want int, dur time.Duration) (Rec
 	return r, nil
 }
 
-// Flood sends frame through tx, 64 at a time, until stop is set, calling idle
-// (when not nil) after a batch the link took none of. A link that lends its
-// transmit buffers (TxLender) gets frame written once into every one of them,
-// which Flood then only queues, as xdpsock's txonly does: the fastest honest
-// sender, with no copy per frame, which xrnic's engine does not make either.
+// Flood sends frame through tx, 64 at a time (Flooder), until stop is set,
+// calling idle (when not nil) after a batch the link took none of.
 func Flood(tx Link, frame []byte, stop *atomic.Bool, idle func()) {
-	batch := make([][]byte, 64)
+	f := NewFlooder(tx, frame)
+	for !stop.Load() {
+		if n, err := f.Send(); (n == 0 || err != nil) && idle != nil {
+			idle()
+		}
+	}
+}
+
+// Flooder sends copies of one frame through a link, 64 at a time. A link
+// that lends its transmit buffers (TxLender) gets the frame written once into
+// every one of them, which Send then only queues, as xdpsock's txonly does:
+// the fastest honest sender, with no copy per frame, which xrnic's engine
+// does not make either. A Flooder belongs to the goroutine that writes.
+type Flooder struct {
+	tx    Link
+	tl    TxLender // nil: WriteBatch of batch, every entry the frame
+	n     int      // the frame's length
+	batch [][]byte
+	bufs  [][]byte
+}
+
+// NewFlooder readies a Flooder of frame on tx.
+func NewFlooder(tx Link, frame []byte) *Flooder {
+	f := &Flooder{tx: tx, n: len(frame), batch: make([][]byte, 64)}
 	if tl, ok := tx.(TxLender); ok && tl.TxBufLen() >= len(frame) {
-		bufs := make([][]byte, len(batch))
+		f.tl, f.bufs = tl, make([][]byte, len(f.batch))
 		// Lend every buffer, write the frame in each, take them back unsent.
-		for n := tl.ReserveTx(bufs); n > 0; n = tl.ReserveTx(bufs) {
-			for _, b := range bufs[:n] {
+		for n := tl.ReserveTx(f.bufs); n > 0; n = tl.ReserveTx(f.bufs) {
+			for _, b := range f.bufs[:n] {
 				copy(b, frame)
 			}
 		}
 		tl.SendTx(nil)
-		for !stop.Load() {
-			n := tl.ReserveTx(bufs)
-			for i := range n {
-				batch[i] = bufs[i][:len(frame)]
-			}
-			if k, err := tl.SendTx(batch[:n]); (k == 0 || err != nil) && idle != nil {
-				idle()
-			}
-		}
-		return
+		return f
 	}
-	for i := range batch {
-		batch[i] = frame
+	for i := range f.batch {
+		f.batch[i] = frame
 	}
-	for !stop.Load() {
-		if n, err := tx.WriteBatch(batch); (n == 0 || err != nil) && idle != nil {
-			idle()
-		}
+	return f
+}
+
+// Send queues one batch and returns how many frames the link took.
+func (f *Flooder) Send() (int, error) {
+	if f.tl == nil {
+		return f.tx.WriteBatch(f.batch)
 	}
+	n := f.tl.ReserveTx(f.bufs)
+	for i := range n {
+		f.batch[i] = f.bufs[i][:f.n]
+	}
+	return f.tl.SendTx(f.batch[:n])
 }
