@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -507,6 +508,85 @@ func TestQueuesPollers(t *testing.T) {
 	for id := range p.idl {
 		if p.polls[id] == 0 {
 			t.Fatalf("Idle from goroutine %d, which never polled", id)
+		}
+	}
+}
+
+// TestHandoffWakeRace: a frame handed to an engine as it goes to sleep still
+// wakes it (the look after sleeping is set, in routineEngine, against
+// wakeHanded's look at it). A UC ping-pong, which arms no timer that would
+// wake a sleeping engine, runs between QPs on different queues, so that each
+// message is handed over on its way in. Before each message the receiving
+// device's engines are woken (Sync), and the message follows after a pause of
+// up to 32 us: its frame comes as its QP's engine spins, or as it goes back
+// to sleep. A lost wake-up leaves the message unanswered, and the test fails
+// at its deadline. Without that look it failed within 7,500 rounds in each
+// of 3 runs, and within 2,000 with the engines dawdling before they sleep
+// (testBeforeSleep), as they do here.
+func TestHandoffWakeRace(t *testing.T) {
+	// Each engine dawdles up to 4 us between its last look and sleeping, so
+	// that a frame is handed over, and the sleeping flag read, in between
+	// more often.
+	testBeforeSleep = func() {
+		for end := time.Now().Add(time.Duration(rand.IntN(4000))); time.Now().Before(end); {
+		}
+	}
+	t.Cleanup(func() { testBeforeSleep = nil })
+	da, db := memoryQueues(t, 2, Config{})
+	cap := qpattr.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	a := newNode(t, da, nodeOpts{typ: qpattr.UC, cap: cap, bufLen: 4096})
+	newNode(t, db, nodeOpts{typ: qpattr.UC, cap: cap, bufLen: 4096}) // B's next QPN on the other queue
+	b := newNode(t, db, nodeOpts{typ: qpattr.UC, cap: cap, bufLen: 4096})
+	connect(t, a, b, connOpts{mtu: qpattr.MTU1024})
+	if a.qp.QPN()%2 == b.qp.QPN()%2 {
+		t.Fatalf("QPNs %#x and %#x on one queue", a.qp.QPN(), b.qp.QPN())
+	}
+	rounds := 20000
+	if testing.Short() {
+		rounds = 2000
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]cq.WC, 1)
+	// hop posts a receive on r, wakes r's engines, and after a pause of up
+	// to 32 us sends a SEND from s to r, whose frame r's other engine hands
+	// over to r's QP's. Then it waits for the receive.
+	hop := func(s, r *node, i int) {
+		recv(t, r, uint64(i), 0, 64)
+		woke := r.d.Sync() // every engine of r's device wakes for it
+		for end := time.Now().Add(time.Duration(rng.IntN(32)) * time.Microsecond); time.Now().Before(end); {
+		}
+		send(t, s, SendWR{WRID: uint64(i), Opcode: WRSend, SGL: []SGE{s.mr.SGE(0, 8)}})
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if r.cq.Poll(buf) == 1 {
+				if buf[0].Status != cq.Success || buf[0].WRID != uint64(i) {
+					t.Fatalf("round %d: %+v", i, buf[0])
+				}
+				if err := woke.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no receive in 10 s: a handed-over frame woke no engine (A %v, B %v)",
+					i, da.QueueCounters(), db.QueueCounters())
+			}
+			runtime.Gosched()
+		}
+	}
+	for i := range rounds {
+		hop(a, b, i)
+		hop(b, a, i)
+	}
+	// Both directions were handed over, and the engines slept between them.
+	for side, d := range map[string]*Device{"A": da, "B": db} {
+		var handed, waits uint64
+		for _, c := range d.QueueCounters() {
+			handed += c[EngHandoffs]
+			waits += c[EngIdleWaits]
+		}
+		t.Logf("%s: %d frames handed over, %d idle waits", side, handed, waits)
+		if handed < uint64(rounds) || waits < uint64(rounds)/10 {
+			t.Errorf("%s: %d frames handed over and %d idle waits in %d rounds", side, handed, waits, rounds)
 		}
 	}
 }

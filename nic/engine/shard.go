@@ -247,6 +247,9 @@ func (sh *shard) routineEngine() {
 			// counts as one that returned at once).
 			sh.ecnt.inc(EngIdleWaits)
 		}
+		if testBeforeSleep != nil {
+			testBeforeSleep()
+		}
 		sh.sleeping.Store(true)
 		// A frame handed over, or a doorbell rung, after the last look would
 		// wait for the next wake-up: ring does not wake an engine that is
@@ -278,6 +281,11 @@ func (sh *shard) routineEngine() {
 		}
 	}
 }
+
+// testBeforeSleep, when set (by a test, before any device opens), runs
+// between an engine's last look for work and its saying it sleeps: it widens
+// the window that the look after sleeping is set closes (TestHandoffWakeRace).
+var testBeforeSleep func()
 
 // raiseThread locks the calling goroutine to its thread and raises the thread
 // to engineNice. Its restore puts the thread's priority back and unlocks it,
