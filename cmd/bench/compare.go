@@ -650,11 +650,13 @@ func (c *comparison) floodQueues(ctx context.Context, size int) (link.ReceiveRes
 
 // floodQueues1 is raw AF_XDP on c.queues queues at once, native XDP (the
 // mode in which veth keeps a frame on its sender's queue), the bar of
-// xrnic's runs with an engine per queue: a thread per queue, pinned to CPU
-// queue, sends a batch of frames on that queue from B and then reads what
-// A's socket on it holds, as an engine per queue sends and receives on one
-// thread. A receiver busy-polling on a CPU of its own, as flood1's, would
-// take a CPU from a sender once there are as many queues as CPUs.
+// xrnic's runs with an engine per queue: a thread per queue, pinned to the
+// CPU of its queue's number, sends a batch of frames on that queue from B
+// and then reads what A's socket on it holds, as an engine per queue sends
+// and receives on one thread. A receiver busy-polling on a CPU of its own,
+// as flood1's, would take a CPU from a sender once there are as many queues
+// as CPUs; a flood thread per queue beside receivers that wait in poll(2)
+// moved 0.4-0.6 of this (docs/performance.md).
 func (c *comparison) floodQueues1(size int) (link.ReceiveResult, error) {
 	tx, closeTx, err := openQueueLinks(&c.p.B, c.queues)
 	if err != nil {
