@@ -731,6 +731,17 @@ func (c *comparison) floodQueues1(size int) (link.ReceiveResult, error) {
 	return r, nil
 }
 
+// queueFrames is the UMEM frames of each of n queues' sockets: openLink's
+// 16,384 for up to two, then halved as the queues double, down to xsk's
+// default of 4,096, so that 64 queues take 1 GiB a side rather than 4.
+func queueFrames(n int) int {
+	f := 16384
+	for f > 4096 && f*n > 32768 {
+		f /= 2
+	}
+	return f
+}
+
 // openQueueLinks opens openLink's AF_XDP links on e's receive queues
 // 0..n-1, native XDP, sharing one attachment of the program; closeAll
 // closes them and then detaches it.
@@ -748,7 +759,7 @@ func openQueueLinks(e *testenv.Endpoint, n int) (links []link.Link, closeAll fun
 		}
 		for q := range n {
 			o := xsk.DefaultOptions()
-			o.NumFrames = 16384
+			o.NumFrames = queueFrames(n)
 			l, err := link.NewAFXDP(link.AFXDPOptions{Interface: e.Name, Queue: q, Mode: bpf.AttachNative, Socket: o, Attachment: att})
 			if err != nil {
 				closeAll()

@@ -392,3 +392,13 @@ func TestRunRowsBars(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueFrames: raw AF_XDP's sockets on many queues share out one
+// queue's UMEM, a power of two each, no fewer than xsk's default.
+func TestQueueFrames(t *testing.T) {
+	for n, want := range map[int]int{1: 16384, 2: 16384, 3: 8192, 4: 8192, 5: 4096, 64: 4096} {
+		if got := queueFrames(n); got != want {
+			t.Errorf("queueFrames(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
