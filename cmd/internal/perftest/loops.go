@@ -20,6 +20,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -914,9 +915,17 @@ loop:
 				if p.BusyPoll {
 					// perftest spins on memory here. Under --busy-poll the
 					// spin runs the engine as a CQ poll that finds nothing
-					// does; an empty poll takes no completion.
+					// does; an empty poll takes no completion. On its one
+					// P (GOMAXPROCS 1) the other goroutines run when it
+					// yields, every spin.Every-th look: a yield at every
+					// look lengthened the spin's pass, and with it the wait
+					// for the frame (docs/performance.md, "write_lat's
+					// spin").
 					s.scq.Poll(nil)
 					counts.memDrives.Add(1)
+					if spins%spin.Every != spin.Every-1 {
+						continue
+					}
 				} else {
 					s.spin.Idle() // as a CQ poll that finds nothing does
 				}
