@@ -742,34 +742,22 @@ func queueFrames(n int) int {
 	return f
 }
 
-// openQueueLinks opens openLink's AF_XDP links on e's receive queues
-// 0..n-1, native XDP, sharing one attachment of the program; closeAll
-// closes them and then detaches it.
+// openQueueLinks opens AF_XDP links on e's receive queues 0..n-1 in native
+// XDP mode (link.OpenQueues, one attachment of the program, which the last
+// link to close detaches), each socket with queueFrames(n) UMEM frames;
+// closeAll closes them.
 func openQueueLinks(e *testenv.Endpoint, n int) (links []link.Link, closeAll func(), err error) {
-	err = e.Do(func() error {
-		att, err := bpf.Attach(e.Name, bpf.AttachOptions{Mode: bpf.AttachNative})
-		if err != nil {
-			return err
-		}
-		closeAll = func() {
-			for _, l := range links {
-				l.Close()
-			}
-			att.Close()
-		}
-		for q := range n {
-			o := xsk.DefaultOptions()
-			o.NumFrames = queueFrames(n)
-			l, err := link.NewAFXDP(link.AFXDPOptions{Interface: e.Name, Queue: q, Mode: bpf.AttachNative, Socket: o, Attachment: att})
-			if err != nil {
-				closeAll()
-				return err
-			}
-			links = append(links, l)
-		}
-		return nil
+	o := xsk.DefaultOptions()
+	o.NumFrames = queueFrames(n)
+	err = e.Do(func() (err error) {
+		links, err = link.OpenQueues(link.Options{Kind: link.KindAFXDP, Interface: e.Name, Mode: bpf.AttachNative, Socket: o}, n)
+		return err
 	})
-	return links, closeAll, err
+	return links, func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}, err
 }
 
 // rttPercentiles are a ping-pong's round trips at the median, 99 % and 99.9 %.

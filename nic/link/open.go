@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/xrnic/xrnic/bpf"
+	"github.com/xrnic/xrnic/nic/xsk"
 )
 
 // Options configures Open.
@@ -17,6 +18,9 @@ type Options struct {
 	Queue     int
 	Mode      bpf.AttachMode
 	UDPAddrs  []netip.Addr // addresses the UDP link binds; default: the interface's
+	// Socket tunes the AF_XDP sockets (AFXDPOptions.Socket); zero: xsk's
+	// defaults.
+	Socket xsk.Options
 	// Logf reports the choice Open made and why (default log.Printf); the fallback
 	// to UDP is never silent.
 	Logf func(format string, args ...any)
@@ -34,13 +38,13 @@ func Open(opts Options) (Link, error) {
 	}
 	switch opts.Kind {
 	case KindAFXDP:
-		return NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode})
+		return NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode, Socket: opts.Socket})
 	case KindUDP:
 		return NewUDP(UDPOptions{Interface: opts.Interface, Addrs: opts.UDPAddrs})
 	case KindUDPGSO:
 		return NewUDP(UDPOptions{Interface: opts.Interface, Addrs: opts.UDPAddrs, Offload: true})
 	case KindAuto:
-		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode})
+		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: opts.Queue, Mode: opts.Mode, Socket: opts.Socket})
 		if errors.Is(err, bpf.ErrXDPOurs) {
 			// Another xrnic's program steers port 4791 away from any UDP socket here:
 			// a fallback would never see a frame.
@@ -88,7 +92,7 @@ func OpenQueues(opts Options, n int) ([]Link, error) {
 	ref.Store(int32(n))
 	links := make([]Link, 0, n)
 	for q := range n {
-		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: q, Mode: opts.Mode, Attachment: att})
+		x, err := NewAFXDP(AFXDPOptions{Interface: opts.Interface, Queue: q, Mode: opts.Mode, Socket: opts.Socket, Attachment: att})
 		if err != nil {
 			for _, l := range links {
 				l.Close()
