@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,8 @@ func TestManyQPsOverflowReceiver(t *testing.T) {
 // destination have in flight together (maxDestInflight, cwnd.go) keeps the
 // sender within it, so
 // nothing drops and nothing is resent. Without the bound the windows add up
-// to 8192 packets and the receiver drops hundreds.
+// to 8192 packets, and the receiver, held off until the sender has sent 4096,
+// dropped 4,552-7,616 in 3 runs.
 func TestManyQPsWithinReceiverRing(t *testing.T) {
 	st, c, ec := manyQPsOnVeth(t, manyQPs{mtu: qpattr.MTU1024, nQP: 64, writes: 48})
 	if st.RxDropped+st.RxRingFull+st.RxFillRingEmptyDescs != 0 || c[CntRetransmitted] != 0 {
@@ -49,7 +51,8 @@ func TestManyQPsWithinReceiverRing(t *testing.T) {
 // to a receiver asleep whose fill ring came down to xsk.DefaultFillFrames
 // (512 chunks) while it kept up with a few WRITEs. Its engine gave the kernel
 // every chunk before it slept (link.PreWaiter), so nothing drops; without
-// that 168-256 frames dropped in 4 runs of 5. The link's own reserve
+// that 256 frames dropped in 4 runs of 4 (168-256 in 4 of 5 before the
+// receiver was held off during the burst). The link's own reserve
 // (link.FillReserveFrames) holds one sender's bound, so the test sets the
 // ring's smaller, as a second sender's packets would make it.
 //
@@ -142,8 +145,19 @@ func manyQPsOnVeth(t *testing.T, m manyQPs) (xsk.Stats, Counters, EngineCounters
 			t.Fatalf("calm WRITE: %v", wc.Status)
 		}
 	}
-	// The WRITEs start with the receiver's engine asleep, as after a pause.
+	// The WRITEs start with the receiver's engine asleep, as after a pause,
+	// and it stays held off (its drive taken) until the sender has sent all
+	// its bound lets it, or all there is: the first burst then comes whole
+	// to a receiver that takes none of it, whatever the host's timing. When
+	// the receiver ran freely, a quick one could keep the QPs' windows from
+	// adding up to the bound (TestManyQPsWithinReceiverRing failed 2 runs in
+	// 6 on a quiet host) or from overflowing its ring.
 	waitFor(t, "the receiver's engine asleep", asleep(db.sh[0], 0))
+	sb := db.sh[0]
+	sb.drive.Lock()
+	releaseB := sync.OnceFunc(sb.drive.Unlock)
+	t.Cleanup(releaseB)
+	sent0, waits0 := da.EngineCounters()[EngTxFrames], da.EngineCounters()[EngRoomWaits]
 	for i, a := range as {
 		wrs := make([]SendWR, writes)
 		for w := range wrs {
@@ -155,6 +169,15 @@ func manyQPsOnVeth(t *testing.T, m manyQPs) (xsk.Stats, Counters, EngineCounters
 			t.Fatal(err)
 		}
 	}
+	// The sender has sent all it may when a QP waits for the bound, or when
+	// all is sent; a sender without the bound is let go on after 8 times
+	// it, past the receiver's ring.
+	all := uint64(min(nQP*writes*(wsize/mtu.Bytes()), 8*maxDestInflight))
+	waitFor(t, "the sender's first burst", func() bool {
+		ec := da.EngineCounters()
+		return ec[EngRoomWaits] > waits0 || ec[EngTxFrames]-sent0 >= all
+	})
+	releaseB()
 	for i, a := range as {
 		for _, wc := range pollN(t, a.cq, writes, 60*time.Second) {
 			if wc.Status != cq.Success {
