@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"net/netip"
 
 	"github.com/xrnic/xrnic/nic/link"
@@ -23,6 +24,9 @@ type route struct {
 	src    netip.Addr
 	dst    netip.Addr
 	dmac   wire.MAC
+	// from4 is, for IPv4, the source and destination words of a packet from
+	// dst to src (header bytes 12-20, little-endian): sameAddr's one compare.
+	from4 uint64
 }
 
 // routeParams describe a path (the address vector part of ibv_ah_attr with its GRH).
@@ -43,6 +47,10 @@ func newRoute(p routeParams) (*route, error) {
 		return nil, errorf(ErrInvalid, "source %v and destination %v are not of one IP family", p.src, p.dst)
 	}
 	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac}
+	if !rt.v6 {
+		s, d := p.src.As4(), p.dst.As4()
+		rt.from4 = binary.LittleEndian.Uint64(append(d[:], s[:]...))
+	}
 	eth := wire.EthernetFields{Dst: p.dmac, Src: p.smac, EtherType: wire.EtherTypeIPv4}
 	rt.ipOff = eth.Len()
 	if rt.v6 {

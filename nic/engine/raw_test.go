@@ -376,20 +376,26 @@ func TestResponderInvalidRequests(t *testing.T) {
 func TestHostileFrames(t *testing.T) {
 	r, n := newRawPeer(t, nodeOpts{}, connOpts{})
 	good := r.req(wire.RCRDMAWriteOnly, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 4}, Payload: []byte("good")})
-	// Wrong P_Key, wrong source address: dropped and counted before anything else.
+	// Wrong P_Key, wrong source or destination address: dropped and counted
+	// before anything else.
 	r.send(r.req(wire.RCSendOnly, 1000, wire.IBFields{BTH: wire.BTHFields{PKey: 0x1234}}))
-	other := r.req(wire.RCSendOnly, 1000, wire.IBFields{})
 	var p wire.Packet
-	if err := wire.Parse(other, &p); err != nil {
-		t.Fatal(err)
+	for _, set := range []func(wire.IPv4){
+		func(h wire.IPv4) { h.SetSrc(netipMust("192.0.2.99")) },
+		func(h wire.IPv4) { h.SetDst(netipMust("192.0.2.99")) },
+	} {
+		other := r.req(wire.RCSendOnly, 1000, wire.IBFields{})
+		if err := wire.Parse(other, &p); err != nil {
+			t.Fatal(err)
+		}
+		set(p.IPv4)
+		p.IPv4.UpdateChecksum()
+		p.UpdateICRC()
+		r.send(other)
 	}
-	p.IPv4.SetSrc(netipMust("192.0.2.99"))
-	p.IPv4.UpdateChecksum()
-	p.UpdateICRC()
-	r.send(other)
 	c := r.d.Counters()
-	if c[CntRcvdBadPKey] != 1 || c[CntRcvdBadAddr] != 1 {
-		t.Fatalf("rcvd_bad_pkey %d rcvd_bad_addr %d, want 1 1", c[CntRcvdBadPKey], c[CntRcvdBadAddr])
+	if c[CntRcvdBadPKey] != 1 || c[CntRcvdBadAddr] != 2 {
+		t.Fatalf("rcvd_bad_pkey %d rcvd_bad_addr %d, want 1 2", c[CntRcvdBadPKey], c[CntRcvdBadAddr])
 	}
 	if s := n.qp.State(); s != qpattr.RTS {
 		t.Fatalf("state after dropped frames: got %v, want RTS", s)

@@ -4,6 +4,8 @@
 package engine
 
 import (
+	"encoding/binary"
+
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
@@ -112,7 +114,7 @@ func sameAddr(p *wire.Packet, rt *route) bool {
 	if rt.v6 {
 		return p.IPv6 != nil && p.IPv6.Src() == rt.dst && p.IPv6.Dst() == rt.src
 	}
-	return p.IPv4 != nil && p.IPv4.Src() == rt.dst && p.IPv4.Dst() == rt.src
+	return len(p.IPv4) >= wire.IPv4Len && binary.LittleEndian.Uint64(p.IPv4[12:20]) == rt.from4
 }
 
 // ourAddr reports whether p's destination address is one of the port's GIDs.

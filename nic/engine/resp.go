@@ -97,6 +97,10 @@ type respState struct {
 	rkey   uint32
 	resid  uint32
 	length uint32
+	// wmem is the memory CHK_RKEY found at va for this packet of a WRITE,
+	// which execute writes its payload into rather than look the key up
+	// again. It is this packet's only (mr.Table.Lookup); execute clears it.
+	wmem []byte
 
 	res     []respRes
 	resHead int
@@ -349,7 +353,8 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 		if mask&wire.MaskRead != 0 {
 			need = mr.RemoteRead
 		}
-		if _, f := e.d.mrs.Lookup(r.rkey, qp.pd.handle, r.va, int(r.resid), need, qp.qpn); f != mr.FaultNone {
+		m, f := e.d.mrs.Lookup(r.rkey, qp.pd.handle, r.va, int(r.resid), need, qp.qpn)
+		if f != mr.FaultNone {
 			return errRKeyViolation
 		}
 		if mask&wire.MaskWrite != 0 {
@@ -360,6 +365,7 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 			} else if uint32(n) != r.resid {
 				return errLength
 			}
+			r.wmem = m // execute follows at once
 		}
 	case mask&wire.MaskAtomic != 0:
 		a := p.AtomicETH
@@ -451,7 +457,13 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 		}
 	case mask&wire.MaskWrite != 0:
 		if n := len(p.Payload); n > 0 {
-			if e.d.mrs.Copy(r.rkey, pd, r.va, p.Payload, mr.RemoteWrite, qp.qpn, true) != mr.FaultNone {
+			// A page list's piece may end before the payload does: Copy then
+			// goes page by page.
+			m := r.wmem
+			r.wmem = nil
+			if len(m) >= n {
+				copy(m, p.Payload)
+			} else if e.d.mrs.Copy(r.rkey, pd, r.va, p.Payload, mr.RemoteWrite, qp.qpn, true) != mr.FaultNone {
 				return errRKeyViolation
 			}
 			r.va += uint64(n)
