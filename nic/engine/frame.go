@@ -49,7 +49,7 @@ func newRoute(p routeParams) (*route, error) {
 	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac}
 	if !rt.v6 {
 		s, d := p.src.As4(), p.dst.As4()
-		rt.from4 = binary.LittleEndian.Uint64(append(d[:], s[:]...))
+		rt.from4 = uint64(binary.LittleEndian.Uint32(d[:])) | uint64(binary.LittleEndian.Uint32(s[:]))<<32
 	}
 	eth := wire.EthernetFields{Dst: p.dmac, Src: p.smac, EtherType: wire.EtherTypeIPv4}
 	rt.ipOff = eth.Len()
