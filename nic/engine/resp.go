@@ -97,10 +97,6 @@ type respState struct {
 	rkey   uint32
 	resid  uint32
 	length uint32
-	// wmem is the memory CHK_RKEY found at va for this packet of a WRITE,
-	// which execute writes its payload into rather than look the key up
-	// again. It is this packet's only (mr.Table.Lookup); execute clears it.
-	wmem []byte
 
 	res     []respRes
 	resHead int
@@ -236,18 +232,22 @@ func (e *engine) respond(qp *QP, p *wire.Packet) {
 		}
 	}
 
-	err := e.checkRequest(qp, p, mask)
+	err, wmem := e.checkRequest(qp, p, mask)
 	if err == respOK {
-		err = e.execute(qp, p, mask)
+		err = e.execute(qp, p, mask, wmem)
 	}
 	if err != respOK {
 		e.respError(qp, p, mask, err)
 	}
 }
 
-// checkRequest is CHK_OP_SEQ through CHK_RKEY.
-func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
+// checkRequest is CHK_OP_SEQ through CHK_RKEY. For a WRITE packet it also
+// returns the memory the R_Key check found at its VA (mr.Table.Lookup), which
+// execute writes the payload into rather than look the key up again: that
+// packet's only, never kept past it.
+func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) (respErr, []byte) {
 	r := &qp.resp
+	var wmem []byte
 	// CHK_OP_SEQ (rxe check_op_seq): a message's packets come FIRST, MIDDLE..., LAST.
 	if qp.typ.Connected() && r.opcode >= 0 {
 		prev := wire.Opcodes[r.opcode].Mask
@@ -255,16 +255,16 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 			prev&(wire.MaskSend|wire.MaskWrite)&mask != 0
 		if !ok {
 			if qp.typ == qpattr.RC {
-				return errMissingLastC
+				return errMissingLastC, nil
 			}
-			return errMissingLastD1E
+			return errMissingLastD1E, nil
 		}
 	} else if qp.typ.Connected() && mask&wire.MaskFirst == 0 && mask&(wire.MaskSend|wire.MaskWrite) != 0 {
 		if qp.typ == qpattr.RC {
-			return errMissingFirst
+			return errMissingFirst, nil
 		}
 		r.dropMsg = true
-		return errMissingLastD1E
+		return errMissingLastD1E, nil
 	}
 
 	// CHK_OP_VALID: the QP's access flags allow the operation (rxe check_op_valid).
@@ -274,7 +274,7 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 		if (mask&wire.MaskRead != 0 && acc&qpattr.AccessRemoteRead == 0) ||
 			(mask&(wire.MaskWrite|wire.MaskAtomicWrite) != 0 && acc&qpattr.AccessRemoteWrite == 0) ||
 			(mask&wire.MaskAtomic != 0 && acc&qpattr.AccessRemoteAtomic == 0) {
-			return errUnsupportedOpcode
+			return errUnsupportedOpcode, nil
 		}
 		if mask&wire.MaskFlush != 0 {
 			// rxe check_qp_attr_access: each placement type needs its QP right;
@@ -282,12 +282,12 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 			// selectivity is no request this responder knows either.
 			plt, sel := FlushType(p.FETH.PlacementType()), FlushLevel(p.FETH.Selectivity())
 			if plt == 0 || plt&^FlushGlobal != 0 || acc&qpattr.AccessFlushGlobal == 0 || sel > FlushMR {
-				return errUnsupportedOpcode
+				return errUnsupportedOpcode, nil
 			}
 		}
 	case qpattr.UC:
 		if mask&wire.MaskWrite != 0 && acc&qpattr.AccessRemoteWrite == 0 {
-			return errRKeyViolation
+			return errRKeyViolation, nil
 		}
 	}
 
@@ -300,12 +300,12 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 		// so a queue full of ACKs and duplicate answers is no reason to refuse.
 		lim := int(qp.attr.MaxDestRdAtomic)
 		if lim == 0 || r.rdAtomic >= lim || r.rdAtomic >= len(r.res) {
-			return errTooManyRdAtomic
+			return errTooManyRdAtomic, nil
 		}
 	}
 	if mask&wire.MaskRecvWQE != 0 && r.wqe == nil {
 		if !e.takeRecvWQE(qp) {
-			return errRNR
+			return errRNR, nil
 		}
 	}
 
@@ -315,24 +315,24 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 	switch {
 	case mask&wire.MaskOnly == wire.MaskOnly:
 		if n > mtu {
-			return errLength
+			return errLength, nil
 		}
 	case mask&(wire.MaskFirst|wire.MaskMiddle) != 0:
 		if n != mtu {
-			return errLength
+			return errLength, nil
 		}
 	case mask&wire.MaskLast != 0:
 		if n == 0 || n > mtu {
-			return errLength
+			return errLength, nil
 		}
 	}
 	// rxe allows 2^31 here (check_length); no message of this device is longer
 	// than its max_msg_sz (8 MiB), so a longer DMA length is an invalid request.
 	if mask&(wire.MaskRead|wire.MaskWrite) != 0 && p.RETH != nil && p.RETH.DMALen() > MaxMsgSize {
-		return errLength
+		return errLength, nil
 	}
 	if mask&wire.MaskAtomicWrite != 0 && (p.RETH.DMALen() != mr.AtomicLen || n != mr.AtomicLen) {
-		return errLength // IBTA A19: eight bytes, no more, no less (rxe does not check)
+		return errLength, nil // IBTA A19: eight bytes, no more, no less (rxe does not check)
 	}
 
 	// CHK_RKEY.
@@ -345,9 +345,9 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 		if p.RETH != nil && r.resid == 0 {
 			// C9-88: a zero-length transfer needs no valid VA or R_Key.
 			if n != 0 {
-				return errLength
+				return errLength, nil
 			}
-			return respOK
+			return respOK, nil
 		}
 		need := mr.RemoteWrite
 		if mask&wire.MaskRead != 0 {
@@ -355,28 +355,28 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 		}
 		m, f := e.d.mrs.Lookup(r.rkey, qp.pd.handle, r.va, int(r.resid), need, qp.qpn)
 		if f != mr.FaultNone {
-			return errRKeyViolation
+			return errRKeyViolation, nil
 		}
 		if mask&wire.MaskWrite != 0 {
 			if r.resid > uint32(mtu) {
 				if n != mtu || p.BTH.PadCount() != 0 {
-					return errLength
+					return errLength, nil
 				}
 			} else if uint32(n) != r.resid {
-				return errLength
+				return errLength, nil
 			}
-			r.wmem = m // execute follows at once
+			wmem = m
 		}
 	case mask&wire.MaskAtomic != 0:
 		a := p.AtomicETH
 		r.va, r.rkey, r.resid = a.VA(), a.RKey(), 8
 		if _, f := e.d.mrs.LookupAtomic(r.rkey, qp.pd.handle, qp.qpn, r.va); f != mr.FaultNone {
-			return atomicFault(f)
+			return atomicFault(f), nil
 		}
 	case mask&wire.MaskAtomicWrite != 0:
 		r.va, r.rkey, r.resid = p.RETH.VA(), p.RETH.RKey(), mr.AtomicLen
 		if _, f := e.d.mrs.LookupAtomicWrite(r.rkey, qp.pd.handle, qp.qpn, r.va); f != mr.FaultNone {
-			return atomicFault(f)
+			return atomicFault(f), nil
 		}
 	case mask&wire.MaskFlush != 0:
 		// rxe check_rkey: the key, PD and FLUSH right always; the range only for
@@ -387,10 +387,10 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) respErr 
 			n = 0
 		}
 		if f := e.d.mrs.Check(r.rkey, qp.pd.handle, r.va, n, mr.FlushGlobal, qp.qpn); f != mr.FaultNone {
-			return errRKeyViolation
+			return errRKeyViolation, nil
 		}
 	}
-	return respOK
+	return respOK, wmem
 }
 
 // atomicFault is the responder error for a failed atomic lookup: a misaligned
@@ -432,8 +432,9 @@ func (e *engine) abortMessage(qp *QP) {
 	r.opcode = -1
 }
 
-// execute is rxe's EXECUTE, COMPLETE and ACKNOWLEDGE for a new request.
-func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
+// execute is rxe's EXECUTE, COMPLETE and ACKNOWLEDGE for a new request; wmem
+// is what checkRequest returned.
+func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask, wmem []byte) respErr {
 	r := &qp.resp
 	pd := qp.pd.handle
 	psn := p.BTH.PSN()
@@ -459,10 +460,8 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 		if n := len(p.Payload); n > 0 {
 			// A page list's piece may end before the payload does: Copy then
 			// goes page by page.
-			m := r.wmem
-			r.wmem = nil
-			if len(m) >= n {
-				copy(m, p.Payload)
+			if len(wmem) >= n {
+				copy(wmem, p.Payload)
 			} else if e.d.mrs.Copy(r.rkey, pd, r.va, p.Payload, mr.RemoteWrite, qp.qpn, true) != mr.FaultNone {
 				return errRKeyViolation
 			}
