@@ -157,7 +157,7 @@ func manyQPsOnVeth(t *testing.T, m manyQPs) (xsk.Stats, Counters, EngineCounters
 	sb.drive.Lock()
 	releaseB := sync.OnceFunc(sb.drive.Unlock)
 	t.Cleanup(releaseB)
-	sent0, waits0 := da.EngineCounters()[EngTxFrames], da.EngineCounters()[EngRoomWaits]
+	ec0 := da.EngineCounters()
 	for i, a := range as {
 		wrs := make([]SendWR, writes)
 		for w := range wrs {
@@ -175,7 +175,7 @@ func manyQPsOnVeth(t *testing.T, m manyQPs) (xsk.Stats, Counters, EngineCounters
 	all := uint64(min(nQP*writes*(wsize/mtu.Bytes()), 8*maxDestInflight))
 	waitFor(t, "the sender's first burst", func() bool {
 		ec := da.EngineCounters()
-		return ec[EngRoomWaits] > waits0 || ec[EngTxFrames]-sent0 >= all
+		return ec[EngRoomWaits] > ec0[EngRoomWaits] || ec[EngTxFrames]-ec0[EngTxFrames] >= all
 	})
 	releaseB()
 	for i, a := range as {
