@@ -882,6 +882,7 @@ func (e *engine) fireTimers() {
 		case timerRoom:
 			e.roomTimerExpired(qp)
 		}
+		e.checkError(qp) // a completion the timer made may have overrun its CQ
 	}
 }
 
@@ -951,6 +952,7 @@ func (e *engine) transmit() (blocked bool) {
 			if e.respFlush(qp) || e.runRequester(qp, e.budget) {
 				e.schedule(qp)
 			}
+			e.checkError(qp) // a completion the requester made may have overrun its CQ
 			e.account(qp)
 			if e.tx.full() && e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt) == 0 {
 				blocked = true

@@ -204,7 +204,12 @@ func (e *engine) setState(qp *QP, s qpattr.State) {
 		e.schedule(qp)
 	case qpattr.SQD:
 		// Finish every WQE that started (a partly sent one included), start no more.
+		// A go-back-N rewind leaves wqeIndex behind WQEs that went out (their state
+		// back to posted, reqRetry): they started, and may have run at the peer.
 		qp.drainEnd = qp.req.wqeIndex
+		if int32(qp.req.started-qp.drainEnd) > 0 {
+			qp.drainEnd = qp.req.started
+		}
 		if qp.drainEnd != qp.sendQ.prod.Load() && qp.sendSlots[qp.drainEnd&qp.sendQ.mask].state == wqeProcessing {
 			qp.drainEnd++
 		}
@@ -259,7 +264,8 @@ func (e *engine) resetQP(qp *QP) {
 
 // resetTransport clears the requester, completer and responder.
 func (qp *QP) resetTransport() {
-	qp.req = reqState{opcode: -1, wqeIndex: qp.sendQ.cons.Load(), cwnd: maxUnackedPSNs, ssthresh: maxUnackedPSNs}
+	cons := qp.sendQ.cons.Load()
+	qp.req = reqState{opcode: -1, wqeIndex: cons, started: cons, cwnd: maxUnackedPSNs, ssthresh: maxUnackedPSNs}
 	qp.comp = compState{opcode: -1}
 	qp.resp.reset()
 	qp.mtu = 256

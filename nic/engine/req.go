@@ -22,6 +22,7 @@ type reqState struct {
 	needRdAtom  bool     // a READ or atomic waits for an initiator slot
 	waitRNRTime bool     // an RNR NAK's timer runs: send nothing
 	hiPSN       wire.PSN // one past the highest PSN sent: lower ones are retransmissions
+	started     uint32   // one past the highest WQE index begun (a new PSN sent, a local op run): SQD drains to it
 
 	// The RC congestion window, in packets sent and not acknowledged (cwnd.go).
 	cwnd, ssthresh, cwndAcc int32
@@ -103,13 +104,29 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 // reqNextWQE returns the WQE to send next, or nil (rxe req_next_wqe).
 func (e *engine) reqNextWQE(qp *QP) *sendWQE {
 	req := &qp.req
-	if req.wqeIndex == qp.sendQ.prod.Load() {
-		return nil
+	var w *sendWQE
+	for {
+		if req.wqeIndex == qp.sendQ.prod.Load() {
+			return nil
+		}
+		if qp.state == qpattr.SQD && int32(req.wqeIndex-qp.drainEnd) >= 0 {
+			return nil // SQD: finish what started, start nothing (IBTA 10.3.1)
+		}
+		w = &qp.sendSlots[req.wqeIndex&qp.sendQ.mask]
+		if w.state == wqeDone {
+			// A local operation that ran before a go-back-N rewind (reqRetry
+			// leaves it in place to complete in order): it runs once.
+			req.wqeIndex++
+			continue
+		}
+		if w.state == wqeError {
+			// It failed here: nothing after it goes on the wire (rxe moves the
+			// QP to ERR at once). The completer reports it in order, and ERR
+			// flushes the rest.
+			return nil
+		}
+		break
 	}
-	if qp.state == qpattr.SQD && int32(req.wqeIndex-qp.drainEnd) >= 0 {
-		return nil // SQD: finish what started, start nothing (IBTA 10.3.1)
-	}
-	w := &qp.sendSlots[req.wqeIndex&qp.sendQ.mask]
 	// IBV_SEND_FENCE: wait until every earlier READ and atomic has completed
 	// (ibv_post_send(3); rxe waits for every earlier WQE).
 	if w.flags&SendFence != 0 && w.state == wqePosted && req.rdInflight > 0 {
@@ -159,6 +176,7 @@ func (e *engine) localOp(qp *QP, w *sendWQE) bool {
 	w.state = wqeDone
 	w.status = cq.Success
 	qp.req.wqeIndex++
+	qp.req.started = qp.req.wqeIndex
 	e.completer(qp, nil)
 	return true
 }
@@ -319,6 +337,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 			e.d.cnt.inc(CntRetransmitted)
 		} else {
 			req.hiPSN = req.psn.Next()
+			req.started = req.wqeIndex + 1
 		}
 	}
 
@@ -364,11 +383,11 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 }
 
 // reqFail ends w with a local error: the completer reports it in order and moves
-// the QP to ERR (UC/UD too; SQE is not modelled).
+// the QP to ERR (UC/UD too; SQE is not modelled). The requester stays at w, so
+// no later WQE is sent meanwhile (reqNextWQE); earlier ones may still be resent.
 func (e *engine) reqFail(qp *QP, w *sendWQE, status cq.Status) {
 	w.state = wqeError
 	w.status = status
-	qp.req.wqeIndex++
 	qp.req.opcode = -1
 	e.completer(qp, nil)
 }

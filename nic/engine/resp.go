@@ -46,8 +46,7 @@ type respRes struct {
 const (
 	resRead uint8 = iota + 1
 	resAtomic
-	resFlush       // answered again, never executed twice (oA19-14, oA19-15)
-	resAtomicWrite // likewise
+	resAtomicWrite // answered again, never executed twice (oA19-15)
 )
 
 // outKind is the kind of a queued response.
@@ -84,7 +83,7 @@ type respState struct {
 	ackPSN     wire.PSN
 	msn        uint32 // message sequence number (24 bits)
 	opcode     int    // last request opcode of the message in progress, -1 none
-	sentPSNNak bool   // a PSN sequence NAK went out for the current gap
+	sentPSNNak bool   // a PSN sequence or RNR NAK went out for the current gap
 	dropMsg    bool   // UC: drop the rest of the message
 
 	wqe    *recvWQE // receive WQE of the message in progress
@@ -495,6 +494,11 @@ func (e *engine) execute(qp *QP, p *wire.Packet, mask wire.OpMask, wmem []byte) 
 	if mask&wire.MaskComplete != 0 {
 		r.status = cq.Success
 		e.completeRecv(qp, p)
+		if qp.errPending {
+			// The receive CQ overran (class G): no ACK for a message whose
+			// completion was lost (rxe RESPST_ERR_CQ_OVERFLOW).
+			return respOK
+		}
 	}
 	if qp.typ == qpattr.RC && p.BTH.AckReq() {
 		e.respAck(qp, wire.ACKSyndrome(wire.CreditsUnlimited), psn)
@@ -569,18 +573,21 @@ func (e *engine) atomicRequest(qp *QP, p *wire.Packet) respErr {
 func (e *engine) flushOrAtomicWrite(qp *QP, p *wire.Packet, mask wire.OpMask) respErr {
 	r := &qp.resp
 	psn := p.BTH.PSN()
-	kind, counted := resFlush, false
+	counted := false
 	if mask&wire.MaskAtomicWrite != 0 {
 		b, f := e.d.mrs.LookupAtomicWrite(r.rkey, qp.pd.handle, qp.qpn, r.va)
 		if f != mr.FaultNone {
 			return atomicFault(f)
 		}
 		mr.Store(b, binary.NativeEndian.Uint64(p.Payload))
-		kind, counted = resAtomicWrite, true
+		counted = true
 		r.rdAtomic++
+		res := r.nextRes()
+		*res = respRes{kind: resAtomicWrite, first: psn, last: psn, va: r.va, rkey: r.rkey}
 	}
-	res := r.nextRes()
-	*res = respRes{kind: kind, first: psn, last: psn, va: r.va, rkey: r.rkey}
+	// A FLUSH keeps no resource: it takes no max_dest_rd_atomic slot at the
+	// requester (rdAtomicOps), so one here would evict a READ's or an atomic's
+	// that a retry still needs. Its duplicate is answered without one (duplicate).
 	r.msn = (r.msn + 1) & wire.PSNMask
 	r.psn = psn.Next()
 	r.opcode = -1
@@ -668,14 +675,13 @@ func (e *engine) duplicate(qp *QP, p *wire.Packet, mask wire.OpMask) {
 		}
 		e.schedule(qp)
 	case mask&(wire.MaskFlush|wire.MaskAtomicWrite) != 0:
-		// Answered again from the resource, never executed twice (oA19-14, oA19-15).
-		want := resFlush
+		// Answered again, never executed twice (oA19-14, oA19-15). An ATOMIC
+		// WRITE's answer comes from its resource; a FLUSH's is the same empty
+		// response whatever it covered: the stores it orders were done before.
 		if mask&wire.MaskAtomicWrite != 0 {
-			want = resAtomicWrite
-		}
-		res := r.findRes(psn)
-		if res == nil || res.kind != want || res.first != psn {
-			return
+			if res := r.findRes(psn); res == nil || res.kind != resAtomicWrite || res.first != psn {
+				return
+			}
 		}
 		if !r.push(respOut{kind: outRead, psn: psn, msn: r.msn}) {
 			e.d.cnt.inc(CntTxDropped)
@@ -722,8 +728,12 @@ func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr
 	switch err {
 	case errRNR:
 		if rc {
-			// Class B: RNR NAK, the requester retries after the timer.
+			// Class B: RNR NAK, the requester retries after the timer. The
+			// requests it sent after this one are dropped until it resends this
+			// PSN, not NAKed for sequence: one NAK outstanding (hfi1's
+			// r_nak_state), else the requester spends retry_cnt on an RNR.
 			e.respAck(qp, wire.RNRNAKSyndrome(wire.RNRTimer(qp.attr.MinRNRTimer)), psn)
+			r.sentPSNNak = true
 		} else {
 			r.dropMsg = true
 			e.d.cnt.inc(CntRcvdDropped)

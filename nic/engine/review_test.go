@@ -1,0 +1,295 @@
+// Regression tests for transport bugs a review against rxe and the IBTA found
+// (2026-12-07): each fails on the code before its fix.
+
+package engine
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/mr"
+	"github.com/xrnic/xrnic/nic/qpattr"
+	"github.com/xrnic/xrnic/nic/wire"
+)
+
+// mmQPAccess is mmPair's QP access.
+const mmQPAccess = qpattr.AccessRemoteWrite | qpattr.AccessRemoteRead | qpattr.AccessRemoteAtomic | qpattr.AccessFlushGlobal
+
+// A go-back-N retry rewinds the requester over a BIND_MW and a REG_MR that ran
+// already: they run once. Before, the requester ran them again on objects it had
+// let go of, and the engine crashed (nil pointer).
+func TestRetryRunsLocalOpOnce(t *testing.T) {
+	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{access: mmAccess}, connOpts{mtu: qpattr.MTU1024, access: mmQPAccess})
+	mw, err := a.pd.AllocMW(mr.Type2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mw.Dealloc()
+	fr, err := a.pd.AllocFastRegMR(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.Dereg()
+	if _, err := fr.MapSG([][]byte{pages(t, 1, []int{0})[0]}, 4096, 0x5000_0000); err != nil {
+		t.Fatal(err)
+	}
+	var dropped atomic.Bool
+	ctl.set(func() {
+		ctl.onSend = func(p *wire.Packet, f []byte) [][]byte {
+			if p.Opcode == wire.RCRDMAWriteOnly && dropped.CompareAndSwap(false, true) {
+				return nil // the first WRITE is lost: the second draws a sequence NAK
+			}
+			return [][]byte{f}
+		}
+	})
+	fill(a.buf[:200], 3)
+	mwKey, frKey := incRKey(mw.RKey()), fr.LKey()&^0xff|0x44
+	wrs := []SendWR{
+		{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 100)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		{WRID: 2, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: mwKey,
+			Bind: BindInfo{MR: a.mr, Addr: a.mr.Addr(), Length: 4096, Access: mr.RemoteRead}},
+		{WRID: 3, Opcode: WRRegMR, Flags: SendSignaled, MR: fr, Key: frKey, Access: mr.LocalWrite | mr.RemoteRead},
+		{WRID: 4, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(100, 100)}, RemoteAddr: b.mr.Addr() + 100, RKey: b.mr.RKey()},
+	}
+	if _, err := a.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	got := pollN(t, a.cq, 4, 5*time.Second)
+	checkWC(t, got[0], cq.WC{WRID: 1, Opcode: cq.RDMAWrite, ByteLen: 100, QPN: a.qp.QPN()})
+	checkWC(t, got[1], cq.WC{WRID: 2, Opcode: cq.BindMW, QPN: a.qp.QPN()})
+	checkWC(t, got[2], cq.WC{WRID: 3, Opcode: cq.RegMR, QPN: a.qp.QPN()})
+	checkWC(t, got[3], cq.WC{WRID: 4, Opcode: cq.RDMAWrite, ByteLen: 100, QPN: a.qp.QPN()})
+	if !dropped.Load() || a.d.Counters()[CntCompRetry] == 0 {
+		t.Fatalf("no retry: the test did not rewind over the local operations")
+	}
+	if mw.RKey() != mwKey || !mw.Window().Valid() || fr.RKey() != frKey || !fr.Region().Valid() {
+		t.Fatalf("after the retry: window key %#x (want %#x) valid %v, region key %#x (want %#x) valid %v",
+			mw.RKey(), mwKey, mw.Window().Valid(), fr.RKey(), frKey, fr.Region().Valid())
+	}
+	checkBytes(t, "WRITEs", b.buf[:200], a.buf[:200])
+	if st, _, _ := a.qp.Query(); st.State != qpattr.RTS {
+		t.Fatalf("QP %v after the retry, want RTS", st.State)
+	}
+}
+
+// A WR that fails in the requester (a bind that must fail, o10-37.2.30) stops
+// the send queue there: the WRITE posted after it is flushed and never reaches
+// the wire, as rxe moves the QP to ERR at once. Before, it went out and ran at
+// the responder while its completion said WR_FLUSH_ERR.
+func TestNothingSentAfterLocalError(t *testing.T) {
+	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{access: mmAccess}, connOpts{mtu: qpattr.MTU1024, access: mmQPAccess})
+	mw, err := a.pd.AllocMW(mr.Type2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mw.Dealloc()
+	var writes atomic.Int32
+	ctl.set(func() {
+		ctl.onSend = func(p *wire.Packet, f []byte) [][]byte {
+			if p.Opcode == wire.RCRDMAWriteOnly {
+				writes.Add(1)
+			}
+			return [][]byte{f}
+		}
+		ctl.onRecv = func(p *wire.Packet) rxAction { return rxHold } // WRITE 1 stays unacknowledged
+	})
+	fill(a.buf[:64], 5)
+	bi := BindInfo{MR: a.mr, Addr: a.mr.Addr(), Length: 64, Access: mr.RemoteRead}
+	wrs := []SendWR{
+		{WRID: 1, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 32)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+		{WRID: 2, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: incRKey(mw.RKey()), Bind: bi},
+		{WRID: 3, Opcode: WRBindMW, Flags: SendSignaled, MW: mw, Key: incRKey(incRKey(mw.RKey())), Bind: bi}, // bound already
+	}
+	if _, err := a.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first WRITE", func() bool { return writes.Load() >= 1 })
+	a.d.Sync().Wait()
+	// Posted after the failure: its doorbell runs the requester again.
+	send(t, a, SendWR{WRID: 4, Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(32, 32)},
+		RemoteAddr: b.mr.Addr() + 8192, RKey: b.mr.RKey()})
+	a.d.Sync().Wait()
+	a.d.Sync().Wait()
+	ctl.set(func() { ctl.onRecv = nil })
+	ctl.release(func(*wire.Packet) bool { return true })
+	got := pollN(t, a.cq, 4, 5*time.Second)
+	checkWC(t, got[0], cq.WC{WRID: 1, Opcode: cq.RDMAWrite, ByteLen: 32, QPN: a.qp.QPN()})
+	checkWC(t, got[1], cq.WC{WRID: 2, Opcode: cq.BindMW, QPN: a.qp.QPN()})
+	checkWC(t, got[2], cq.WC{WRID: 3, Status: cq.MWBindErr, Opcode: cq.BindMW, QPN: a.qp.QPN()})
+	if got[3].WRID != 4 || got[3].Status != cq.WRFlushErr {
+		t.Fatalf("WR 4: %+v, want WR_FLUSH_ERR", got[3])
+	}
+	b.d.Sync().Wait()
+	if n := writes.Load(); n != 1 || b.buf[8192] != 0 {
+		t.Fatalf("%d WRITEs on the wire, byte at the flushed WRITE's target %#x: a WR after the failed one went out", n, b.buf[8192])
+	}
+}
+
+// A send CQ that overruns in a completion the requester makes (UC completes a
+// SEND once it is out) is class G: the QP goes to ERR then, not when something
+// else next runs it.
+func TestCQOverrunInRequesterFailsQP(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	a := newNode(t, p.a, nodeOpts{typ: qpattr.UC, cqe: 1})
+	b := newNode(t, p.b, nodeOpts{typ: qpattr.UC})
+	connect(t, a, b, connOpts{})
+	for i := range 4 {
+		recv(t, b, uint64(10+i), uint64(i*64), 64)
+	}
+	wrs := make([]SendWR, 4)
+	for i := range wrs {
+		wrs[i] = SendWR{WRID: uint64(i + 1), Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("x")}
+	}
+	if _, err := a.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A's QP in ERR after its CQ overran", func() bool {
+		_, inErr := errState(a.qp)
+		return inErr
+	})
+	if a.d.Counters()[CntCQOverflow] == 0 {
+		t.Fatalf("the CQ did not overflow")
+	}
+}
+
+// SQD entered while a go-back-N retry resends: the WQEs that went out before the
+// rewind started, so SQ Drained waits for all of them (IBTA 10.3.1). Before, the
+// drain ended at the rewound index and the event came with 2 of 6 complete.
+func TestSQDrainedAfterRewind(t *testing.T) {
+	events := make(chan AsyncEvent, 16)
+	po := pairOpts{events: func(ev AsyncEvent) {
+		if ev.QP != nil && ev.Type == EventSQDrained {
+			events <- ev
+		}
+	}}
+	_, ctl, a, b := ctlPair(t, po, nodeOpts{}, connOpts{timeout: 12})
+	for i := range 6 {
+		recv(t, b, uint64(100+i), uint64(i*64), 64)
+	}
+	var sends atomic.Int32
+	ctl.set(func() {
+		ctl.onSend = func(p *wire.Packet, f []byte) [][]byte {
+			if p.Opcode == wire.RCSendOnly {
+				sends.Add(1)
+			}
+			return [][]byte{f}
+		}
+		ctl.onRecv = func(p *wire.Packet) rxAction { return rxHold }
+	})
+	wrs := make([]SendWR, 6)
+	for i := range wrs {
+		wrs[i] = SendWR{WRID: uint64(i + 1), Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("x")}
+	}
+	if _, err := a.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	// The local ACK timeout (16 ms) rewinds to the first SEND; the window, cut
+	// to 2, lets the retry resend only the first two.
+	waitFor(t, "a retransmission", func() bool { return sends.Load() > 6 })
+	if err := a.qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: qpattr.SQD, SQDrainNotify: true}},
+		qpattr.AttrState|qpattr.AttrEnSQDAsyncNotify); err != nil {
+		t.Fatal(err)
+	}
+	ctl.set(func() { ctl.onRecv = nil })
+	ctl.release(func(*wire.Packet) bool { return true })
+	select {
+	case <-events:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no SQ Drained event")
+	}
+	var buf [8]cq.WC
+	if n := a.cq.Poll(buf[:]); n != 6 {
+		t.Fatalf("%d of 6 SENDs complete at SQ Drained, while B has them all", n)
+	}
+	if got := pollN(t, b.cq, 6, time.Second); len(got) != 6 {
+		t.Fatalf("B received %d", len(got))
+	}
+}
+
+// The responder sends one NAK for a gap: after an RNR NAK, the requests the
+// requester pipelined behind the refused one are dropped, not NAKed for
+// sequence (hfi1's r_nak_state), which would spend the requester's retry_cnt on
+// an RNR.
+func TestRNRNakOnlyNakOutstanding(t *testing.T) {
+	r, n := newRawPeer(t, nodeOpts{}, connOpts{})
+	r.send(r.req(wire.RCSendOnly, 1000, wire.IBFields{Payload: []byte("a")}),
+		r.req(wire.RCSendOnly, 1001, wire.IBFields{Payload: []byte("b")}),
+		r.req(wire.RCSendOnly, 1002, wire.IBFields{Payload: []byte("c")}))
+	got := r.recv(1, 200*time.Millisecond)
+	if len(got) != 1 || got[0].AETH == nil || got[0].AETH.Syndrome().Kind() != wire.KindRNRNAK || got[0].BTH.PSN() != 1000 {
+		for _, p := range got {
+			t.Logf("%v PSN %d", p.Opcode, p.BTH.PSN())
+		}
+		t.Fatalf("got %d responses, want one RNR NAK at 1000", len(got))
+	}
+	// The retry from 1000, with a receive posted, goes on as usual.
+	recv(t, n, 1, 0, 64)
+	recv(t, n, 2, 64, 64)
+	r.send(r.req(wire.RCSendOnly, 1000, wire.IBFields{Payload: []byte("a")}),
+		r.req(wire.RCSendOnly, 1001, wire.IBFields{Payload: []byte("b")}))
+	got = r.recv(1, time.Second)
+	if len(got) == 0 {
+		t.Fatalf("no ACK after the retry")
+	}
+	expectAck(t, got[len(got)-1], wire.RCAcknowledge, 1001, wire.ACKSyndrome(wire.CreditsUnlimited))
+}
+
+// A SEND whose completion the receive CQ could not take is not acknowledged
+// (class G, rxe RESPST_ERR_CQ_OVERFLOW): the requester must not report success
+// for a message whose receive completion was lost.
+func TestRecvCQOverrunNotAcked(t *testing.T) {
+	r, n := newRawPeer(t, nodeOpts{cqe: 2}, connOpts{})
+	for i := range 8 {
+		recv(t, n, uint64(i), uint64(i)*64, 64)
+	}
+	for i := range 8 {
+		r.send(r.req(wire.RCSendOnly, wire.PSN(1000+i), wire.IBFields{Payload: []byte{byte(i)}}))
+	}
+	got := r.recv(8, 300*time.Millisecond)
+	var wcs [16]cq.WC
+	k := n.cq.Poll(wcs[:])
+	if r.d.Counters()[CntCQOverflow] == 0 {
+		t.Fatalf("the receive CQ did not overflow (%d completions)", k)
+	}
+	for _, p := range got {
+		if p.Opcode == wire.RCAcknowledge && p.AETH.Syndrome().Kind() == wire.KindACK && int(p.BTH.PSN().Sub(1000)) >= k {
+			t.Fatalf("ACK of PSN %d, but only %d SENDs from 1000 have a completion", p.BTH.PSN(), k)
+		}
+	}
+	if _, inErr := errState(n.qp); !inErr {
+		t.Fatalf("QP not in ERR after its CQ overran")
+	}
+}
+
+// A FLUSH takes no responder resource, so it cannot evict the saved result of
+// an atomic that a retry asks for again (max_dest_rd_atomic 1: the FLUSH after
+// the FETCH_ADD took its only slot). The retried FLUSH is answered as well.
+func TestFlushKeepsAtomicResource(t *testing.T) {
+	r, n := newRawPeer(t, nodeOpts{access: mmAccess}, connOpts{rdAtomic: 1, access: mmQPAccess})
+	binary.NativeEndian.PutUint64(n.buf, 10)
+	va, rk := n.mr.Addr(), n.mr.RKey()
+	add := r.req(wire.RCFetchAdd, 1000, wire.IBFields{AtomicETH: wire.AtomicETHFields{VA: va, RKey: rk, SwapAdd: 5}})
+	flush := r.req(wire.RCFlush, 1001, wire.IBFields{FETH: wire.FETHFields{Selectivity: 1, PlacementType: 1},
+		RETH: wire.RETHFields{VA: va, RKey: rk, DMALen: 8}})
+	r.send(add, flush)
+	if got := r.recv(2, time.Second); len(got) != 2 {
+		t.Fatalf("%d responses to the FETCH_ADD and the FLUSH, want 2", len(got))
+	}
+	// Both responses lost: the requester resends both.
+	r.send(add, flush)
+	got := r.recv(2, time.Second)
+	if len(got) != 2 || got[0].Opcode != wire.RCAtomicAcknowledge || got[0].BTH.PSN() != 1000 ||
+		got[0].AtomicAckETH == nil || got[0].AtomicAckETH.OrigRemData() != 10 ||
+		got[1].Opcode != wire.RCRDMAReadResponseOnly || got[1].BTH.PSN() != 1001 {
+		for _, p := range got {
+			t.Logf("%v PSN %d", p.Opcode, p.BTH.PSN())
+		}
+		t.Fatalf("replies to the retried FETCH_ADD and FLUSH: want the atomic ACK (original 10) at 1000 and the FLUSH's response at 1001")
+	}
+	if v := binary.NativeEndian.Uint64(n.buf); v != 15 {
+		t.Fatalf("word %d after the retry, want 15: the add ran again", v)
+	}
+}
