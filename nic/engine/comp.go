@@ -108,7 +108,7 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 		case compCompWQE:
 			if p != nil && w.state == wqePending {
 				if w.lastPSN.Sub(c.psn) >= 0 {
-					qp.req.cwndAcked(w.lastPSN.Next().Sub(c.psn))
+					qp.req.cwndAcked(w.lastPSN.Next().Sub(c.psn), w.lastPSN.Next())
 					c.psn = w.lastPSN.Next()
 					c.opcode = -1
 				}
@@ -122,7 +122,7 @@ func (e *engine) completerRun(qp *QP, p *wire.Packet, timeout bool) {
 				c.opcode = int(p.Opcode)
 			}
 			if psn := p.BTH.PSN(); psn.Sub(c.psn) >= 0 {
-				qp.req.cwndAcked(psn.Next().Sub(c.psn))
+				qp.req.cwndAcked(psn.Next().Sub(c.psn), psn.Next())
 				c.psn = psn.Next()
 			}
 			e.reqWake(qp)

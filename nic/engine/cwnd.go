@@ -212,10 +212,16 @@ func (r *reqState) cwndLoss(timeout bool, acked wire.PSN) {
 	r.cwndAcc = 0
 }
 
-// cwndAcked grows the window by n packets newly acknowledged: by n below
-// ssthresh (slow start), by about one packet per window above it (congestion
-// avoidance), never past maxUnackedPSNs.
-func (r *reqState) cwndAcked(n int32) {
+// cwndAcked grows the window by n packets newly acknowledged, up to PSN to: by n
+// below ssthresh (slow start), by about one packet per window above it
+// (congestion avoidance), never past maxUnackedPSNs. An ACK that reaches the
+// recovery point ends the recovery (RFC 6582's full acknowledgment); left on,
+// the 24-bit compare in cwndLoss would take a new loss 2^23 PSNs later for the
+// old one.
+func (r *reqState) cwndAcked(n int32, to wire.PSN) {
+	if r.recovering && to.Sub(r.recover) >= 0 {
+		r.recovering = false
+	}
 	if r.cwnd >= maxUnackedPSNs || n <= 0 {
 		return
 	}

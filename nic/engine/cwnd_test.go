@@ -29,11 +29,11 @@ func TestCwnd(t *testing.T) {
 	if r.cwnd != maxUnackedPSNs/2 {
 		t.Fatalf("a second NAK before the recovery point shrank the window to %d", r.cwnd)
 	}
-	r.cwndAcked(int32(r.cwnd) - 1)
+	r.cwndAcked(int32(r.cwnd)-1, 960)
 	if r.cwnd != maxUnackedPSNs/2 {
 		t.Fatalf("less than a window acknowledged: cwnd %d", r.cwnd)
 	}
-	r.cwndAcked(1)
+	r.cwndAcked(1, 961)
 	if r.cwnd != maxUnackedPSNs/2+1 {
 		t.Fatalf("a window acknowledged: cwnd %d, want one more", r.cwnd)
 	}
@@ -48,13 +48,13 @@ func TestCwnd(t *testing.T) {
 	}
 	for r.cwnd < r.ssthresh {
 		before := r.cwnd
-		r.cwndAcked(before) // slow start: one window acknowledged doubles it
+		r.cwndAcked(before, 1500) // slow start: one window acknowledged doubles it
 		if r.cwnd != min(2*before, r.ssthresh) {
 			t.Fatalf("slow start from %d: %d", before, r.cwnd)
 		}
 	}
 	for range 100000 {
-		r.cwndAcked(7)
+		r.cwndAcked(7, 1500)
 	}
 	if r.cwnd != maxUnackedPSNs {
 		t.Fatalf("after many ACKs the window is %d, want rxe's %d", r.cwnd, maxUnackedPSNs)
@@ -65,6 +65,25 @@ func TestCwnd(t *testing.T) {
 	}
 	if r.cwnd != minCwnd || r.ssthresh < minCwnd {
 		t.Fatalf("after many timeouts: cwnd %d ssthresh %d, want at least %d", r.cwnd, r.ssthresh, minCwnd)
+	}
+}
+
+// TestCwndRecoveryEnds: the recovery point holds until an ACK reaches it, no
+// longer. A NAK 2^23 PSNs after an old recovery point is a new loss, though
+// the 24-bit compare puts it before that point.
+func TestCwndRecoveryEnds(t *testing.T) {
+	r := reqState{cwnd: maxUnackedPSNs, ssthresh: maxUnackedPSNs}
+	r.hiPSN = 100
+	r.cwndLoss(false, 50)
+	r.cwndAcked(50, 100) // everything up to the recovery point
+	for range 2000 {
+		r.cwndAcked(64, 1<<22) // and far past it, back to the full window
+	}
+	before := r.cwnd
+	r.hiPSN = 0x900000
+	r.cwndLoss(false, 0x8fff00) // recover (100) is "after" it in 24-bit order
+	if r.cwnd != max(before/2, minCwnd) {
+		t.Fatalf("a NAK long after the last recovery: cwnd %d, want %d (half of %d)", r.cwnd, max(before/2, minCwnd), before)
 	}
 }
 

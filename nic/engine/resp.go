@@ -751,22 +751,23 @@ func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr
 			e.classC(qp, p, wire.NAKRemoteAccessError, cq.RemAccessErr, EventQPAccessErr)
 			return
 		}
+		e.classE(qp, p, cq.RemAccessErr)
 		e.abortMessage(qp)
 		r.dropMsg = true
 		e.d.cnt.inc(CntRcvdDropped)
 	case errLength, errRecvLength:
+		// A malformed request is the remote's invalid request, at both ends
+		// (rxe RESPST_ERR_LENGTH); a message longer than the receive buffer
+		// is, at this end, a local length error, as hardware reports it.
+		st := cq.RemInvReqErr
+		if err == errRecvLength {
+			st = cq.LocLenErr
+		}
 		if rc {
-			// A malformed request is the remote's invalid request, at both
-			// ends (rxe RESPST_ERR_LENGTH); a message longer than the receive
-			// buffer is, at this end, a local length error, as hardware
-			// reports it.
-			st := cq.RemInvReqErr
-			if err == errRecvLength {
-				st = cq.LocLenErr
-			}
 			e.classC(qp, p, wire.NAKInvalidRequest, st, EventQPReqErr)
 			return
 		}
+		e.classE(qp, p, st)
 		e.abortMessage(qp)
 		r.dropMsg = qp.typ == qpattr.UC
 		e.d.cnt.inc(CntRcvdDropped)
@@ -777,6 +778,19 @@ func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr
 		// Class A: remote operational error.
 		e.classC(qp, p, wire.NAKRemoteOperationError, cq.LocProtErr, EventQPFatal)
 	}
+}
+
+// classE completes the receive WQE a UC or UD message took from an SRQ with
+// status; the QP stays as it is (class E: rxe's RESPST_ERR_LENGTH and
+// RKEY_VIOLATION with an SRQ). Without an SRQ the WQE stays for the next message
+// (class D); one taken from the shared queue would wait on this QP for a SEND
+// that may never come.
+func (e *engine) classE(qp *QP, p *wire.Packet, status cq.Status) {
+	if qp.srq == nil || qp.resp.wqe == nil {
+		return
+	}
+	qp.resp.status = status
+	e.completeRecv(qp, p)
 }
 
 // classC completes the receive in progress with status, NAKs (RC) and moves the

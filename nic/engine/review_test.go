@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/nic/cq"
+	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/mr"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
@@ -292,4 +293,51 @@ func TestFlushKeepsAtomicResource(t *testing.T) {
 	if v := binary.NativeEndian.Uint64(n.buf); v != 15 {
 		t.Fatalf("word %d after the retry, want 15: the add ran again", v)
 	}
+}
+
+// A UC SEND longer than the SRQ receive WQE it took completes that WQE with an
+// error and leaves the QP as it is (class E, rxe RESPST_ERR_LENGTH with an
+// SRQ). Before, the WQE stayed with this QP without a completion, gone from the
+// shared queue.
+func TestUCSRQLengthErrorCompletes(t *testing.T) {
+	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(lb, Config{GIDs: gids(addrB)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(); la.Close(); lb.Close() })
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pd.CreateSRQ(SRQAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	n := newNode(t, d, nodeOpts{typ: qpattr.UC, pd: pd, srq: s})
+	rawConnect(t, n.qp, qpattr.UC, la.Info().MAC, connOpts{})
+	r := &rawPeer{t: t, l: la, d: d, dqpn: n.qp.QPN(), bufs: make([][]byte, 64), sizes: make([]int, 64)}
+	for i := range r.bufs {
+		r.bufs[i] = make([]byte, 9000)
+	}
+	if _, err := s.PostRecv([]RecvWR{{WRID: 9, SGL: []SGE{n.mr.SGE(0, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.send(r.req(wire.UCSendOnly, 1000, wire.IBFields{Payload: make([]byte, 100)}))
+	got := pollN(t, n.cq, 1, time.Second)
+	checkWC(t, got[0], cq.WC{WRID: 9, Status: cq.LocLenErr, Opcode: cq.Recv, QPN: n.qp.QPN()})
+	if st, _, _ := n.qp.Query(); st.State != qpattr.RTS || s.Len() != 0 {
+		t.Fatalf("after the length error: QP %v, SRQ holds %d", st.State, s.Len())
+	}
+	// The next message, with a WQE that fits, arrives as usual.
+	if _, err := s.PostRecv([]RecvWR{{WRID: 10, SGL: []SGE{n.mr.SGE(0, 128)}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.send(r.req(wire.UCSendOnly, 1001, wire.IBFields{Payload: []byte("fits")}))
+	got = pollN(t, n.cq, 1, time.Second)
+	checkWC(t, got[0], cq.WC{WRID: 10, Opcode: cq.Recv, ByteLen: 4, QPN: n.qp.QPN()})
 }
