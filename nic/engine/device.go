@@ -952,7 +952,9 @@ func (e *engine) transmit() (blocked bool) {
 			if e.respFlush(qp) || e.runRequester(qp, e.budget) {
 				e.schedule(qp)
 			}
-			e.checkError(qp) // a completion the requester made may have overrun its CQ
+			if qp.errPending { // a completion the requester made overran its CQ
+				e.checkError(qp)
+			}
 			e.account(qp)
 			if e.tx.full() && e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt) == 0 {
 				blocked = true

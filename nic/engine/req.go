@@ -113,11 +113,8 @@ func (e *engine) reqNextWQE(qp *QP) *sendWQE {
 			return nil // SQD: finish what started, start nothing (IBTA 10.3.1)
 		}
 		w = &qp.sendSlots[req.wqeIndex&qp.sendQ.mask]
-		if w.state == wqeDone {
-			// A local operation that ran before a go-back-N rewind (reqRetry
-			// leaves it in place to complete in order): it runs once.
-			req.wqeIndex++
-			continue
+		if w.state < wqeDone {
+			break
 		}
 		if w.state == wqeError {
 			// It failed here: nothing after it goes on the wire (rxe moves the
@@ -125,7 +122,9 @@ func (e *engine) reqNextWQE(qp *QP) *sendWQE {
 			// flushes the rest.
 			return nil
 		}
-		break
+		// A local operation that ran before a go-back-N rewind (reqRetry leaves
+		// it in place to complete in order): it runs once.
+		req.wqeIndex++
 	}
 	// IBV_SEND_FENCE: wait until every earlier READ and atomic has completed
 	// (ibv_post_send(3); rxe waits for every earlier WQE).
