@@ -221,12 +221,13 @@ func TestAckEventsMisusePanics(t *testing.T) {
 	}
 	c.AckEvents(1)
 	plain := mustNew(t, 1, Options{})
+	plain.AckEvents(0) // acknowledging none is always allowed (cleanup code does it)
 	defer func() {
 		if recover() == nil {
-			t.Error("AckEvents on a CQ without channel did not panic")
+			t.Error("AckEvents(1) on a CQ without channel did not panic")
 		}
 	}()
-	plain.AckEvents(0)
+	plain.AckEvents(1)
 }
 
 // Closing a CQ discards its events still queued on the channel (the kernel's

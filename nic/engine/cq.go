@@ -117,6 +117,12 @@ func (c *CQ) SetHandler(h func(*CQ)) error {
 // handler call for the CQ runs any more; completions still queued are discarded.
 // Waiting for it from the CQ's own handler fails with ErrDeadlock: use Notify.
 func (c *CQ) Destroy() *Op {
+	if n := c.CQ.UnackedEvents(); n > 0 {
+		// Refused before the CQ is marked closing, so that the refusal changes
+		// nothing even for a moment: a CreateQP on it meanwhile must not fail.
+		// (Close below still refuses an event GetEvent returns after this look.)
+		return c.d.doneOp(errorf(ErrBusy, "CQ: %d completion events unacknowledged", n))
+	}
 	if err := c.n.closeBusy(); err != nil {
 		return c.d.doneOp(err)
 	}

@@ -290,13 +290,15 @@ func (qp *QP) Close() *Op { return qp.Destroy() }
 
 // destroyQP flushes qp and removes it; the engine side of Destroy and Close.
 func (e *engine) destroyQP(qp *QP) {
+	// Posters first, as the move to ERR does: a post that saw the old state is in
+	// the rings before the flush, and every later one fails (LT4, O2-6).
+	qp.setPubState(stateDestroyed)
 	if qp.state != qpattr.Reset {
 		e.flushSend(qp)
 		e.flushRecv(qp)
 	}
 	e.timers.stop(&qp.retrans)
 	e.timers.stop(&qp.rnr)
-	qp.setPubState(stateDestroyed)
 	qp.n.dead.Store(true)
 	qp.live = false
 	e.account(qp) // out of its destination's room

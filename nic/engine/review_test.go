@@ -4,7 +4,10 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -340,4 +343,119 @@ func TestUCSRQLengthErrorCompletes(t *testing.T) {
 	r.send(r.req(wire.UCSendOnly, 1001, wire.IBFields{Payload: []byte("fits")}))
 	got = pollN(t, n.cq, 1, time.Second)
 	checkWC(t, got[0], cq.WC{WRID: 10, Opcode: cq.Recv, ByteLen: 4, QPN: n.qp.QPN()})
+}
+
+// A receive posted while Destroy runs either fails with ErrClosed or completes,
+// flushed (LT4, O2-6). Before, destroyQP flushed the rings and only then told
+// posters the QP was gone: a post between the two was accepted and never
+// completed.
+func TestDestroyFlushesConcurrentPost(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	pd, err := p.a.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := p.a.CreateCQ(1<<15-1, CQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pd.RegMR(make([]byte, 4096), 0x1000, mr.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { m.Dereg(); c.Close(); pd.Close() }()
+	wcs := make([]cq.WC, 256)
+	for round := range 60 {
+		qp, err := pd.CreateQP(QPInitAttr{Type: qpattr.RC, SendCQ: c, RecvCQ: c,
+			Cap: qpattr.Cap{MaxSendWR: 1, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		init := QPAttr{Attr: qpattr.Attr{State: qpattr.Init, Port: 1}}
+		if err := qp.ModifySync(&init, qpattr.AttrState|qpattr.AttrPKeyIndex|qpattr.AttrPort|qpattr.AttrAccessFlags); err != nil {
+			t.Fatal(err)
+		}
+		var posted int
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			wr := []RecvWR{{WRID: 1, SGL: []SGE{{Addr: 0x1000, Length: 64, LKey: m.LKey()}}}}
+			for {
+				if _, err := qp.PostRecv(wr); err == nil {
+					posted++
+				} else if errors.Is(err, ErrClosed) {
+					return
+				}
+			}
+		}()
+		time.Sleep(20 * time.Microsecond)
+		if err := qp.Destroy().Wait(); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		got := 0
+		for n := c.Poll(wcs); n > 0; n = c.Poll(wcs) {
+			for _, w := range wcs[:n] {
+				if w.QPN == qp.QPN() {
+					got++
+				}
+			}
+		}
+		if got != posted {
+			t.Fatalf("round %d: %d receives posted, %d flushed by the time Destroy returned", round, posted, got)
+		}
+	}
+}
+
+// A CQ.Destroy refused for an unacknowledged event changes nothing, not even
+// for a moment: a CreateQP on the CQ meanwhile succeeds. Before, the CQ was
+// marked closing until the refusal undid it.
+func TestCQDestroyRefusedChangesNothing(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	pd, err := p.a.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := NewCompChannel()
+	c, err := p.a.CreateCQ(64, CQOptions{Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	c.Push(&cq.WC{WRID: 1}, false)
+	if _, err := ch.GetEvent(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3000 {
+		var wg sync.WaitGroup
+		var derr, qerr error
+		var qp *QP
+		wg.Go(func() { derr = c.Destroy().Wait() })
+		wg.Go(func() {
+			qp, qerr = pd.CreateQP(QPInitAttr{Type: qpattr.RC, SendCQ: c, RecvCQ: c,
+				Cap: qpattr.Cap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		})
+		wg.Wait()
+		if !errors.Is(derr, ErrBusy) {
+			t.Fatalf("Destroy with an unacknowledged event: %v, want ErrBusy", derr)
+		}
+		if qerr != nil {
+			t.Fatalf("round %d: CreateQP on a CQ whose Destroy was refused: %v", round, qerr)
+		}
+		if err := qp.Destroy().Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.AckEvents(1)
+	if err := c.Destroy().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pd.Dealloc().Wait(); err != nil {
+		t.Fatal(err)
+	}
 }
