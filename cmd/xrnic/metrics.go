@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -227,6 +229,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sessionsEnded, s.Ended[1], dev, "failed")
 }
 
+// metricsMaxConns bounds the metrics port's open connections (a scraper needs
+// one); past it, new ones wait in the listen backlog.
+const metricsMaxConns = 16
+
+// newMetricsHTTP is the metrics port's server and listener. Any local user can
+// reach the port, so its connections are bounded in number and in how long each
+// may sit idle or trickle a request or the read of a reply.
+func newMetricsHTTP(ln net.Listener, h http.Handler) (*http.Server, net.Listener) {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}, netutil.LimitListener(ln, metricsMaxConns)
+}
+
 // metricsServer serves /metrics until stop.
 type metricsServer struct {
 	srv *http.Server
@@ -239,7 +253,8 @@ func (d *daemon) serveMetrics(ln net.Listener, wg *sync.WaitGroup) *metricsServe
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	m := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	srv, ln := newMetricsHTTP(ln, mux)
+	m := &metricsServer{srv: srv}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -374,9 +374,13 @@ func (d *Device) wake() {
 // execAll runs fn on every engine goroutine, each on its own queue's engine
 // and possibly at the same time; the Op completes when all have, with the
 // first error.
-func (d *Device) execAll(fn func(e *engine) error) *Op {
+func (d *Device) execAll(fn func(e *engine) error) *Op { return d.fanOut(fn, false) }
+
+// fanOut is execAll; with stoppedOK a stopped engine counts as done, not as
+// ErrClosed.
+func (d *Device) fanOut(fn func(e *engine) error, stoppedOK bool) *Op {
 	op := d.newOp()
-	f := &fan{op: op}
+	f := &fan{op: op, stoppedOK: stoppedOK}
 	f.left.Store(int32(len(d.sh)))
 	for _, sh := range d.sh {
 		sh.enqueueReq(ctlReq{fn: fn, fan: f})

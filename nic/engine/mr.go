@@ -137,10 +137,19 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf []byte, iova uint64, access 
 	return nil
 }
 
-// Dereg deregisters the region (ibv_dereg_mr): its keys stop working at once.
-// The Op is complete when Dereg returns. Work requests already posted with its
-// keys fail when the engine reaches them.
-func (m *MR) Dereg() *Op { return m.pd.d.doneOp(m.dereg()) }
+// Dereg deregisters the region (ibv_dereg_mr): its keys stop working at once,
+// and work requests already posted with them fail when the engine reaches them.
+// A refusal's Op is complete when Dereg returns. Otherwise the Op completes once
+// every engine has passed its loop once more (a stopped one holds nothing):
+// none still holds a slice of the region it looked up before, so the memory may
+// be unmapped or reused when Wait returns, as after ibv_dereg_mr. Until then a
+// packet in flight may still be copied to or from it.
+func (m *MR) Dereg() *Op {
+	if err := m.dereg(); err != nil {
+		return m.pd.d.doneOp(err)
+	}
+	return m.pd.d.fanOut(nil, true)
+}
 
 // Close is Dereg: a region has no children to wait for.
 func (m *MR) Close() *Op { return m.Dereg() }

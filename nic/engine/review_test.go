@@ -459,3 +459,39 @@ func TestCQDestroyRefusedChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// MR.Dereg's Op completes only once the engine has passed its loop again: an
+// engine busy with a packet may still hold a slice of the region, and a caller
+// that unmaps the memory when Wait returns (the daemon's DEREG) must not pull
+// it from under that copy. Before, the Op was complete when Dereg returned.
+func TestDeregWaitsForEngine(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	pd, err := p.a.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Close()
+	m, err := pd.RegMR(make([]byte, 4096), 0x1000, mr.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	held := p.a.sh[0].exec(func(*engine) error { <-release; return nil }) // the engine mid-packet
+	op := m.Dereg()
+	select {
+	case <-op.Done():
+		close(release)
+		t.Fatalf("Dereg complete while the engine was busy: %v", op.Err())
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := held.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(); err != nil {
+		t.Fatalf("Dereg: %v", err)
+	}
+	if err := m.Dereg().Wait(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("a second Dereg: %v, want ErrClosed", err)
+	}
+}

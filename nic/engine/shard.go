@@ -152,13 +152,17 @@ func (sh *shard) enqueueReq(r ctlReq) {
 
 // fan is one Op run on every shard (execAll): the last to finish completes it.
 type fan struct {
-	op   *Op
-	left atomic.Int32
-	mu   sync.Mutex
-	err  error
+	op        *Op
+	left      atomic.Int32
+	stoppedOK bool // a stopped shard's errDevClosed is no error
+	mu        sync.Mutex
+	err       error
 }
 
 func (f *fan) finish(err error) {
+	if err == errDevClosed && f.stoppedOK {
+		err = nil
+	}
 	if err != nil {
 		f.mu.Lock()
 		if f.err == nil {

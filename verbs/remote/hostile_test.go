@@ -598,3 +598,46 @@ func TestHostileTooManySessions(t *testing.T) {
 	waitSessions(t, r.srv, 1)
 	r.dial(t)
 }
+
+// A completion channel a CQ uses cannot be destroyed (EBUSY, as
+// ibv_destroy_comp_channel): closed, its descriptor number would go to the next
+// thing the daemon opens, maybe another process's CQ ring, and the CQ's next
+// notification would write 8 bytes there.
+func TestHostileDestroyChannelInUse(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	ch, err := d.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(16, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Destroy(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("destroying a channel with a CQ on it: %v, want ErrBusy", err)
+	}
+	if err := cq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Destroy(); err != nil {
+		t.Fatalf("destroying the channel after its CQ: %v", err)
+	}
+}
+
+// A connection that never sends HELLO loses its session slot after
+// HelloTimeout: silent connections cannot keep every process from attaching.
+func TestHostileSilentConnections(t *testing.T) {
+	r := newRig(t, server.Config{MaxSessions: 4, HelloTimeout: 200 * time.Millisecond})
+	var conns []*net.UnixConn
+	for range 4 {
+		conns = append(conns, rawConn(t, r.sock)) // connects, sends nothing
+	}
+	for _, c := range conns {
+		if !closedByDaemon(c) {
+			t.Fatal("the daemon kept a connection that sent nothing")
+		}
+	}
+	waitSessions(t, r.srv, 0)
+	r.dial(t)
+}

@@ -50,11 +50,24 @@ func (o *mrObj) release()     { o.mem.Close() }
 // armed CQ of the channel gets a completion.
 type chanObj struct {
 	objBase
-	efd int
+	efd   int
+	users int // CQs on it (the session's mu)
 }
 
-func (o *chanObj) close() error { return nil }
-func (o *chanObj) release()     { unix.Close(o.efd) }
+// close refuses while CQs use the channel (ibv_destroy_comp_channel: EBUSY):
+// closed, its descriptor number would be reused by the next thing the daemon
+// opens, maybe another process's CQ ring, and a CQ's notification would write
+// there. A CQ being created on it fails once destroy has marked it dying (add).
+func (o *chanObj) close() error {
+	o.ss.mu.Lock()
+	defer o.ss.mu.Unlock()
+	if o.users > 0 {
+		return fmt.Errorf("%w: %d CQs use the completion channel", verbs.ErrBusy, o.users)
+	}
+	return nil
+}
+
+func (o *chanObj) release() { unix.Close(o.efd) }
 
 func (o *chanObj) signal() {
 	var one = [8]byte{1}
@@ -113,7 +126,7 @@ func (ss *session) createChannel() (any, int, error) {
 	if err != nil {
 		return nil, -1, err
 	}
-	o := &chanObj{objBase: objBase{kind: attach.KindCompChannel}, efd: efd}
+	o := &chanObj{objBase: objBase{kind: attach.KindCompChannel, ss: ss}, efd: efd}
 	h, err := ss.add(o, 0)
 	if err != nil {
 		unix.Close(efd)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -25,6 +26,9 @@ type Config struct {
 	MaxObjects int
 	// MaxShm bytes of rings one session may hold (default 256 MiB).
 	MaxShm int
+	// HelloTimeout bounds how long a connection may hold a session slot
+	// before its HELLO (default 5 s): one that sends nothing is closed.
+	HelloTimeout time.Duration
 	// Allow decides whether a peer may attach, from its SO_PEERCRED (default:
 	// root or the daemon's own user).
 	Allow func(unix.Ucred) bool
@@ -41,6 +45,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxShm <= 0 {
 		c.MaxShm = 256 << 20
+	}
+	if c.HelloTimeout <= 0 {
+		c.HelloTimeout = 5 * time.Second
 	}
 	if c.Allow == nil {
 		euid := uint32(os.Geteuid())

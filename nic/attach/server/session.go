@@ -206,6 +206,7 @@ func (ss *session) control() error {
 	oob := make([]byte, attach.OOBSpace)
 	out := make([]byte, 0, attach.MaxMessage)
 	hello := false
+	_ = ss.c.SetReadDeadline(time.Now().Add(ss.srv.cfg.HelloTimeout))
 	for {
 		msg, fds, err := attach.Recv(ss.c, buf, oob)
 		if err != nil {
@@ -225,6 +226,8 @@ func (ss *session) control() error {
 		}
 		if h.Op == attach.OpHello && err == nil {
 			hello = true
+			// Attached: a process may be idle for as long as it runs.
+			_ = ss.c.SetReadDeadline(time.Time{})
 		}
 		if err != nil {
 			// The reply carries only the errno, as libibverbs' calls return.
@@ -407,6 +410,12 @@ func (ss *session) add(o obj, shmBytes int) (uint32, error) {
 	if ss.shm+shmBytes > ss.srv.cfg.MaxShm {
 		return 0, fmt.Errorf("%w: %d + %d bytes", errShmLimit, ss.shm, shmBytes)
 	}
+	if x, ok := o.(*cqObj); ok && x.ch != nil {
+		if x.ch.dying {
+			return 0, handleErr(kindName(attach.KindCompChannel), x.ch.handle)
+		}
+		x.ch.users++
+	}
 	for {
 		ss.next++
 		if _, taken := ss.objs[ss.next]; ss.next != 0 && !taken {
@@ -504,6 +513,9 @@ func (ss *session) forget(o obj) {
 		ss.qps = remove(ss.qps, x)
 	case *cqObj:
 		ss.cqs = remove(ss.cqs, x)
+		if x.ch != nil {
+			x.ch.users--
+		}
 	case *srqObj:
 		ss.srqs = remove(ss.srqs, x)
 	case *cmObj:
