@@ -641,3 +641,47 @@ func TestHostileSilentConnections(t *testing.T) {
 	waitSessions(t, r.srv, 0)
 	r.dial(t)
 }
+
+// A client that posts malformed WRs and never polls: each refusal's completion
+// waits in the daemon only while the CQ could hold it; past that the CQ has
+// overrun and the rest are lost, so the daemon's memory stays bounded.
+func TestHostileRefusedNeverPolled(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	e := newRemoteEnd(t, d, verbs.RC)
+	const total = 2000 // the CQ holds 256
+	for posted := 0; posted < total; {
+		free, err := e.qp.sq.Free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		free = min(free, total-posted)
+		for k := range free {
+			w, _ := e.qp.sq.Reserve(k)
+			clear(w[:64])
+			binary.LittleEndian.PutUint64(w[0:], uint64(posted+k))
+			binary.LittleEndian.PutUint32(w[20:], 1000) // num_sge past the QP's cap
+		}
+		e.qp.sq.Commit(free)
+		posted += free
+		d.ring()
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	wcs := make([]verbs.WC, 64)
+	got := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		n, err := e.cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+		if n == 0 {
+			d.ring() // the pump moves what waits as the ring empties
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if got == 0 || got > 2*256 {
+		t.Fatalf("%d completions of %d refused WRs on a CQ of 256 never polled: want some, at most the CQ's ring and what waited for it", got, total)
+	}
+}

@@ -165,7 +165,8 @@ type cqObj struct {
 	// pending are completions the pump made itself (a WR the device
 	// refused), ahead of the device CQ's.
 	pending  []shm.CQE
-	pendHead int  // pending[pendHead:] are still to go
+	pendHead int  // pending[pendHead:] are still to go; at most the ring's length
+	overrun  bool // pending was full once (logged)
 	broken   bool // the client corrupted the ring's index
 }
 

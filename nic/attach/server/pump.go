@@ -183,8 +183,19 @@ func (ss *session) refuse(q *qpObj, e []byte, why error) {
 	case errors.Is(why, verbs.ErrLimit):
 		st = verbs.WCLocLenErr
 	}
-	q.sendCQ.pending = append(q.sendCQ.pending, shm.CQE{WRID: h.WRID, Status: uint32(st),
-		Opcode: wcOpcode(h.Opcode), QPN: q.qp.QPN()})
+	c := q.sendCQ
+	if len(c.pending)-c.pendHead >= c.ring.Len() {
+		// More waiting than the CQ holds: the client does not poll, and its
+		// CQ has overrun, as a device's would. What does not fit is lost, so
+		// that the daemon's memory stays bounded by the CQ's size.
+		if !c.overrun {
+			c.overrun = true
+			ss.logf("CQ %d: overrun: completions of refused WRs are lost", c.handle)
+		}
+	} else {
+		c.pending = append(c.pending, shm.CQE{WRID: h.WRID, Status: uint32(st),
+			Opcode: wcOpcode(h.Opcode), QPN: q.qp.QPN()})
+	}
 	toError(q)
 }
 
