@@ -685,3 +685,44 @@ func TestHostileRefusedNeverPolled(t *testing.T) {
 		t.Fatalf("%d completions of %d refused WRs on a CQ of 256 never polled: want some, at most the CQ's ring and what waited for it", got, total)
 	}
 }
+
+// The memory one session may register is bounded (MaxMapped): the daemon maps
+// each region, and a process that registered terabytes of sparse memory took
+// the daemon's address space from everyone else.
+func TestHostileRegisteredMemoryBound(t *testing.T) {
+	r := newRig(t, server.Config{MaxMapped: 1 << 20})
+	d := r.dial(t)
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mrs []*MR
+	for range 2 {
+		buf, err := MapBuffer(512 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { UnmapBuffer(buf) })
+		m, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatalf("region %d of 512 KiB under a bound of 1 MiB: %v", len(mrs)+1, err)
+		}
+		mrs = append(mrs, m)
+	}
+	buf, err := MapBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { UnmapBuffer(buf) })
+	if _, err := pd.RegMR(buf, verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrLimit) {
+		t.Fatalf("a page past the bound: %v, want ErrLimit", err)
+	}
+	if err := mrs[0].Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatalf("after a deregistration gave room back: %v", err)
+	}
+	m.Dereg()
+}

@@ -23,6 +23,7 @@ type objBase struct {
 	kind   uint32
 	handle uint32
 	shm    int  // bytes of rings, charged to the session
+	mapped int  // bytes of the process's memory mapped (a region), charged to the session
 	dying  bool // being destroyed: the pump leaves it alone
 	ss     *session
 }
@@ -102,7 +103,10 @@ func (ss *session) regMR(req *attach.RegMRReq, fd int) (any, int, error) {
 		unix.Close(fd)
 		return nil, -1, err
 	}
-	mem, buf, err := regionFor(fd, req.FileOff, req.Length)
+	ss.mu.Lock()
+	room := ss.srv.cfg.MaxMapped - ss.mapped
+	ss.mu.Unlock()
+	mem, buf, err := regionFor(fd, req.FileOff, req.Length, uint64(max(room, 0)))
 	if err != nil {
 		return nil, -1, err
 	}
@@ -111,7 +115,7 @@ func (ss *session) regMR(req *attach.RegMRReq, fd int) (any, int, error) {
 		mem.Close()
 		return nil, -1, err
 	}
-	o := &mrObj{objBase: objBase{kind: attach.KindMR}, mr: m, mem: mem}
+	o := &mrObj{objBase: objBase{kind: attach.KindMR, mapped: len(mem.Bytes())}, mr: m, mem: mem}
 	h, err := ss.add(o, 0)
 	if err != nil {
 		m.Dereg().Wait()

@@ -26,6 +26,10 @@ type Config struct {
 	MaxObjects int
 	// MaxShm bytes of rings one session may hold (default 256 MiB).
 	MaxShm int
+	// MaxMapped bytes of the process's memory one session may register
+	// (default 1 TiB). The daemon maps each region, so MaxSessions times this
+	// bounds what its address space (128 TiB) gives to processes.
+	MaxMapped int
 	// HelloTimeout bounds how long a connection may hold a session slot
 	// before its HELLO (default 5 s): one that sends nothing is closed.
 	HelloTimeout time.Duration
@@ -45,6 +49,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxShm <= 0 {
 		c.MaxShm = 256 << 20
+	}
+	if c.MaxMapped <= 0 {
+		c.MaxMapped = 1 << 40
 	}
 	if c.HelloTimeout <= 0 {
 		c.HelloTimeout = 5 * time.Second

@@ -54,14 +54,15 @@ type session struct {
 	// process's ends of its sockets); the control goroutine's.
 	closeAfterReply []int
 
-	mu   sync.Mutex // the fields below; the pump holds it for a pass
-	objs map[uint32]obj
-	next uint32
-	shm  int
-	qps  []*qpObj
-	cqs  []*cqObj
-	srqs []*srqObj
-	cmID map[*rdmacm.ID]*cmObj // an ID's object: a CONNECT_REQUEST's ID has its listener's Context
+	mu     sync.Mutex // the fields below; the pump holds it for a pass
+	objs   map[uint32]obj
+	next   uint32
+	shm    int // bytes of rings
+	mapped int // bytes of the process's memory mapped for its regions
+	qps    []*qpObj
+	cqs    []*cqObj
+	srqs   []*srqObj
+	cmID   map[*rdmacm.ID]*cmObj // an ID's object: a CONNECT_REQUEST's ID has its listener's Context
 }
 
 // eventQueue bounds the events waiting for a slow client; past it they are
@@ -426,6 +427,7 @@ func (ss *session) add(o obj, shmBytes int) (uint32, error) {
 	b.handle, b.shm = ss.next, shmBytes
 	ss.objs[ss.next] = o
 	ss.shm += shmBytes
+	ss.mapped += b.mapped
 	switch x := o.(type) {
 	case *qpObj:
 		ss.qps = append(ss.qps, x)
@@ -508,6 +510,7 @@ func (ss *session) forget(o obj) {
 	b := o.base()
 	delete(ss.objs, b.handle)
 	ss.shm -= b.shm
+	ss.mapped -= b.mapped
 	switch x := o.(type) {
 	case *qpObj:
 		ss.qps = remove(ss.qps, x)
@@ -590,7 +593,7 @@ func kindName(k uint32) string {
 
 // regionFor maps the client's memfd for an MR: the pages holding Length bytes
 // at FileOff.
-func regionFor(fd int, fileOff, length uint64) (*shm.Region, []byte, error) {
+func regionFor(fd int, fileOff, length, room uint64) (*shm.Region, []byte, error) {
 	page := uint64(os.Getpagesize())
 	if length == 0 || length > 1<<40 || fileOff > 1<<48 {
 		unix.Close(fd)
@@ -601,6 +604,10 @@ func regionFor(fd int, fileOff, length uint64) (*shm.Region, []byte, error) {
 	if span > 1<<40 {
 		unix.Close(fd)
 		return nil, nil, fmt.Errorf("%w: %d bytes", verbs.ErrInvalid, span)
+	}
+	if span > room {
+		unix.Close(fd)
+		return nil, nil, fmt.Errorf("%w: %d bytes to map, %d left to the session", verbs.ErrLimit, span, room)
 	}
 	r, err := shm.Map(fd, int64(start), int(span))
 	if err != nil {
