@@ -53,8 +53,15 @@ type Config struct {
 	MaxRetryTimeout time.Duration // default 32 s
 	// MaxIDs bounds the CM IDs alive at once, those in TimeWait included: a REQ or
 	// SIDR_REQ past it is rejected (NO_RESOURCES) and counted, so a flood of REQs
-	// holds bounded memory. Default 4096.
+	// holds bounded memory. Those a REQ or SIDR_REQ made hold at most three
+	// quarters of it, so that the peers cannot take every ID from local connects.
+	// Default 4096.
 	MaxIDs int
+	// MaxPassiveWait bounds how long an ID made by a REQ or SIDR_REQ waits for
+	// its consumer's answer: the REQ's own fields set the wait (its sender's
+	// timeout times its retries), up to this; a SIDR_REQ, which carries none,
+	// waits what our own SIDR_REQ would. Default 5 minutes.
+	MaxPassiveWait time.Duration
 }
 
 // Errors. Each wraps a sentinel of the errs vocabulary.
@@ -76,6 +83,7 @@ type CM struct {
 	ids       map[uint32]*ID    // by local comm ID (IDs in TimeWait included)
 	remote    map[remoteKey]*ID // by the peer's comm ID and CA GUID: duplicate and stale REQs
 	sidr      map[sidrKey]*ID   // SIDR_REQs being answered, by the peer's request ID
+	wireIDs   int               // IDs in ids a REQ or SIDR_REQ made
 	listeners map[uint64]*ID    // by service ID
 	tidHi     uint64
 
@@ -118,6 +126,9 @@ func New(cfg Config) (*CM, error) {
 	}
 	if cfg.MaxIDs == 0 {
 		cfg.MaxIDs = 4096
+	}
+	if cfg.MaxPassiveWait == 0 {
+		cfg.MaxPassiveWait = 5 * time.Minute
 	}
 	c := &CM{cfg: cfg, ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{},
 		sidr: map[sidrKey]*ID{}, listeners: map[uint64]*ID{}}
@@ -201,6 +212,28 @@ func (c *CM) newIDLocked(h Handler) *ID {
 	id.tid = c.tidHi | uint64(id.localID)
 	c.ids[id.localID] = id
 	return id
+}
+
+// wireFullLocked reports whether a REQ or SIDR_REQ must be refused for lack of
+// IDs (MaxIDs).
+func (c *CM) wireFullLocked() bool {
+	return len(c.ids) >= c.cfg.MaxIDs || c.wireIDs >= c.cfg.MaxIDs*3/4
+}
+
+// newWireIDLocked is newIDLocked for an ID a REQ or SIDR_REQ makes.
+func (c *CM) newWireIDLocked(h Handler) *ID {
+	id := c.newIDLocked(h)
+	id.fromWire = true
+	c.wireIDs++
+	return id
+}
+
+// freeIDLocked forgets id's local comm ID.
+func (c *CM) freeIDLocked(id *ID) {
+	if _, ok := c.ids[id.localID]; ok && id.fromWire {
+		c.wireIDs--
+	}
+	delete(c.ids, id.localID)
 }
 
 // NewID creates a CM ID in Idle whose events go to h (ib_create_cm_id).

@@ -23,7 +23,7 @@ const (
 	EventTimeWaitExit                         // the IDs may be reused; the ID is Idle
 	EventMRAReceived                          // the peer needs longer: our timer was extended
 	EventREJReceived                          // Msg is the REJ
-	EventSIDRREQError                         // our SIDR_REQ ran out of retries
+	EventSIDRREQError                         // our SIDR_REQ ran out of retries; or a SIDR_REQ we took was never answered
 	EventSIDRREQReceived                      // to a listener's handler, with a new ID
 	EventSIDRREPReceived                      // Msg is the SIDR_REP
 )

@@ -83,6 +83,7 @@ type ID struct {
 	cm        *CM
 	handler   atomic.Pointer[Handler]
 	destroyed atomic.Bool
+	fromWire  bool // a REQ or SIDR_REQ made it (CM.wireIDs)
 
 	// Under cm.mu.
 	state      State
@@ -302,10 +303,11 @@ func (id *ID) expireLocked() {
 }
 
 // armHalfOpen expires a REQ the consumer never answers, once the active side
-// has given up on it too (its CM response timeout times its retries): the
-// passive side's memory for half-open connections is bounded in time.
+// has given up on it too (its CM response timeout times its retries), or after
+// MaxPassiveWait: the passive side's memory for half-open connections is bounded
+// in time, whatever the REQ says.
 func (id *ID) armHalfOpen(d time.Duration) {
-	id.arm(d, func() {
+	id.arm(min(d, id.cm.cfg.MaxPassiveWait), func() {
 		c := id.cm
 		if id.state != StateREQRcvd && id.state != StateMRAREQSent {
 			return
@@ -313,6 +315,27 @@ func (id *ID) armHalfOpen(d time.Duration) {
 		c.inc(CntTimeouts)
 		id.rejectLocked(RejTimeout, MsgREQ, guidARI(c.cfg.CAGUID), nil)
 		id.post(Event{Type: EventREQError})
+	})
+}
+
+// armSIDRExpiry expires a SIDR_REQ the consumer never answers after what our
+// own SIDR_REQ waits for its answer (its timeout times its retries), up to
+// MaxPassiveWait: the ID goes Idle with SIDR_REQ_ERROR, and the requester has
+// given up by then.
+func (id *ID) armSIDRExpiry() {
+	c := id.cm
+	d := (2*IBTime(c.cfg.PacketLifeTime) + IBTime(c.cfg.ResponseTimeout)) * time.Duration(1+int(c.cfg.MaxCMRetries))
+	id.arm(min(d, c.cfg.MaxPassiveWait), func() {
+		if id.state != StateSIDRREQRcvd {
+			return
+		}
+		c.inc(CntTimeouts)
+		if id.sidrKey != nil {
+			delete(c.sidr, *id.sidrKey)
+			id.sidrKey = nil
+		}
+		id.state = StateIdle
+		id.post(Event{Type: EventSIDRREQError})
 	})
 }
 
@@ -362,7 +385,7 @@ func (id *ID) enterTimeWaitLocked() {
 		id.respValid = false
 		id.state = StateIdle
 		if id.destroyed.Load() {
-			delete(c.ids, id.localID)
+			c.freeIDLocked(id)
 			return
 		}
 		id.post(Event{Type: EventTimeWaitExit})
@@ -684,5 +707,5 @@ func (id *ID) destroyLocked() {
 	if id.sidrKey != nil {
 		delete(c.sidr, *id.sidrKey)
 	}
-	delete(c.ids, id.localID)
+	c.freeIDLocked(id)
 }

@@ -103,13 +103,13 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 			Reason: RejInvalidServiceID})
 		return
 	}
-	if len(c.ids) >= c.cfg.MaxIDs {
+	if c.wireFullLocked() {
 		c.inc(CntRejectedLimit)
 		c.reply(dst, src, tid, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ,
 			Reason: RejNoResources})
 		return
 	}
-	id := c.newIDLocked(*l.handler.Load())
+	id := c.newWireIDLocked(*l.handler.Load())
 	id.state = StateREQRcvd
 	id.remoteID, id.remoteGUID = req.LocalCommID, req.LocalCAGUID
 	c.remote[key] = id
@@ -305,7 +305,7 @@ func (c *CM) onSIDRREQ(src, dst GID, tid uint64, m *mad.SIDRREQ) {
 		return
 	}
 	l := c.listeners[m.ServiceID]
-	if l == nil || len(c.ids) >= c.cfg.MaxIDs {
+	if l == nil || c.wireFullLocked() {
 		status := uint8(SIDRUnsupported)
 		if l == nil {
 			c.inc(CntNoListener)
@@ -316,7 +316,7 @@ func (c *CM) onSIDRREQ(src, dst GID, tid uint64, m *mad.SIDRREQ) {
 		c.reply(dst, src, tid, &mad.SIDRREP{RequestID: m.RequestID, Status: status, ServiceID: m.ServiceID})
 		return
 	}
-	id := c.newIDLocked(*l.handler.Load())
+	id := c.newWireIDLocked(*l.handler.Load())
 	id.state = StateSIDRREQRcvd
 	id.remoteID = m.RequestID
 	id.peerTID = tid
@@ -324,6 +324,7 @@ func (c *CM) onSIDRREQ(src, dst GID, tid uint64, m *mad.SIDRREQ) {
 	id.src, id.dst = dst, src
 	id.sidrKey = &key
 	c.sidr[key] = id
+	id.armSIDRExpiry()
 	cp := *m
 	id.post(Event{Type: EventSIDRREQReceived, Listener: l, Msg: &cp})
 }
