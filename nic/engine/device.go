@@ -809,8 +809,18 @@ func (e *engine) sleepFor(blocked bool) time.Duration {
 	if e.d.cfg.BusyPoll && (timeout < 0 || timeout > busyTick) {
 		timeout = busyTick
 	}
+	// An attached process rings the engine's own eventfd (WakeFD), and one
+	// that reads it takes wake-ups meant for others. So with pollers the
+	// engine looks at least every pollerTick: a stolen wake-up delays another
+	// process's doorbell by that at most, never for ever.
+	if len(e.pollers) > 0 && (timeout < 0 || timeout > pollerTick) {
+		timeout = pollerTick
+	}
 	return timeout
 }
+
+// pollerTick is the longest the engine sleeps while processes are attached.
+const pollerTick = 10 * time.Millisecond
 
 // idle waits for frames, a doorbell, a control operation or timeout (-1:
 // none). It holds nothing: a busy poller may drive the engine meanwhile.
