@@ -68,3 +68,53 @@ func TestWireIDsLeaveRoomForLocal(t *testing.T) {
 		t.Fatalf("a local ID while peers hold their share: %v", err)
 	}
 }
+
+// A REQ from a peer QP that still has an established connection here is
+// refused STALE_CONN, and the old connection is ended with a DREQ
+// (cm_match_req): a rebooted peer that reuses its QPN gets in once it is gone.
+func TestStaleREQEndsOldConnection(t *testing.T) {
+	p := newPair(t, nil)
+	p.connect(t)
+	req := testREQ(svc) // the peer starts over: its QP 0x11 again, a new comm ID
+	req.LocalCommID, req.LocalCAGUID = 0x1000, 0xA
+	var buf [mad.Size]byte
+	mad.Marshal(buf[:], 100, req)
+	p.b.Receive(gidA, gidB, buf[:])
+	got := p.f.sent()
+	if count(got, mad.AttrREJ) != 1 || count(got, mad.AttrDREQ) != 1 {
+		t.Fatalf("a stale REQ: sent %v, want the REJ and a DREQ of the old connection", got)
+	}
+	wantState(t, p.passive, StateDREQSent)
+	p.f.deliver()
+	p.ra.expect(EventDREQReceived)
+	if err := p.active.SendDREP(nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.rb.expect(EventDREPReceived)
+	p.f.advance(time.Hour)
+	p.rb.expect(EventTimeWaitExit)
+	p.ra.expect(EventTimeWaitExit)
+	mad.Marshal(buf[:], 101, req)
+	p.b.Receive(gidA, gidB, buf[:])
+	p.rb.expect(EventREQReceived)
+}
+
+// A DREQ reaching an ID in TimeWait is answered with a DREP even when this side
+// sent the DREQ and never a DREP (cm_dreq_handler): the peer stops asking.
+func TestDREQInTimeWaitAnswered(t *testing.T) {
+	p := newPair(t, nil)
+	p.connect(t)
+	p.f.drop = func(fr frame) bool { return fr.src == gidA } // A's DREQ is lost
+	p.active.Destroy()                                       // DREQ once, then TimeWait
+	p.f.deliver()
+	p.f.drop = nil
+	wantState(t, p.active, StateTimeWait)
+	if err := p.passive.SendDREQ(nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	if got := p.f.sent(); count(got, mad.AttrDREP) != 1 {
+		t.Fatalf("a DREQ to an ID in TimeWait: sent %v, want a DREP", got)
+	}
+}

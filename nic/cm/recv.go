@@ -93,6 +93,12 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 			c.inc(CntStale)
 			c.reply(dst, src, tid, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ,
 				Reason: RejStaleConn})
+			if id.state == StateEstablished {
+				// The peer's QP starts over (a rebooted peer reuses its QPN): end
+				// the old connection too, so that a later REQ gets in once it is
+				// gone (cm_match_req's ib_send_cm_dreq).
+				_ = id.dreqLocked(nil)
+			}
 			return
 		}
 	}
@@ -268,8 +274,12 @@ func (c *CM) onDREQ(src, dst GID, tid uint64, m *mad.DREQ) {
 		id.stopTimer()
 	case StateEstablished:
 	case StateTimeWait:
+		// Our DREP again; or, when we sent the DREQ and never a DREP, a new
+		// one (cm_dreq_handler formats a DREP in TimeWait whatever led there).
 		c.inc(CntDuplicates)
-		id.resendResp(mad.AttrDREP)
+		if !id.resendResp(mad.AttrDREP) {
+			c.reply(dst, src, tid, &mad.DREP{LocalCommID: id.localID, RemoteCommID: id.remoteID})
+		}
 		return
 	case StateDREQRcvd:
 		c.inc(CntDuplicates)
