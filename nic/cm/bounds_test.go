@@ -118,3 +118,48 @@ func TestDREQInTimeWaitAnswered(t *testing.T) {
 		t.Fatalf("a DREQ to an ID in TimeWait: sent %v, want a DREP", got)
 	}
 }
+
+// An MRA extends the next wait of our REQ only; the retries after it wait the
+// REQ's own timeout (IBTA 12.6.6; Linux applies the MRA once). Before, every
+// retry waited the MRA's time: an MRA of 31 held the REQ 16 times 2.4 hours.
+func TestMRAExtendsOneWait(t *testing.T) {
+	p := newPair(t, nil)
+	p.sendREQ(t)
+	p.f.deliver()
+	p.passive = p.rb.expect(EventREQReceived).ID
+	if err := p.passive.SendMRA(24, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.ra.expect(EventMRAReceived)
+	p.f.sent()
+	p.f.drop = func(frame) bool { return true } // the peer goes silent
+	p.f.advance(IBTime(24) + IBTime(18))
+	if n := count(p.f.sent(), mad.AttrREQ); n != 1 {
+		t.Fatalf("%d REQs after the MRA's time, want 1", n)
+	}
+	p.f.advance(2*IBTime(18) + IBTime(20))
+	if n := count(p.f.sent(), mad.AttrREQ); n != 1 {
+		t.Fatalf("%d REQs one plain timeout after that, want 1: the MRA's time held for every retry", n)
+	}
+}
+
+// The passive side's half-open expiry waits as long as the MRA its consumer
+// sent asked the peer to: it does not reject the REQ it asked to be waited for.
+func TestHalfOpenWaitsForOwnMRA(t *testing.T) {
+	p := newPair(t, nil)
+	p.req = testREQ(svc)
+	p.req.MaxCMRetries = 1 // the REQ alone says 13 s
+	p.sendREQ(t)
+	p.f.deliver()
+	p.passive = p.rb.expect(EventREQReceived).ID
+	if err := p.passive.SendMRA(24, nil); err != nil { // about 69 s more
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.ra.expect(EventMRAReceived)
+	p.f.advance(30 * time.Second)
+	wantState(t, p.passive, StateMRAREQSent)
+	p.f.advance(IBTime(24))
+	p.rb.expect(EventREQError) // and then it does expire
+}

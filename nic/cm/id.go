@@ -84,6 +84,8 @@ type ID struct {
 	handler   atomic.Pointer[Handler]
 	destroyed atomic.Bool
 	fromWire  bool // a REQ or SIDR_REQ made it (CM.wireIDs)
+	// halfOpen is how long the REQ it took says its sender waits (REQRcvd).
+	halfOpen time.Duration
 
 	// Under cm.mu.
 	state      State
@@ -430,6 +432,9 @@ func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
 	switch id.state {
 	case StateREQRcvd:
 		id.state, what = StateMRAREQSent, MsgREQ
+		// The consumer asked the peer to wait serviceTimeout longer: so does
+		// the half-open expiry (up to MaxPassiveWait).
+		id.armHalfOpen(IBTime(serviceTimeout) + id.halfOpen)
 	case StateREPRcvd:
 		id.state, what = StateMRAREPSent, MsgREP
 	default:

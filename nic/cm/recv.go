@@ -129,8 +129,9 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	// REQ's Local CM Response Timeout alone).
 	id.cmTimeout = IBTime(req.LocalCMResponseTimeout)
 	id.maxRetries = int(req.MaxCMRetries)
-	id.armHalfOpen((2*IBTime(c.cfg.PacketLifeTime) + IBTime(req.RemoteCMResponseTimeout)) *
-		time.Duration(1+int(req.MaxCMRetries)))
+	id.halfOpen = (2*IBTime(c.cfg.PacketLifeTime) + IBTime(req.RemoteCMResponseTimeout)) *
+		time.Duration(1+int(req.MaxCMRetries))
+	id.armHalfOpen(id.halfOpen)
 	cp := *req
 	id.post(Event{Type: EventREQReceived, Listener: l, Msg: &cp})
 }
@@ -156,8 +157,11 @@ func (c *CM) onMRA(src, dst GID, m *mad.MRA) {
 	if !id.pending {
 		return
 	}
-	// cm_mra_handler: the request waits service timeout + packet life longer.
-	id.armLocked(IBTime(m.ServiceTimeout) + IBTime(c.cfg.PacketLifeTime))
+	// cm_mra_handler: the request waits service timeout + packet life longer,
+	// this once; later retries wait the request's own timeout again (Linux's
+	// "apply timeout modification (CM MRA) only once", IBTA 12.6.6). Kept
+	// for every retry, an MRA of 31 held our request 16 times 2.4 hours.
+	id.arm(IBTime(m.ServiceTimeout)+IBTime(c.cfg.PacketLifeTime), id.expireLocked)
 	cp := *m
 	id.post(Event{Type: EventMRAReceived, Msg: &cp})
 }
