@@ -420,9 +420,12 @@ func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) {
 		}
 		r, err := d.b.CreateCQ(cqe, notify)
 		if err != nil {
+			if o.Channel != nil {
+				o.Channel.unuse()
+			}
 			return nil, err
 		}
-		c.r, c.d = r, d
+		c.r, c.d, c.ch = r, d, o.Channel
 		d.track(EventOnCQ, r.Handle(), c)
 		return c, nil
 	}

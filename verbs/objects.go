@@ -432,8 +432,9 @@ type CQOptions struct {
 // methods are safe for concurrent use (see nic/cq).
 type CQ struct {
 	e   *engine.CQ
-	r   BackendCQ // attached
-	d   *Device   // attached: its device
+	r   BackendCQ    // attached
+	d   *Device      // attached: its device
+	ch  *CompChannel // attached: its channel, which it holds (CompChannel.users)
 	ctx any
 }
 
@@ -546,7 +547,12 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 func (c *CQ) Destroy() *Op {
 	if c.r != nil {
-		return c.d.untrack(EventOnCQ, c.r.Handle(), attachedOp(c.r.Destroy()))
+		err := c.r.Destroy()
+		if err == nil && c.ch != nil {
+			c.ch.unuse()
+			c.ch = nil
+		}
+		return c.d.untrack(EventOnCQ, c.r.Handle(), attachedOp(err))
 	}
 	return c.e.Destroy()
 }
@@ -587,6 +593,7 @@ type CompChannel struct {
 	mu       sync.Mutex
 	attached bool  // its CQs are an attached device's
 	inproc   bool  // its CQs are in-process
+	users    int   // attached CQs on it (the engine counts in-process ones)
 	ext      []*CQ // their events, oldest first
 	closed   bool
 	wake     chan struct{} // an event was queued, or Close (capacity 1)
@@ -597,16 +604,30 @@ func NewCompChannel() *CompChannel {
 	return &CompChannel{e: engine.NewCompChannel(), wake: make(chan struct{}, 1)}
 }
 
-// bind records the kind of CQ the channel serves; mixing fails.
+// bind records the kind of CQ the channel serves; mixing fails. An attached
+// CQ holds the channel until unuse.
 func (ch *CompChannel) bind(attached bool) error {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	if attached && ch.inproc || !attached && ch.attached {
 		return fmt.Errorf("%w: a completion channel serves in-process or attached CQs, not both", ErrInvalid)
 	}
+	if attached && ch.closed {
+		return fmt.Errorf("verbs: completion channel closed: %w", ErrClosed)
+	}
 	ch.attached = ch.attached || attached
 	ch.inproc = ch.inproc || !attached
+	if attached {
+		ch.users++
+	}
 	return nil
+}
+
+// unuse lets go of the hold bind(true) took.
+func (ch *CompChannel) unuse() {
+	ch.mu.Lock()
+	ch.users--
+	ch.mu.Unlock()
 }
 
 // post queues an attached CQ's event.
@@ -654,16 +675,26 @@ func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
 	}
 }
 
-// Close closes the channel (ibv_destroy_comp_channel).
+// Close closes the channel (ibv_destroy_comp_channel). It fails with ErrBusy,
+// changing nothing, while CQs use it.
 func (ch *CompChannel) Close() error {
 	ch.mu.Lock()
+	if ch.users > 0 {
+		n := ch.users
+		ch.mu.Unlock()
+		return fmt.Errorf("verbs: %d CQs use the completion channel: %w", n, ErrBusy)
+	}
+	if err := ch.e.Close(); err != nil { // in-process CQs: the engine's count
+		ch.mu.Unlock()
+		return err
+	}
 	ch.closed = true
 	ch.mu.Unlock()
 	select {
 	case ch.wake <- struct{}{}:
 	default:
 	}
-	return ch.e.Close()
+	return nil
 }
 
 // BindInfo is what a bind gives a memory window (struct ibv_mw_bind_info).

@@ -282,3 +282,31 @@ func TestVerbsAttachedEvents(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 	}
 }
+
+// An attached device's completion channel cannot be closed while its CQs use
+// it (ibv_destroy_comp_channel: EBUSY), and a closed one takes no new CQ.
+func TestVerbsAttachedChannelInUse(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d, err := verbs.Open(verbs.Options{Attach: r.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ch := verbs.NewCompChannel()
+	cq, err := d.CreateCQ(8, verbs.CQOptions{Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Close(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("closing a channel an attached CQ uses: %v, want ErrBusy", err)
+	}
+	if err := cq.Destroy().Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Close(); err != nil {
+		t.Fatalf("closing the channel after its CQ: %v", err)
+	}
+	if _, err := d.CreateCQ(8, verbs.CQOptions{Channel: ch}); !errors.Is(err, verbs.ErrClosed) {
+		t.Fatalf("a CQ on a closed channel: %v, want ErrClosed", err)
+	}
+}
