@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,5 +320,79 @@ func TestRemoteCMChannel(t *testing.T) {
 	}
 	if n, err := sock.Read(buf); n != 0 || err == nil {
 		t.Fatalf("the channel's socket after its destroy: %d bytes, %v", n, err)
+	}
+}
+
+// A process that listens on a CM event channel of its own and never reads it,
+// then goes: CONNECT_REQUESTs wait on the daemon's channel while its
+// goroutine waits for room on the process's socket. Teardown stops that
+// goroutine before anything else, rejects the requests the process never got
+// and closes the channel: no CM ID of the process's and no goroutine of its
+// session outlive it. Before, the channel's close failed (EBUSY) on the queued
+// requests' IDs and its goroutine went on making objects of the dead session.
+func TestCMChannelTeardownUnread(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d, err := Dial(r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ch attach.HandleRep
+	fds, err := d.call(attach.OpCMCreateChannel, nil, &ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attach.CloseFDs(fds) // held open, never read (a forked child's, say)
+	var idr attach.HandleRep
+	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: ch.Handle, Arg: uint32(rdmacm.PSUDP)}, &idr); err != nil {
+		t.Fatal(err)
+	}
+	lid := d.cmID(idr.Handle)
+	if err := lid.BindAddr(netip.AddrPortFrom(addrA, 7410)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lid.Listen(1); err != nil {
+		t.Fatal(err)
+	}
+	lch := rdmacm.NewEventChannel()
+	defer lch.Close()
+	var ids []*rdmacm.ID
+	for range 400 { // more than the channel's socket holds
+		cid, err := lch.CreateID(nil, rdmacm.PSUDP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, cid)
+		if err := cid.ResolveAddr(addrB, netip.AddrPortFrom(addrA, 7410)); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventAddrResolved)
+		if err := cid.ResolveRoute(); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventRouteResolved)
+		if err := cid.Connect(rdmacm.ConnParam{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // QP1's receive queue takes a burst of 64
+	}
+	time.Sleep(300 * time.Millisecond) // the requests reach the daemon's device (r.a)
+	if n := len(rdmacm.Resources(r.a)); n < 300 {
+		t.Fatalf("%d CM IDs on the daemon's device: the requests did not reach it", n)
+	}
+	d.Close()
+	waitSessions(t, r.srv, 0)
+	for end := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		st := string(buf[:runtime.Stack(buf, true)])
+		left, alive := len(rdmacm.Resources(r.a)), strings.Contains(st, "(*session).cmEvents")
+		if left == 0 && !alive {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after the process is gone: %d CM IDs on the daemon's device, its channel's goroutine alive %v", left, alive)
+		}
+	}
+	for _, id := range ids {
+		id.Destroy()
 	}
 }

@@ -48,9 +48,45 @@ func (o *cmChanObj) close() error {
 	if err := o.ev.Close(); err != nil {
 		return err
 	}
+	o.halt()
+	return nil
+}
+
+// halt stops the channel's goroutine (again: a no-op).
+func (o *cmChanObj) halt() {
 	o.stop()
 	<-o.done
-	return nil
+}
+
+// shutdown is close when the session ends: with the goroutine halted, the IDs
+// of CONNECT_REQUESTs the process never got, still queued on the channel and
+// not the session's objects, are rejected and destroyed, so that the channel
+// closes. Before, teardown's close failed (EBUSY) on them and the goroutine
+// lived on, making objects of the dead session and writing to a closed
+// descriptor.
+func (o *cmChanObj) shutdown() error {
+	o.halt()
+	done, cancel := context.WithCancel(context.Background())
+	cancel() // GetEvent returns what is queued, then the context's error
+	for range 100 {
+		for {
+			ev, err := o.ev.GetEvent(done)
+			if err != nil {
+				break
+			}
+			if ev.Type == rdmacm.EventConnectRequest {
+				ev.ID.Reject(nil)
+				ev.ID.Destroy()
+			}
+		}
+		// A CONNECT_REQUEST may have come meanwhile: its listener may still
+		// be in teardown's hands. Again, a while.
+		if err := o.ev.Close(); !errors.Is(err, rdmacm.ErrBusy) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return o.ev.Close()
 }
 
 func (o *cmChanObj) release() {

@@ -120,7 +120,7 @@ func (ss *session) run() {
 	wg.Wait()
 	n := ss.teardown()
 	if ss.cm != nil { // the IDs are gone: no more events
-		if err := ss.cm.close(); err != nil {
+		if err := ss.cm.shutdown(); err != nil {
 			ss.logf("the CM channel: %v", err)
 		}
 	}
@@ -543,6 +543,22 @@ func remove[T comparable](s []T, x T) []T {
 // requests are flushed, and peers see the QPs gone. It returns how many
 // objects there were.
 func (ss *session) teardown() int {
+	// The CM channels' goroutines first: each may still make an object of a
+	// CONNECT_REQUEST, and none may come after the list below.
+	ss.mu.Lock()
+	var chans []*cmChanObj
+	for _, o := range ss.objs {
+		if c, ok := o.(*cmChanObj); ok {
+			chans = append(chans, c)
+		}
+	}
+	ss.mu.Unlock()
+	if ss.cm != nil {
+		ss.cm.halt()
+	}
+	for _, c := range chans {
+		c.halt()
+	}
 	ss.mu.Lock()
 	all := make([]obj, 0, len(ss.objs))
 	for _, o := range ss.objs {
@@ -555,7 +571,13 @@ func (ss *session) teardown() int {
 			if o.base().kind != kind {
 				continue
 			}
-			if err := o.close(); err != nil {
+			var err error
+			if c, ok := o.(*cmChanObj); ok {
+				err = c.shutdown()
+			} else {
+				err = o.close()
+			}
+			if err != nil {
 				ss.logf("teardown: %s %d: %v", kindName(kind), o.base().handle, err)
 			}
 			ss.mu.Lock()
