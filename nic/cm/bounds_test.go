@@ -163,3 +163,30 @@ func TestHalfOpenWaitsForOwnMRA(t *testing.T) {
 	p.f.advance(IBTime(24))
 	p.rb.expect(EventREQError) // and then it does expire
 }
+
+// A REP naming a QP that already has a connection here (the peer reused it)
+// is refused STALE_CONN and the old connection ends with a DREQ
+// (cm_rep_handler). Before, the REP was taken.
+func TestStaleREPQPNRefused(t *testing.T) {
+	p := newPair(t, nil)
+	p.connect(t) // the passive side's QP 0x22
+	id2, err := p.a.NewID(p.ra.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := testREQ(svc)
+	req.LocalQPN = 0x33
+	if err := id2.SendREQ(req, REQParam{Src: gidA, Dst: gidB}); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	pas2 := p.rb.expect(EventREQReceived).ID
+	if err := pas2.SendREP(&mad.REP{LocalQPN: 0x22}); err != nil { // 0x22 again
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	if ev := p.ra.next(); ev.Type != EventREJReceived || ev.Msg.(*mad.REJ).Reason != RejStaleConn {
+		t.Fatalf("a REP naming a connected QP: %v, want a stale REJ", ev.Type)
+	}
+	wantState(t, p.active, StateDREQSent)
+}

@@ -235,6 +235,22 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 		id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
 		return
 	}
+	for _, other := range c.ids {
+		// The REP's QP already has a connection here: stale, and the old
+		// connection ends too (cm_rep_handler's cm_insert_remote_qpn, then
+		// ib_send_cm_dreq), as for a REQ.
+		if other != id && other.inRemote && other.remoteQPN == m.LocalQPN && other.remoteGUID == m.LocalCAGUID &&
+			other.state != StateTimeWait {
+			c.inc(CntStale)
+			id.remoteID = m.LocalCommID
+			id.rejectLocked(RejStaleConn, MsgREP, nil, nil)
+			id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
+			if other.state == StateEstablished {
+				_ = other.dreqLocked(nil)
+			}
+			return
+		}
+	}
 	id.stopTimer()
 	id.remoteID, id.remoteGUID = m.LocalCommID, m.LocalCAGUID
 	c.remote[key] = id
