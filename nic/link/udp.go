@@ -271,6 +271,10 @@ func (s *udpSock) recv(bufs [][]byte, sizes []int, dropped *atomic.Uint64) (int,
 		}
 		plen := int(s.msgs[i].Len)
 		if n != i { // close the gap a dropped datagram left
+			if s.hdr+plen > len(bufs[n]) {
+				dropped.Add(1) // longer than the buffer it would move to (buffers may differ)
+				continue
+			}
 			copy(bufs[n][s.hdr:], bufs[i][s.hdr:s.hdr+plen])
 		}
 		sizes[n] = s.hdr + s.rebuildHeader(bufs[n], &s.names[i], plen, 0)

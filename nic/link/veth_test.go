@@ -452,3 +452,43 @@ func TestAFXDPWriteWhileDown(t *testing.T) {
 	}
 	t.Fatal("no frame crossed after the interface came back up")
 }
+
+// A datagram that fits its own buffer but not the smaller one ReadBatch would
+// move it to, to close the gap a truncated one left, is dropped and counted, as
+// the Link contract says of a frame longer than its buffer. Before, it was cut
+// to that buffer while its size said the whole length.
+func TestUDPReadBatchUnevenBuffers(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{MTU: 4200})
+	var a, b *UDP
+	if err := p.A.Do(func() (err error) { a, err = NewUDP(UDPOptions{Interface: p.A.Name}); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := p.B.Do(func() (err error) { b, err = NewUDP(UDPOptions{Interface: p.B.Name}); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	big := roceFrame(t, &p.A, &p.B, false, 1, bytes.Repeat([]byte{1}, 3000)) // truncated in bufs[0]
+	mid := roceFrame(t, &p.A, &p.B, false, 2, bytes.Repeat([]byte{2}, 1500)) // fits bufs[1], not bufs[0]
+	if n, err := a.WriteBatch([][]byte{big, mid}); n != 2 || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	bufs := [][]byte{make([]byte, 1000), make([]byte, 2000)}
+	sizes := make([]int, 2)
+	got := 0
+	for end := time.Now().Add(2 * time.Second); b.Stats().RxDropped < 2 && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		n, err := b.ReadBatch(bufs, sizes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if sizes[i] > len(bufs[i]) {
+				t.Fatalf("sizes[%d] = %d, past its buffer of %d", i, sizes[i], len(bufs[i]))
+			}
+		}
+		got += n
+	}
+	if d := b.Stats().RxDropped; d != 2 || got != 0 {
+		t.Fatalf("%d frames read, %d dropped; want both dropped", got, d)
+	}
+}

@@ -27,6 +27,7 @@ const (
 	EtherTypeIPv4 = 0x0800
 	EtherTypeIPv6 = 0x86DD
 	EtherTypeVLAN = 0x8100 // 802.1Q TPID
+	EtherTypeQinQ = 0x88A8 // 802.1ad (S-tag) TPID
 
 	IPProtoUDP = 17
 

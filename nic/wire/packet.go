@@ -148,14 +148,16 @@ func parse(frame []byte, p *Packet) error {
 	p.Ethernet = Ethernet(frame[:EthernetLen])
 	off := EthernetLen
 	et := p.Ethernet.EtherType()
-	if et == EtherTypeVLAN {
+	if et == EtherTypeVLAN || et == EtherTypeQinQ {
+		// One tag, 802.1Q or 802.1ad (a provider's S-tag alone): the XDP program
+		// steers both (bpf/xrnic.c).
 		if len(frame) < EthernetLen+VLANLen {
 			return errVLANShort
 		}
 		p.VLAN = VLAN(frame[EthernetLen : EthernetLen+VLANLen])
 		off += VLANLen
 		et = p.VLAN.EtherType()
-		if et == EtherTypeVLAN || et == 0x88A8 {
+		if et == EtherTypeVLAN || et == EtherTypeQinQ {
 			return errQinQ
 		}
 	}

@@ -262,3 +262,25 @@ func TestParseIB(t *testing.T) {
 		t.Errorf("ParseIB(15 bytes) = %v, reset %v; want ErrTruncated and a reset IBPacket", err, reflect.ValueOf(ib).IsZero())
 	}
 }
+
+// One 802.1ad (S-tag, 0x88A8) tag parses as one 802.1Q tag does, and the ICRC
+// still verifies: the XDP program steers both (bpf/xrnic.c), and a frame it
+// steers must be one Parse takes. Two tags of either kind are still refused.
+func TestParse8021ADTag(t *testing.T) {
+	f := sampleFields(RCSendOnly, 4, 3)
+	f.Ethernet.VLAN = true
+	f.Ethernet.TCI = 0x123
+	b := mustBuild(t, f)
+	b[12], b[13] = 0x88, 0xA8 // the TPID is outside the ICRC
+	var p Packet
+	if err := ParseAndVerify(b, &p); err != nil {
+		t.Fatalf("a single 802.1ad tag: %v", err)
+	}
+	if p.VLAN == nil || p.VLAN.VID() != 0x123 || p.Opcode != RCSendOnly {
+		t.Fatalf("parsed: VLAN %v, opcode %v", p.VLAN, p.Opcode)
+	}
+	b[16], b[17] = 0x81, 0x00 // an 802.1Q tag inside it
+	if err := Parse(b, &p); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("802.1ad then 802.1Q: %v, want ErrUnsupported", err)
+	}
+}
