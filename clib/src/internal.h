@@ -89,6 +89,7 @@ struct xr_cq {
 	struct xr_cq *next;
 	uint32_t seen;	  /* ring events at the last get_cq_event that returned it */
 	uint32_t corrupt; /* the daemon's index was impossible */
+	uint32_t reported; /* events get_cq_event returned (cq.mutex): destroy waits for their acks */
 };
 
 struct xr_srq {

@@ -532,6 +532,12 @@ XR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 			}
 		pthread_mutex_unlock(&x->chmu);
 	}
+	/* ibv_get_cq_event(3): destroying a CQ waits for every event it
+	 * returned to be acknowledged; an event thread may still hold it. */
+	pthread_mutex_lock(&cq->mutex);
+	while (cq->comp_events_completed != q->reported)
+		pthread_cond_wait(&cq->cond, &cq->mutex);
+	pthread_mutex_unlock(&cq->mutex);
 	munmap(q->mem, q->memlen);
 	pthread_spin_destroy(&q->lock);
 	pthread_mutex_destroy(&cq->mutex);
@@ -541,8 +547,10 @@ XR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 }
 
 /* fired finds a CQ of the channel whose events count moved since it was last
- * returned (docs/attach.md, "Notification"). */
-static struct xr_cq *fired(struct xr_context *x, struct xr_channel *ch)
+ * returned (docs/attach.md, "Notification"), counts the event it returns
+ * (ibv_destroy_cq waits for its ack) and reads its context, all while the CQ
+ * is on the channel's list: a destroy takes it off first. */
+static struct xr_cq *fired(struct xr_context *x, struct xr_channel *ch, void **ctx)
 {
 	struct xr_cq *hit = NULL;
 	pthread_mutex_lock(&x->chmu);
@@ -552,6 +560,12 @@ static struct xr_cq *fired(struct xr_context *x, struct xr_channel *ch)
 			q->seen = ev;
 			hit = q;
 		}
+	}
+	if (hit) {
+		pthread_mutex_lock(&hit->cq.mutex);
+		hit->reported++;
+		pthread_mutex_unlock(&hit->cq.mutex);
+		*ctx = hit->cq.cq_context;
 	}
 	pthread_mutex_unlock(&x->chmu);
 	return hit;
@@ -563,10 +577,9 @@ XR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 	struct xr_context *x = xr_ctx(channel->context);
 	for (;;) {
 		/* A CQ that fired with another's event read already. */
-		struct xr_cq *q = fired(x, ch);
+		struct xr_cq *q = fired(x, ch, cq_context);
 		if (q) {
 			*cq = &q->cq;
-			*cq_context = q->cq.cq_context;
 			return 0;
 		}
 		/* The daemon's eventfd is non-blocking (the descriptor is

@@ -140,8 +140,9 @@ func TestCLibrary(t *testing.T) {
 	// A program that passes bad pointers, wrong handles and too many SGEs
 	// gets libibverbs' errnos (clib/test/badinput.c), and the daemon serves
 	// it on; one that polls an empty CQ yields its CPU now and then
-	// (clib/test/spin.c).
-	for _, prog := range []string{"badinput", "spin"} {
+	// (clib/test/spin.c); ibv_destroy_cq waits for its events' acks
+	// (clib/test/cqevents.c).
+	for _, prog := range []string{"badinput", "spin", "cqevents"} {
 		t.Run(prog, func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), prog)
 			out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-rdynamic", "-o", bin,
