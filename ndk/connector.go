@@ -152,16 +152,21 @@ func (c *Connector) connect(qp *QP, s *SharedEndpoint, src, dst netip.AddrPort, 
 	if err := c.n.hold(); err != nil {
 		return err
 	}
+	pending := false // a pending request keeps the hold
+	defer func() {
+		if !pending {
+			// After the unlock below: the last hold's release takes c.mu (LT4).
+			c.n.unhold()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.st != cIdle {
-		c.n.unhold()
 		return ErrState
 	}
 	var ep *endpoint
 	if s != nil {
 		if err := c.n.attach(&s.n); err != nil {
-			c.n.unhold()
 			return err
 		}
 		ep = s.ep
@@ -169,7 +174,6 @@ func (c *Connector) connect(qp *QP, s *SharedEndpoint, src, dst netip.AddrPort, 
 	} else {
 		var err error
 		if ep, err = reserve(src); err != nil {
-			c.n.unhold()
 			return err
 		}
 	}
@@ -182,7 +186,6 @@ func (c *Connector) connect(qp *QP, s *SharedEndpoint, src, dst netip.AddrPort, 
 	}
 	if err != nil {
 		ep.unref()
-		c.n.unhold()
 		return err
 	}
 	c.id, c.ep, c.qp, c.req = id, ep, qp, done
@@ -193,9 +196,9 @@ func (c *Connector) connect(qp *QP, s *SharedEndpoint, src, dst netip.AddrPort, 
 		c.a.untrack(id)
 		ep.unref()
 		c.id, c.ep, c.qp, c.req, c.st = nil, nil, nil, nil, cIdle
-		c.n.unhold()
 		return err
 	}
+	pending = true
 	if testHookConnectReturn != nil {
 		c.mu.Unlock()
 		testHookConnectReturn()
@@ -308,27 +311,32 @@ func (c *Connector) Accept(qp *QP, ird, ord int, private []byte, done func(error
 	if err := c.n.hold(); err != nil {
 		return err
 	}
+	pending := false // a pending request keeps the hold
+	defer func() {
+		if !pending {
+			// After the unlock below: the last hold's release takes c.mu (LT4).
+			c.n.unhold()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.st != cIncoming {
-		c.n.unhold()
 		return ErrState
 	}
 	if err := c.id.Accept(rdmacm.ConnParam{QPN: qp.QPN(), PrivateData: private, ResponderResources: uint8(ird),
 		InitiatorDepth: uint8(ord), RNRRetryCount: 7}); err != nil {
-		c.n.unhold()
 		return err
 	}
 	c.qp = qp
 	if err := c.moveQP(); err != nil {
 		c.id.Reject(nil)
 		c.st = cDone
-		c.n.unhold()
 		return err
 	}
 	c.ep = c.lst.ep
 	c.ep.ref()
 	c.st, c.req = cAccepting, done
+	pending = true
 	return ErrPending
 }
 
@@ -410,24 +418,29 @@ func (c *Connector) Disconnect(done func(error)) error {
 	if err := c.n.hold(); err != nil {
 		return err
 	}
+	pending := false // a pending request keeps the hold
+	defer func() {
+		if !pending {
+			// After the unlock below: the last hold's release takes c.mu (LT4).
+			c.n.unhold()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.st {
 	case cEstablished, cConnected:
 		c.qp.toErr()
 		if err := c.id.Disconnect(); err != nil {
-			c.n.unhold()
 			return err
 		}
 		c.st, c.req = cDisconnecting, done
+		pending = true
 		return ErrPending
 	case cPeerGone:
 		c.id.Disconnect()
 		c.st = cDone
-		c.n.unhold()
 		return nil
 	}
-	c.n.unhold()
 	return ErrState
 }
 
