@@ -304,7 +304,9 @@ type Connector struct {
 	mu     sync.Mutex
 	c      *ndk.Connector
 	discOv *Overlapped // the pending NotifyDisconnect
+	askOv  *Overlapped // the pending GetConnectionRequest
 	gone   bool        // the peer disconnected before NotifyDisconnect
+	closed bool
 }
 
 // CreateConnector is IND2Adapter::CreateConnector.
@@ -445,8 +447,8 @@ func (c *Connector) Disconnect(ov *Overlapped) error {
 // ErrCanceled).
 func (c *Connector) Close() error {
 	c.mu.Lock()
-	nc, ov := c.c, c.discOv
-	c.c, c.discOv = nil, nil
+	nc, ov, ask := c.c, c.discOv, c.askOv
+	c.c, c.discOv, c.askOv, c.closed = nil, nil, nil, true
 	c.mu.Unlock()
 	var err error
 	if nc != nil {
@@ -454,6 +456,11 @@ func (c *Connector) Close() error {
 	}
 	if ov != nil {
 		ov.complete(ndk.ErrCanceled)
+	}
+	if ask != nil {
+		// Its listener skips it from now on (give): no request is handed to a
+		// closed connector, and its Overlapped completes once (LT14).
+		ask.complete(ndk.ErrCanceled)
 	}
 	return err
 }
@@ -467,6 +474,7 @@ type Listener struct {
 	mu      sync.Mutex
 	waiting []*ndk.Connector
 	asks    []ask
+	closed  bool // Close was called: requests are refused (EP7)
 }
 
 type ask struct {
@@ -489,30 +497,44 @@ func (a *Adapter) CreateListener() (*Listener, error) {
 func (l *Listener) Listen(ap netip.AddrPort) error { return l.l.Listen(ap, nil) }
 
 func (l *Listener) request(nc *ndk.Connector) {
-	l.mu.Lock()
-	if len(l.asks) == 0 {
-		if len(l.waiting) >= 64 {
+	for {
+		l.mu.Lock()
+		if l.closed || len(l.asks) == 0 && len(l.waiting) >= 64 {
+			// A request that comes as Close runs (or after it) is refused
+			// here: left in waiting, it would hold the listener's close for
+			// ever (EP6, EP7).
 			l.mu.Unlock()
 			nc.Reject(nil)
 			nc.Close(nil)
 			return
 		}
-		l.waiting = append(l.waiting, nc)
+		if len(l.asks) == 0 {
+			l.waiting = append(l.waiting, nc)
+			l.mu.Unlock()
+			return
+		}
+		a := l.asks[0]
+		l.asks = l.asks[1:]
 		l.mu.Unlock()
-		return
+		if l.give(a, nc) {
+			return
+		}
 	}
-	a := l.asks[0]
-	l.asks = l.asks[1:]
-	l.mu.Unlock()
-	l.give(a, nc)
 }
 
-func (l *Listener) give(a ask, nc *ndk.Connector) {
+// give hands nc to the connector of ask a, unless that connector was closed
+// meanwhile (its ask is canceled): false then, and nc is still the caller's.
+func (l *Listener) give(a ask, nc *ndk.Connector) bool {
 	a.c.mu.Lock()
-	a.c.c = nc
+	if a.c.closed || a.c.askOv != a.ov {
+		a.c.mu.Unlock()
+		return false
+	}
+	a.c.c, a.c.askOv = nc, nil
 	a.c.mu.Unlock()
 	nc.SetDisconnectEvent(a.c.disconnected)
 	a.ov.complete(nil)
+	return true
 }
 
 // GetConnectionRequest is IND2Listener::GetConnectionRequest: c becomes the
@@ -524,12 +546,28 @@ func (l *Listener) GetConnectionRequest(c *Connector, ov *Overlapped) error {
 	if c == nil {
 		return ndk.ErrInvalid
 	}
+	c.mu.Lock()
+	if c.closed || c.c != nil || c.askOv != nil {
+		c.mu.Unlock()
+		return ndk.ErrState // closed, connected already, or asking already
+	}
+	c.askOv = ov
+	c.mu.Unlock()
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		c.mu.Lock()
+		c.askOv = nil
+		c.mu.Unlock()
+		return ndk.ErrClosed
+	}
 	if len(l.waiting) > 0 {
 		nc := l.waiting[0]
 		l.waiting = l.waiting[1:]
 		l.mu.Unlock()
-		l.give(ask{c, ov}, nc)
+		if !l.give(ask{c, ov}, nc) { // closed meanwhile: the next ask may take it
+			l.request(nc)
+		}
 		return ErrPending
 	}
 	l.asks = append(l.asks, ask{c, ov})
@@ -542,14 +580,22 @@ func (l *Listener) GetConnectionRequest(c *Connector, ov *Overlapped) error {
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	waiting, asks := l.waiting, l.asks
-	l.waiting, l.asks = nil, nil
+	l.waiting, l.asks, l.closed = nil, nil, true
 	l.mu.Unlock()
 	for _, nc := range waiting {
 		nc.Reject(nil)
 		ndk.Await(nc.Close)
 	}
 	for _, a := range asks {
-		a.ov.complete(ndk.ErrCanceled)
+		a.c.mu.Lock()
+		mine := a.c.askOv == a.ov // else its connector's Close completed it
+		if mine {
+			a.c.askOv = nil
+		}
+		a.c.mu.Unlock()
+		if mine {
+			a.ov.complete(ndk.ErrCanceled)
+		}
 	}
 	return ndk.Await(l.l.Close)
 }
