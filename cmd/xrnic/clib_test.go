@@ -141,8 +141,9 @@ func TestCLibrary(t *testing.T) {
 	// gets libibverbs' errnos (clib/test/badinput.c), and the daemon serves
 	// it on; one that polls an empty CQ yields its CPU now and then
 	// (clib/test/spin.c); ibv_destroy_cq waits for its events' acks
-	// (clib/test/cqevents.c).
-	for _, prog := range []string{"badinput", "spin", "cqevents"} {
+	// (clib/test/cqevents.c); ibv_init_ah_from_wc reads IPv4 and IPv6
+	// (clib/test/ahfromwc.c).
+	for _, prog := range []string{"badinput", "spin", "cqevents", "ahfromwc"} {
 		t.Run(prog, func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), prog)
 			out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-rdynamic", "-o", bin,
