@@ -343,6 +343,24 @@ static void qp_to_err(struct rdma_cm_id *id)
 	}
 }
 
+/* destroy_cqs frees the CQs and channels rdma_create_qp made for the ID
+ * (librdmacm's ucma_destroy_cqs), keeping errno. */
+static void destroy_cqs(struct rdma_cm_id *id)
+{
+	int e = errno;
+	if (id->recv_cq)
+		ibv_destroy_cq(id->recv_cq);
+	if (id->recv_cq_channel)
+		ibv_destroy_comp_channel(id->recv_cq_channel);
+	if (id->send_cq)
+		ibv_destroy_cq(id->send_cq);
+	if (id->send_cq_channel)
+		ibv_destroy_comp_channel(id->send_cq_channel);
+	id->recv_cq = id->send_cq = NULL;
+	id->recv_cq_channel = id->send_cq_channel = NULL;
+	errno = e;
+}
+
 XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	if (!pd)
@@ -362,8 +380,10 @@ XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 			id->send_cq = id->send_cq_channel ? ibv_create_cq(pd->context, attr->cap.max_send_wr ? attr->cap.max_send_wr : 1,
 									  id, id->send_cq_channel, 0)
 							  : NULL;
-			if (!id->recv_cq || !id->send_cq)
+			if (!id->recv_cq || !id->send_cq) {
+				destroy_cqs(id); /* a retry starts afresh */
 				return -1;
+			}
 		}
 		if (!attr->send_cq)
 			attr->send_cq = id->send_cq;
@@ -371,8 +391,10 @@ XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 			attr->recv_cq = id->recv_cq;
 	}
 	struct ibv_qp *qp = ibv_create_qp(pd, attr);
-	if (!qp)
+	if (!qp) {
+		destroy_cqs(id);
 		return -1;
+	}
 	id->qp = qp;
 	int err = modify(id, IBV_QPS_INIT, -1, -1);
 	if (!err && id->qp_type == IBV_QPT_UD) {
@@ -384,6 +406,7 @@ XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 		int e = errno;
 		ibv_destroy_qp(qp);
 		id->qp = NULL;
+		destroy_cqs(id);
 		return fail(e);
 	}
 	id->pd = pd;
@@ -408,6 +431,7 @@ XR_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
 	if (id->qp)
 		ibv_destroy_qp(id->qp);
 	id->qp = NULL;
+	destroy_cqs(id); /* the ID's own, if rdma_create_qp made them */
 }
 
 static int conn(struct rdma_cm_id *id, uint32_t op, struct rdma_conn_param *p)

@@ -142,16 +142,21 @@ func TestCLibrary(t *testing.T) {
 	// it on; one that polls an empty CQ yields its CPU now and then
 	// (clib/test/spin.c); ibv_destroy_cq waits for its events' acks
 	// (clib/test/cqevents.c); ibv_init_ah_from_wc reads IPv4 and IPv6
-	// (clib/test/ahfromwc.c).
-	for _, prog := range []string{"badinput", "spin", "cqevents", "ahfromwc"} {
+	// (clib/test/ahfromwc.c); rdma_destroy_qp frees the CQs rdma_create_qp
+	// made (clib/test/cmqp.c).
+	for _, prog := range []string{"badinput", "spin", "cqevents", "ahfromwc", "cmqp"} {
 		t.Run(prog, func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), prog)
 			out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-rdynamic", "-o", bin,
-				filepath.Join(testutil.RepoRoot(t), "clib", "test", prog+".c"), "-libverbs").CombinedOutput()
+				filepath.Join(testutil.RepoRoot(t), "clib", "test", prog+".c"), "-lrdmacm", "-libverbs").CombinedOutput()
 			if err != nil {
 				t.Fatalf("gcc: %v\n%s", err, out)
 			}
-			c := xrnicExec(t, &p.A, a, lib, bin)
+			args := []string{bin}
+			if prog == "cmqp" {
+				args = append(args, p.A.IPv4.String())
+			}
+			c := xrnicExec(t, &p.A, a, lib, args...)
 			if err := c.wait(30 * time.Second); err != nil || !strings.Contains(c.out.String(), "ok") {
 				t.Fatalf("%s: %v\n%s", prog, err, c.out.String())
 			}

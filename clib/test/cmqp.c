@@ -1,0 +1,69 @@
+/* cmqp: rdma_create_qp without CQs of the caller's makes the ID's own (two
+ * CQs and two completion channels, as librdmacm's ucma_create_cqs), and
+ * rdma_destroy_qp frees them: 50 cycles leave no descriptor open. argv[1]:
+ * a local IPv4 address of the device. On xrnic's library against a daemon
+ * (XRNIC_ATTACH). Prints "ok". */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <stdio.h>
+#include <string.h>
+
+#define FAIL(...) return printf("FAIL: " __VA_ARGS__), printf("\n"), 1
+
+static int fds(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2)
+		FAIL("usage: cmqp IPV4");
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
+		FAIL("address");
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	if (!ch)
+		FAIL("event channel");
+	int before = -1;
+	for (int i = 0; i < 50; i++) {
+		struct rdma_cm_id *id;
+		if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+			FAIL("create_id");
+		if (rdma_bind_addr(id, (struct sockaddr *)&sa))
+			FAIL("bind_addr %s", argv[1]);
+		struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
+		if (!pd)
+			FAIL("alloc_pd");
+		struct ibv_qp_init_attr qa = {.qp_type = IBV_QPT_RC,
+					      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+		if (rdma_create_qp(id, pd, &qa))
+			FAIL("create_qp");
+		if (!id->send_cq || !id->recv_cq || !id->send_cq_channel || !id->recv_cq_channel)
+			FAIL("rdma_create_qp made no CQs of the ID's own");
+		rdma_destroy_qp(id);
+		if (id->send_cq || id->recv_cq || id->send_cq_channel || id->recv_cq_channel)
+			FAIL("rdma_destroy_qp left the ID's CQs");
+		if (ibv_dealloc_pd(pd))
+			FAIL("dealloc_pd");
+		if (rdma_destroy_id(id))
+			FAIL("destroy_id");
+		if (i == 0)
+			before = fds();
+	}
+	int after = fds();
+	if (after != before)
+		FAIL("%d descriptors open after 49 more cycles, %d after the first", after, before);
+	rdma_destroy_event_channel(ch);
+	printf("ok\n");
+	return 0;
+}
