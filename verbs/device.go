@@ -425,7 +425,10 @@ func (d *Device) CreateCQ(cqe int, o CQOptions) (*CQ, error) {
 			}
 			return nil, err
 		}
-		c.r, c.d, c.ch = r, d, o.Channel
+		c.r, c.d = r, d
+		if o.Channel != nil {
+			c.ch.Store(o.Channel)
+		}
 		d.track(EventOnCQ, r.Handle(), c)
 		return c, nil
 	}

@@ -2,8 +2,10 @@ package verbs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/xrnic/xrnic/nic/cq"
@@ -432,9 +434,9 @@ type CQOptions struct {
 // methods are safe for concurrent use (see nic/cq).
 type CQ struct {
 	e   *engine.CQ
-	r   BackendCQ    // attached
-	d   *Device      // attached: its device
-	ch  *CompChannel // attached: its channel, which it holds (CompChannel.users)
+	r   BackendCQ                   // attached
+	d   *Device                     // attached: its device
+	ch  atomic.Pointer[CompChannel] // attached: its channel, which it holds (CompChannel.users)
 	ctx any
 }
 
@@ -548,9 +550,12 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 func (c *CQ) Destroy() *Op {
 	if c.r != nil {
 		err := c.r.Destroy()
-		if err == nil && c.ch != nil {
-			c.ch.unuse()
-			c.ch = nil
+		// Refused as busy, the CQ lives on and keeps its channel; any other
+		// outcome (done, or the daemon gone) lets go of it, once.
+		if !errors.Is(err, ErrBusy) {
+			if ch := c.ch.Swap(nil); ch != nil {
+				ch.unuse()
+			}
 		}
 		return c.d.untrack(EventOnCQ, c.r.Handle(), attachedOp(err))
 	}

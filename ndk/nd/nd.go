@@ -546,21 +546,19 @@ func (l *Listener) GetConnectionRequest(c *Connector, ov *Overlapped) error {
 	if c == nil {
 		return ndk.ErrInvalid
 	}
-	c.mu.Lock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ndk.ErrClosed
+	}
+	c.mu.Lock() // under l.mu: nothing takes them the other way round
 	if c.closed || c.c != nil || c.askOv != nil {
 		c.mu.Unlock()
+		l.mu.Unlock()
 		return ndk.ErrState // closed, connected already, or asking already
 	}
 	c.askOv = ov
 	c.mu.Unlock()
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		c.mu.Lock()
-		c.askOv = nil
-		c.mu.Unlock()
-		return ndk.ErrClosed
-	}
 	if len(l.waiting) > 0 {
 		nc := l.waiting[0]
 		l.waiting = l.waiting[1:]

@@ -47,6 +47,9 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 		req.needRetry = false
 	}
 	for sent := 0; sent < budget; sent++ {
+		if qp.errPending {
+			return false // a completion just made overran the CQ: nothing more goes out
+		}
 		w := e.reqNextWQE(qp)
 		if w == nil {
 			return false
@@ -331,13 +334,11 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 		}
 	}
 	e.tx.commit(rt.seal(buf, n, end+payload, crc))
-	if qp.typ == qpattr.RC {
-		if req.psn.Sub(req.hiPSN) < 0 {
-			e.d.cnt.inc(CntRetransmitted)
-		} else {
-			req.hiPSN = req.psn.Next()
-			req.started = req.wqeIndex + 1
-		}
+	if qp.typ == qpattr.RC && req.psn.Sub(req.hiPSN) < 0 {
+		e.d.cnt.inc(CntRetransmitted)
+	} else {
+		req.hiPSN = req.psn.Next()
+		req.started = req.wqeIndex + 1
 	}
 
 	// update_wqe_psn: a READ takes one PSN per response packet.

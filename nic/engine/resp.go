@@ -595,7 +595,7 @@ func (e *engine) flushOrAtomicWrite(qp *QP, p *wire.Packet, mask wire.OpMask) re
 		if counted {
 			r.rdAtomic--
 		}
-		e.d.cnt.inc(CntTxDropped) // the requester's retry is answered from res
+		e.d.cnt.inc(CntTxDropped) // the requester's retry is answered again (duplicate)
 		return respOK
 	}
 	e.schedule(qp)
@@ -740,6 +740,7 @@ func (e *engine) respError(qp *QP, p *wire.Packet, mask wire.OpMask, err respErr
 		}
 		return
 	case errMissingLastD1E:
+		e.classE(qp, p, cq.RemInvReqErr) // rxe do_class_d1e_error with an SRQ
 		e.abortMessage(qp)
 		e.d.cnt.inc(CntRcvdDropped)
 		return

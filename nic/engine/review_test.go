@@ -84,7 +84,10 @@ func TestRetryRunsLocalOpOnce(t *testing.T) {
 // the wire, as rxe moves the QP to ERR at once. Before, it went out and ran at
 // the responder while its completion said WR_FLUSH_ERR.
 func TestNothingSentAfterLocalError(t *testing.T) {
-	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{access: mmAccess}, connOpts{mtu: qpattr.MTU1024, access: mmQPAccess})
+	// A local ACK timeout of 4 s: WRITE 1, held unacknowledged, is not resent
+	// while the test runs, however loaded the machine.
+	_, ctl, a, b := ctlPair(t, pairOpts{}, nodeOpts{access: mmAccess},
+		connOpts{mtu: qpattr.MTU1024, access: mmQPAccess, timeout: 20})
 	mw, err := a.pd.AllocMW(mr.Type2)
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +160,13 @@ func TestCQOverrunInRequesterFailsQP(t *testing.T) {
 	if a.d.Counters()[CntCQOverflow] == 0 {
 		t.Fatalf("the CQ did not overflow")
 	}
+	// Nothing went out after the SEND whose completion overran: later ones
+	// are flushed, not run at the peer with their completions lost.
+	time.Sleep(20 * time.Millisecond)
+	var wcs [8]cq.WC
+	if n := b.cq.Poll(wcs[:]); n != 2 {
+		t.Fatalf("B received %d SENDs, want the 2 before the overrun (a CQ of 1 holds one, the second overran)", n)
+	}
 }
 
 // SQD entered while a go-back-N retry resends: the WQEs that went out before the
@@ -169,7 +179,9 @@ func TestSQDrainedAfterRewind(t *testing.T) {
 			events <- ev
 		}
 	}}
-	_, ctl, a, b := ctlPair(t, po, nodeOpts{}, connOpts{timeout: 12})
+	// Timeout 14 (67 ms): 7 retries leave the test about half a second to
+	// enter SQD before the QP would give up, however loaded the machine.
+	_, ctl, a, b := ctlPair(t, po, nodeOpts{}, connOpts{timeout: 14, retry: 7})
 	for i := range 6 {
 		recv(t, b, uint64(100+i), uint64(i*64), 64)
 	}
@@ -190,8 +202,8 @@ func TestSQDrainedAfterRewind(t *testing.T) {
 	if _, err := a.qp.PostSend(wrs); err != nil {
 		t.Fatal(err)
 	}
-	// The local ACK timeout (16 ms) rewinds to the first SEND; the window, cut
-	// to 2, lets the retry resend only the first two.
+	// The local ACK timeout rewinds to the first SEND; the window, cut to 2,
+	// lets the retry resend only the first two.
 	waitFor(t, "a retransmission", func() bool { return sends.Load() > 6 })
 	if err := a.qp.ModifySync(&QPAttr{Attr: qpattr.Attr{State: qpattr.SQD, SQDrainNotify: true}},
 		qpattr.AttrState|qpattr.AttrEnSQDAsyncNotify); err != nil {
@@ -333,6 +345,16 @@ func TestUCSRQLengthErrorCompletes(t *testing.T) {
 	r.send(r.req(wire.UCSendOnly, 1000, wire.IBFields{Payload: make([]byte, 100)}))
 	got := pollN(t, n.cq, 1, time.Second)
 	checkWC(t, got[0], cq.WC{WRID: 9, Status: cq.LocLenErr, Opcode: cq.Recv, QPN: n.qp.QPN()})
+	// A SEND broken off by a packet out of its sequence (class D1E): with an
+	// SRQ, the WQE it took completes with REM_INV_REQ_ERR (rxe
+	// do_class_d1e_error).
+	if _, err := s.PostRecv([]RecvWR{{WRID: 11, SGL: []SGE{n.mr.SGE(0, 4096)}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.send(r.req(wire.UCSendFirst, 1100, wire.IBFields{Payload: make([]byte, 1024)}),
+		r.req(wire.UCRDMAWriteMiddle, 1101, wire.IBFields{Payload: make([]byte, 1024)}))
+	got = pollN(t, n.cq, 1, time.Second)
+	checkWC(t, got[0], cq.WC{WRID: 11, Status: cq.RemInvReqErr, Opcode: cq.Recv, QPN: n.qp.QPN()})
 	if st, _, _ := n.qp.Query(); st.State != qpattr.RTS || s.Len() != 0 {
 		t.Fatalf("after the length error: QP %v, SRQ holds %d", st.State, s.Len())
 	}
@@ -340,7 +362,7 @@ func TestUCSRQLengthErrorCompletes(t *testing.T) {
 	if _, err := s.PostRecv([]RecvWR{{WRID: 10, SGL: []SGE{n.mr.SGE(0, 128)}}}); err != nil {
 		t.Fatal(err)
 	}
-	r.send(r.req(wire.UCSendOnly, 1001, wire.IBFields{Payload: []byte("fits")}))
+	r.send(r.req(wire.UCSendOnly, 1200, wire.IBFields{Payload: []byte("fits")}))
 	got = pollN(t, n.cq, 1, time.Second)
 	checkWC(t, got[0], cq.WC{WRID: 10, Opcode: cq.Recv, ByteLen: 4, QPN: n.qp.QPN()})
 }

@@ -183,20 +183,30 @@ func (ss *session) refuse(q *qpObj, e []byte, why error) {
 	case errors.Is(why, verbs.ErrLimit):
 		st = verbs.WCLocLenErr
 	}
-	c := q.sendCQ
-	if len(c.pending)-c.pendHead >= c.ring.Len() {
-		// More waiting than the CQ holds: the client does not poll, and its
-		// CQ has overrun, as a device's would. What does not fit is lost, so
-		// that the daemon's memory stays bounded by the CQ's size.
-		if !c.overrun {
-			c.overrun = true
-			ss.logf("CQ %d: overrun: completions of refused WRs are lost", c.handle)
-		}
-	} else {
-		c.pending = append(c.pending, shm.CQE{WRID: h.WRID, Status: uint32(st),
-			Opcode: wcOpcode(h.Opcode), QPN: q.qp.QPN()})
+	if !q.sendCQ.addPending(shm.CQE{WRID: h.WRID, Status: uint32(st), Opcode: wcOpcode(h.Opcode), QPN: q.qp.QPN()}) &&
+		!q.sendCQ.overrun {
+		q.sendCQ.overrun = true
+		ss.logf("CQ %d: overrun: completions of refused WRs are lost", q.sendCQ.handle)
 	}
 	toError(q)
+}
+
+// addPending queues a completion the pump made, unless more wait already than
+// the CQ holds: then the client does not poll, its CQ has overrun as a
+// device's would, and e is lost (false). Its storage stays within twice the
+// CQ's size: a client that polls a little at a time never lets pending empty,
+// so what went is dropped from the front before it could grow with every
+// refusal.
+func (c *cqObj) addPending(e shm.CQE) bool {
+	if len(c.pending)-c.pendHead >= c.ring.Len() {
+		return false
+	}
+	if c.pendHead > 0 && c.pendHead >= len(c.pending)/2 {
+		n := copy(c.pending, c.pending[c.pendHead:])
+		c.pending, c.pendHead = c.pending[:n], 0
+	}
+	c.pending = append(c.pending, e)
+	return true
 }
 
 // wcOpcode is the completion opcode of a send WR opcode (as

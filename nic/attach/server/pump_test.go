@@ -73,3 +73,34 @@ func TestDrainMovesEveryReceive(t *testing.T) {
 		t.Fatalf("%d left on the ring, want 60", left)
 	}
 }
+
+// TestPendingBounded: the completions the pump makes for refused WRs wait in
+// at most the CQ's size, and their storage stays within twice that, for a
+// client that never polls and for one that polls one completion at a time
+// (then pending never empties, and its front must be dropped as it goes).
+func TestPendingBounded(t *testing.T) {
+	const n = 16
+	ring, err := shm.NewRing(make([]byte, shm.RingSize(n, shm.CQEntrySize)), 0, n, shm.CQEntrySize, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cqObj{ring: ring}
+	lost := 0
+	for i := range 1000 { // never polled
+		if !c.addPending(shm.CQE{WRID: uint64(i)}) {
+			lost++
+		}
+	}
+	if lost != 1000-n || len(c.pending)-c.pendHead != n {
+		t.Fatalf("never polled: %d lost, %d waiting; want %d and %d", lost, len(c.pending)-c.pendHead, 1000-n, n)
+	}
+	for i := range 100000 { // polled one at a time, as fast as refused
+		c.pendHead++ // complete moved one to the ring
+		if !c.addPending(shm.CQE{WRID: uint64(i)}) {
+			t.Fatalf("refusal %d lost with room", i)
+		}
+		if cap(c.pending) > 2*n+1 {
+			t.Fatalf("refusal %d: pending's storage %d entries for a CQ of %d", i, cap(c.pending), n)
+		}
+	}
+}
