@@ -375,9 +375,12 @@ func TestCMChannelTeardownUnread(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond) // QP1's receive queue takes a burst of 64
 	}
-	time.Sleep(300 * time.Millisecond) // the requests reach the daemon's device (r.a)
-	if n := len(rdmacm.Resources(r.a)); n < 300 {
-		t.Fatalf("%d CM IDs on the daemon's device: the requests did not reach it", n)
+	// The requests reach the daemon's device (r.a); QP1 drops what comes
+	// faster than it takes, and the CM resends that after its timeout.
+	for end := time.Now().Add(20 * time.Second); len(rdmacm.Resources(r.a)) < 300; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d CM IDs on the daemon's device: the requests did not reach it", len(rdmacm.Resources(r.a)))
+		}
 	}
 	d.Close()
 	waitSessions(t, r.srv, 0)
