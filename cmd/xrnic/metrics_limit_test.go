@@ -23,11 +23,11 @@ func TestMetricsConnectionLimit(t *testing.T) {
 		srv.Close()
 		<-done
 	}()
-	get := func(c net.Conn) error {
+	get := func(c net.Conn, wait time.Duration) error {
 		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 			return err
 		}
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		c.SetReadDeadline(time.Now().Add(wait))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err == nil {
 			resp.Body.Close()
@@ -46,7 +46,7 @@ func TestMetricsConnectionLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		held = append(held, c)
-		if err := get(c); err != nil {
+		if err := get(c, 5*time.Second); err != nil {
 			t.Fatalf("connection %d: %v", len(held), err)
 		}
 	}
@@ -55,7 +55,7 @@ func TestMetricsConnectionLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer extra.Close()
-	if err := get(extra); err == nil {
+	if err := get(extra, 300*time.Millisecond); err == nil {
 		t.Fatalf("served a connection past the limit of %d", metricsMaxConns)
 	}
 	held[0].Close()
