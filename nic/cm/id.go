@@ -204,7 +204,7 @@ func (id *ID) SendREQ(req *mad.REQ, p REQParam) error {
 	id.src, id.dst = p.Src, p.Dst
 	id.serviceID = m.ServiceID
 	id.localQPN = m.LocalQPN
-	id.cmTimeout = 2*IBTime(c.cfg.PacketLifeTime) + IBTime(m.RemoteCMResponseTimeout)
+	id.cmTimeout = responseWait(c.cfg.PacketLifeTime, m.RemoteCMResponseTimeout)
 	id.maxRetries = int(m.MaxCMRetries)
 	id.state = StateREQSent
 	id.request(id.tid, &m)
@@ -326,7 +326,7 @@ func (id *ID) armHalfOpen(d time.Duration) {
 // given up by then.
 func (id *ID) armSIDRExpiry() {
 	c := id.cm
-	d := (2*IBTime(c.cfg.PacketLifeTime) + IBTime(c.cfg.ResponseTimeout)) * time.Duration(1+int(c.cfg.MaxCMRetries))
+	d := allTries(responseWait(c.cfg.PacketLifeTime, c.cfg.ResponseTimeout), c.cfg.MaxCMRetries)
 	id.arm(min(d, c.cfg.MaxPassiveWait), func() {
 		if id.state != StateSIDRREQRcvd {
 			return

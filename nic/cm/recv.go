@@ -1,10 +1,6 @@
 package cm
 
-import (
-	"time"
-
-	"github.com/xrnic/xrnic/nic/mad"
-)
+import "github.com/xrnic/xrnic/nic/mad"
 
 // Receive takes one MAD that arrived on QP1 from the port with GID src for our
 // GID dst. Anything malformed, of another class or of an attribute the CM does
@@ -129,8 +125,7 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	// REQ's Local CM Response Timeout alone).
 	id.cmTimeout = IBTime(req.LocalCMResponseTimeout)
 	id.maxRetries = int(req.MaxCMRetries)
-	id.halfOpen = (2*IBTime(c.cfg.PacketLifeTime) + IBTime(req.RemoteCMResponseTimeout)) *
-		time.Duration(1+int(req.MaxCMRetries))
+	id.halfOpen = allTries(responseWait(c.cfg.PacketLifeTime, req.RemoteCMResponseTimeout), req.MaxCMRetries)
 	id.armHalfOpen(id.halfOpen)
 	cp := *req
 	id.post(Event{Type: EventREQReceived, Listener: l, Msg: &cp})

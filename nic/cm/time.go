@@ -11,3 +11,15 @@ func IBTime(t uint8) time.Duration {
 	}
 	return 4096 * time.Nanosecond << t
 }
+
+// responseWait is how long a CM request waits for its answer: twice the packet
+// life time (there and back) plus the responder's CM response timeout (IBTA
+// 12.7.2; ib_send_cm_req's timeout_ms).
+func responseWait(packetLife, response uint8) time.Duration {
+	return 2*IBTime(packetLife) + IBTime(response)
+}
+
+// allTries is how long a request and its retries wait in all.
+func allTries(wait time.Duration, retries uint8) time.Duration {
+	return wait * time.Duration(1+int(retries))
+}
