@@ -525,15 +525,24 @@ func (l *Listener) request(nc *ndk.Connector) {
 // give hands nc to the connector of ask a, unless that connector was closed
 // meanwhile (its ask is canceled): false then, and nc is still the caller's.
 func (l *Listener) give(a ask, nc *ndk.Connector) bool {
-	a.c.mu.Lock()
-	if a.c.closed || a.c.askOv != a.ov {
-		a.c.mu.Unlock()
+	if !a.c.takeAsk(a.ov, nc) {
 		return false
 	}
-	a.c.c, a.c.askOv = nc, nil
-	a.c.mu.Unlock()
 	nc.SetDisconnectEvent(a.c.disconnected)
 	a.ov.complete(nil)
+	return true
+}
+
+// takeAsk ends c's GetConnectionRequest ov, c becoming nc (nil: canceled),
+// unless c's Close ended it first (it clears askOv): then false, and ov is not
+// the caller's to complete (LT14: it completes once).
+func (c *Connector) takeAsk(ov *Overlapped, nc *ndk.Connector) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.askOv != ov {
+		return false
+	}
+	c.c, c.askOv = nc, nil
 	return true
 }
 
@@ -585,13 +594,7 @@ func (l *Listener) Close() error {
 		ndk.Await(nc.Close)
 	}
 	for _, a := range asks {
-		a.c.mu.Lock()
-		mine := a.c.askOv == a.ov // else its connector's Close completed it
-		if mine {
-			a.c.askOv = nil
-		}
-		a.c.mu.Unlock()
-		if mine {
+		if a.c.takeAsk(a.ov, nil) {
 			a.ov.complete(ndk.ErrCanceled)
 		}
 	}
