@@ -117,18 +117,11 @@ func (c *CQ) SetHandler(h func(*CQ)) error {
 // handler call for the CQ runs any more; completions still queued are discarded.
 // Waiting for it from the CQ's own handler fails with ErrDeadlock: use Notify.
 func (c *CQ) Destroy() *Op {
-	if n := c.CQ.UnackedEvents(); n > 0 {
-		// Refused before the CQ is marked closing, so that the refusal changes
-		// nothing even for a moment: a CreateQP on it meanwhile must not fail.
-		// (Close below still refuses an event GetEvent returns after this look.)
-		return c.d.doneOp(errorf(ErrBusy, "CQ: %d completion events unacknowledged", n))
-	}
-	if err := c.n.closeBusy(); err != nil {
+	// cq.CQ.Close refuses unacknowledged events; run under the lifetime's
+	// lock, its refusal changes nothing even for a moment (a CreateQP on the
+	// CQ meanwhile must not fail).
+	if err := c.n.closeBusyWith(c.CQ.Close); err != nil {
 		return c.d.doneOp(err)
-	}
-	if err := c.CQ.Close(); err != nil {
-		c.n.reopen()
-		return c.d.doneOp(wrap(err))
 	}
 	op := c.d.newOp()
 	op.guard = func() bool { return c.OnDispatcher() || c.d.evq.delivering(&c.n) }

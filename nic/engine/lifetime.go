@@ -12,7 +12,7 @@ import (
 // lifetime is the lifetime of one object. Children acquire it when they are created
 // and release it when they are gone; the object closes in one of two ways:
 //
-//   - closeBusy (Destroy, Dealloc, Dereg): fails with ErrBusy, changing nothing,
+//   - closeBusy, closeBusyWith (Destroy, Dealloc, Dereg): fails with ErrBusy, changing nothing,
 //     while children live (IBA C11-17; ibv_dealloc_pd and ibv_destroy_cq return
 //     EBUSY). Checking the children and marking it dead happen under one
 //     lock, so a child is never created in a dead parent.
@@ -81,7 +81,12 @@ func (n *lifetime) orphan() {
 
 // closeBusy marks n dead if it has no children: ErrBusy if it has, ErrClosed if
 // it is closed or closing already.
-func (n *lifetime) closeBusy() error {
+func (n *lifetime) closeBusy() error { return n.closeBusyWith(nil) }
+
+// closeBusyWith is closeBusy that also runs close, the object's own refusable
+// close, under n's lock: if close fails, n stays open and its error is
+// returned. A child created meanwhile never sees n closing for a moment.
+func (n *lifetime) closeBusyWith(close func() error) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closing {
@@ -89,6 +94,11 @@ func (n *lifetime) closeBusy() error {
 	}
 	if n.children > 0 {
 		return errBusyChildren
+	}
+	if close != nil {
+		if err := close(); err != nil {
+			return wrap(err)
+		}
 	}
 	n.closing = true
 	n.dead.Store(true)
@@ -129,12 +139,4 @@ func (n *lifetime) live() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.children
-}
-
-// reopen undoes a closeBusy whose object then refused to close.
-func (n *lifetime) reopen() {
-	n.mu.Lock()
-	n.closing = false
-	n.dead.Store(false)
-	n.mu.Unlock()
 }
