@@ -9,8 +9,7 @@
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <string.h>
-
-#define FAIL(...) return printf("FAIL: " __VA_ARGS__), printf("\n"), 1
+#include "test.h"
 
 static int fds(void)
 {

@@ -1,0 +1,36 @@
+/* test.h: what clib/test's programs share. Each runs on xrnic's library
+ * against a daemon (XRNIC_ATTACH), prints "ok" when it passes, and prints
+ * "FAIL..." and exits 1 when it does not (cmd/xrnic's TestCLibrary). */
+#ifndef XRNIC_CLIB_TEST_H
+#define XRNIC_CLIB_TEST_H
+
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdio.h>
+
+/* FAIL returns 1 from main after printing why. */
+#define FAIL(...) return printf("FAIL: " __VA_ARGS__), printf("\n"), 1
+
+/* CHECK fails main with the condition's text and errno unless c holds. */
+#define CHECK(c)                                                                       \
+	do {                                                                           \
+		if (!(c)) {                                                            \
+			printf("FAIL %s:%d: %s (errno %d)\n", __FILE__, __LINE__, #c, errno); \
+			return 1;                                                      \
+		}                                                                      \
+	} while (0)
+
+/* open_device opens the one device the daemon serves; NULL if there is not
+ * exactly one or it does not open. */
+static inline struct ibv_context *open_device(void)
+{
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list)
+		return NULL;
+	struct ibv_context *ctx = n == 1 ? ibv_open_device(list[0]) : NULL;
+	ibv_free_device_list(list);
+	return ctx;
+}
+
+#endif
