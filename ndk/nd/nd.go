@@ -424,12 +424,19 @@ func (c *Connector) NotifyDisconnect(ov *Overlapped) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gone {
+	switch {
+	case c.closed:
+		return ndk.ErrClosed // Close has completed the pending one: none would complete this
+	case c.discOv != nil:
+		return errNotifyPending // replaced, the first would never complete
+	case c.gone:
 		return nil
 	}
 	c.discOv = ov
 	return ErrPending
 }
+
+var errNotifyPending = fmt.Errorf("nd: a NotifyDisconnect is pending already: %w", ndk.ErrState)
 
 // Disconnect is IND2Connector::Disconnect.
 func (c *Connector) Disconnect(ov *Overlapped) error {

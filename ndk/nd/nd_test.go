@@ -198,6 +198,11 @@ func TestND1to7(t *testing.T) {
 	if err := sc.NotifyDisconnect(dov); !errors.Is(err, ErrPending) {
 		t.Fatal(err)
 	}
+	// A second while it is pending is refused: replacing it, the first would
+	// never complete.
+	if err := sc.NotifyDisconnect(NewOverlapped()); !errors.Is(err, ndk.ErrState) {
+		t.Fatalf("a second NotifyDisconnect: %v, want ErrState", err)
+	}
 	cdov := NewOverlapped()
 	if err := cc.Disconnect(cdov); !errors.Is(err, ErrPending) {
 		t.Fatalf("Disconnect: %v", err)
@@ -215,6 +220,9 @@ func TestND1to7(t *testing.T) {
 		if err := c(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := cc.NotifyDisconnect(NewOverlapped()); !errors.Is(err, ndk.ErrClosed) {
+		t.Fatalf("NotifyDisconnect on a closed connector: %v, want ErrClosed", err)
 	}
 	cli.close(t)
 	srv.close(t)
