@@ -191,5 +191,5 @@ void xr_ring_bell(struct xr_conn *c)
 {
 	uint64_t one = 1;
 	ssize_t n = write(c->bell, &one, sizeof(one));
-	(void)n; /* EAGAIN: the counter is already set, the daemon will look */
+	(void)n; /* EAGAIN: the pipe is full, the daemon will look */
 }

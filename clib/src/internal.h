@@ -19,7 +19,7 @@
 /* A session with a daemon: the control socket, one request at a time. */
 struct xr_conn {
 	int fd;    /* control socket */
-	int bell;  /* doorbell eventfd */
+	int bell;  /* doorbell: a write end of a pipe the daemon reads */
 	int async; /* async event socket (ibv_context.async_fd) */
 	uint32_t seq;
 	pthread_mutex_t mu;

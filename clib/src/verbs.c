@@ -6,7 +6,7 @@
 #include <dirent.h>
 #include <endian.h>
 #include <errno.h>
-#include <poll.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -571,24 +571,47 @@ static struct xr_cq *fired(struct xr_context *x, struct xr_channel *ch, void **c
 	return hit;
 }
 
+/* ibv_get_cq_event's wait. The channel's fd is the read end of a pipe the
+ * daemon writes a byte to per event, the process's alone (its O_NONBLOCK is
+ * the process's, not shared with the daemon). Blocking, as libibverbs'
+ * read of it: a CQ that fired with another's byte read already is looked for
+ * first, then the read waits. With O_NONBLOCK: the bytes so far are read
+ * first, so an event returned leaves the fd unreadable (an epoll loop is not
+ * woken for it again), and no CQ fired fails with EAGAIN. A signal fails
+ * the wait with EINTR, as libibverbs' does. */
 XR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	struct xr_channel *ch = container_of(channel, struct xr_channel, ch);
 	struct xr_context *x = xr_ctx(channel->context);
+	int fl = fcntl(channel->fd, F_GETFL);
+	if (fl < 0)
+		return -1;
+	char buf[64];
 	for (;;) {
-		/* A CQ that fired with another's event read already. */
+		ssize_t n = 1;
+		if (fl & O_NONBLOCK) {
+			n = read(channel->fd, buf, sizeof(buf));
+			if (n < 0 && errno != EAGAIN)
+				return -1;
+		}
 		struct xr_cq *q = fired(x, ch, cq_context);
 		if (q) {
 			*cq = &q->cq;
 			return 0;
 		}
-		/* The daemon's eventfd is non-blocking (the descriptor is
-		 * shared with it): wait for it here. */
-		struct pollfd p = {.fd = channel->fd, .events = POLLIN};
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
-			return -1;
-		uint64_t v;
-		if (read(channel->fd, &v, sizeof(v)) < 0 && errno != EAGAIN && errno != EINTR)
+		if (fl & O_NONBLOCK) {
+			if (n < 0)
+				return -1; /* EAGAIN: nothing fired */
+			if (n == 0) {
+				errno = EIO; /* the daemon closed the channel's pipe */
+				return -1;
+			}
+			continue; /* bytes of events returned already: read on */
+		}
+		n = read(channel->fd, buf, sizeof(buf));
+		if (n == 0)
+			errno = EIO;
+		if (n <= 0)
 			return -1;
 	}
 }

@@ -141,10 +141,11 @@ func TestCLibrary(t *testing.T) {
 	// gets libibverbs' errnos (clib/test/badinput.c), and the daemon serves
 	// it on; one that polls an empty CQ yields its CPU now and then
 	// (clib/test/spin.c); ibv_destroy_cq waits for its events' acks
-	// (clib/test/cqevents.c); ibv_init_ah_from_wc reads IPv4 and IPv6
-	// (clib/test/ahfromwc.c); rdma_destroy_qp frees the CQs rdma_create_qp
-	// made (clib/test/cmqp.c).
-	for _, prog := range []string{"badinput", "spin", "cqevents", "ahfromwc", "cmqp"} {
+	// (clib/test/cqevents.c); a channel's fd takes O_NONBLOCK as
+	// libibverbs' does (clib/test/cqnonblock.c); ibv_init_ah_from_wc reads
+	// IPv4 and IPv6 (clib/test/ahfromwc.c); rdma_destroy_qp frees the CQs
+	// rdma_create_qp made (clib/test/cmqp.c).
+	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp"} {
 		t.Run(prog, func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), prog)
 			out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-rdynamic", "-o", bin,

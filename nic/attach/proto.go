@@ -1,7 +1,7 @@
 // Package attach is the control protocol between the xrnic daemon and the
 // processes attached to it (docs/attach.md is its written form): messages on
 // a SOCK_SEQPACKET Unix socket, one request and its reply at a time, file
-// descriptors (memfds, eventfds) passed with SCM_RIGHTS. The data path does
+// descriptors (memfds, pipe ends, sockets) passed with SCM_RIGHTS. The data path does
 // not cross the socket: it runs on the rings of package shm.
 //
 // Every message is a 16-byte Header and a fixed-layout payload, little-endian,
@@ -116,7 +116,7 @@ type (
 		_       uint32
 	}
 	// HelloRep comes with two descriptors: the session's doorbell, an
-	// eventfd the client writes to when a ring it produces says
+	// pipe's write end the client writes to when a ring it produces says
 	// RingNeedWakeup; and the async event socket, on which each EVENT comes
 	// as a datagram (libibverbs' async_fd).
 	HelloRep struct {

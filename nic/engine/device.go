@@ -809,23 +809,13 @@ func (e *engine) sleepFor(blocked bool) time.Duration {
 	if e.d.cfg.BusyPoll && (timeout < 0 || timeout > busyTick) {
 		timeout = busyTick
 	}
-	// An attached process rings the engine's own eventfd (WakeFD), and one
-	// that reads it takes wake-ups meant for others. So with pollers the
-	// engine looks at least every pollerTick: a stolen wake-up delays another
-	// process's doorbell by that at most, never for ever.
-	if len(e.pollers) > 0 && (timeout < 0 || timeout > pollerTick) {
-		timeout = pollerTick
-	}
 	return timeout
 }
-
-// pollerTick is the longest the engine sleeps while processes are attached.
-const pollerTick = 10 * time.Millisecond
 
 // idle waits for frames, a doorbell, a control operation or timeout (-1:
 // none). It holds nothing: a busy poller may drive the engine meanwhile.
 // quiet: pollers took the frames while it last slept, and no attached process
-// rings the link's eventfd itself (no Poller), so only sh.wake can matter.
+// rings the link's wake-up pipe itself (no Poller), so only sh.wake can matter.
 // It reports whether sh.kick ended the wait before timeout (false when the
 // link's Wait ended it, whatever ended that).
 func (e *engine) idle(timeout time.Duration, quiet bool) (woken bool) {
@@ -855,7 +845,7 @@ func (e *engine) idle(timeout time.Duration, quiet bool) (woken bool) {
 		e.linkFailed()
 	}
 	select {
-	case <-e.sh.kick: // sh.wake's eventfd write ended that wait, or will end the next
+	case <-e.sh.kick: // sh.wake's ring ended that wait, or will end the next
 	default:
 	}
 	return false

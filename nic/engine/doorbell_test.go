@@ -8,7 +8,7 @@ import (
 	"github.com/xrnic/xrnic/nic/cq"
 )
 
-// TestDoorbellWhileAwake: ring writes no eventfd while the engine goroutine
+// TestDoorbellWhileAwake: ring writes no wake-up while the engine goroutine
 // is awake, so the engine must find a doorbell rung during its pass before
 // it sleeps (routineEngine looks at dbHead after it sets sleeping). Each WR
 // here is posted the moment the previous one completes, as the engine ends

@@ -57,7 +57,7 @@ func (qp *QP) ring() {
 	// An awake engine goroutine drains the stack before it sleeps: it looks
 	// at dbHead after it sets sleeping (routineEngine), and this looked at
 	// sleeping after the push above, so one of the two sees the other. The
-	// eventfd write would cost this thread a syscall and the engine an empty
+	// wake-up's write would cost this thread a syscall and the engine an empty
 	// pass (its next poll would return at once).
 	if !sh.sleeping.Load() {
 		return

@@ -176,9 +176,9 @@ type PreWaiter interface {
 	BeforeWait()
 }
 
-// Waker is a Link whose Wake writes an eventfd: WakeFD returns a duplicate of
-// it, for another process to wake the link's Wait directly (the attach
-// protocol's doorbell). The caller closes it.
+// Waker is a Link whose Wake rings a wake-up pipe (internal/wakeup): WakeFD
+// returns a new write end of it, for another process to wake the link's Wait
+// directly (the attach protocol's doorbell). The caller closes it.
 type Waker interface {
 	WakeFD() (int, error)
 }

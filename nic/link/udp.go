@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xrnic/xrnic/internal/wakeup"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -43,7 +44,7 @@ type UDPOptions struct {
 type UDP struct {
 	info  Info
 	socks []*udpSock
-	wake  int // eventfd that Wake writes and Wait polls
+	wake  *wakeup.Pipe // Wake rings it, Wait polls it; nil once closed
 	pfds  []unix.PollFd
 	next  int // socket ReadBatch starts with, for fairness
 
@@ -109,16 +110,16 @@ func NewUDP(opts UDPOptions) (*UDP, error) {
 		kind = KindUDPGSO
 	}
 	l := &UDP{info: Info{Kind: kind, Name: ifc.Name, Index: ifc.Index, MTU: ifc.MTU, MAC: ifc.HardwareAddr,
-		FixedSourcePort: uint16(opts.Port), FixedIPv4ID: true}, wake: -1}
+		FixedSourcePort: uint16(opts.Port), FixedIPv4ID: true}}
 	ok := false
 	defer func() {
 		if !ok {
 			l.closeFDs()
 		}
 	}()
-	l.wake, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	l.wake, err = wakeup.New()
 	if err != nil {
-		return nil, fmt.Errorf("%w: eventfd: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	for _, a := range opts.Addrs {
 		s, err := openUDPSock(a.Unmap(), opts.Port, opts.Batch, opts.Offload)
@@ -128,7 +129,7 @@ func NewUDP(opts UDPOptions) (*UDP, error) {
 		l.socks = append(l.socks, s)
 		l.pfds = append(l.pfds, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
 	}
-	l.pfds = append(l.pfds, unix.PollFd{Fd: int32(l.wake), Events: unix.POLLIN})
+	l.pfds = append(l.pfds, unix.PollFd{Fd: int32(l.wake.FD()), Events: unix.POLLIN})
 	ok = true
 	return l, nil
 }
@@ -489,7 +490,7 @@ func splitFrame(f []byte) (dst netip.Addr, payload []byte, ok bool) {
 	return dst, f[udp+8 : udp+ulen], true
 }
 
-// Wait implements Link with poll(2) over the sockets and the wake eventfd.
+// Wait implements Link with poll(2) over the sockets and the wake-up pipe.
 func (l *UDP) Wait(timeout time.Duration) error {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
@@ -508,19 +509,17 @@ func (l *UDP) Wait(timeout time.Duration) error {
 		return fmt.Errorf("poll: %w", err)
 	}
 	if l.pfds[len(l.pfds)-1].Revents&unix.POLLIN != 0 {
-		var b [8]byte
-		_, _ = unix.Read(l.wake, b[:]) // consume the wake-up
+		l.wake.Drain()
 	}
 	return nil
 }
 
 // Wake implements Link.
 func (l *UDP) Wake() {
-	one := [8]byte{1}
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
 	if !l.closed.Load() {
-		_, _ = unix.Write(l.wake, one[:])
+		_ = l.wake.Wake()
 	}
 }
 
@@ -531,7 +530,7 @@ func (l *UDP) WakeFD() (int, error) {
 	if l.closed.Load() {
 		return -1, ErrClosed
 	}
-	return unix.FcntlInt(uintptr(l.wake), unix.F_DUPFD_CLOEXEC, 0)
+	return l.wake.Writer()
 }
 
 // Info implements Link.
@@ -553,8 +552,7 @@ func (l *UDP) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	one := [8]byte{1}
-	_, _ = unix.Write(l.wake, one[:])
+	_ = l.wake.Wake()
 	l.closeMu.Lock()
 	defer l.closeMu.Unlock()
 	l.closeFDs()
@@ -566,9 +564,9 @@ func (l *UDP) closeFDs() {
 		unix.Close(s.fd)
 	}
 	l.socks = nil
-	if l.wake >= 0 {
-		unix.Close(l.wake)
-		l.wake = -1
+	if l.wake != nil {
+		l.wake.Close()
+		l.wake = nil
 	}
 }
 

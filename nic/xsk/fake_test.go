@@ -76,7 +76,7 @@ func newFakeSocket(t testing.TB, opts Options) (*Socket, *fakeKernel) {
 	mems[2], k.rx = newRingMem(cfg.RxRingSize, true)
 	mems[3], k.tx = newRingMem(cfg.TxRingSize, true)
 	off := unix.XDPMmapOffsets{Rx: fakeOff, Tx: fakeOff, Fr: fakeOff, Cr: fakeOff}
-	s := &Socket{fd: -1, efd: -1, sendto: k.sendto, recvfrom: func() unix.Errno { return 0 }}
+	s := &Socket{fd: -1, sendto: k.sendto, recvfrom: func() unix.Errno { return 0 }}
 	s.setup(cfg, umem, off, mems)
 	s.stock(0, s.fillTarget)
 	k.s = s

@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/internal/wakeup"
 )
 
 // frameState is where a UMEM frame is. Each frame is in exactly one state, so a
@@ -74,7 +76,6 @@ type Socket struct {
 	maxSegs    int // longest TX chain accepted
 	ctr        Counters
 	pfd        [2]unix.PollFd
-	efdBuf     [8]byte
 	// sendto and recvfrom are replaced by tests that play the kernel.
 	sendto   func() unix.Errno
 	recvfrom func() unix.Errno
@@ -83,12 +84,11 @@ type Socket struct {
 	// is sound because Close never runs concurrently with the owner.
 	closed bool
 
-	// mu guards fd, efd and maps against Close for FD, Stats and Wake.
+	// mu guards fd, wake and maps against Close for FD, Stats and Wake.
 	mu   sync.RWMutex
 	fd   int
-	efd  int
-	maps [][]byte // every mapping, unmapped by Close
-	one  [8]byte  // the eventfd increment, written once by New
+	wake *wakeup.Pipe // Wake's; nil once closed
+	maps [][]byte     // every mapping, unmapped by Close
 }
 
 // Stats are the kernel's drop counters for the socket (XDP_STATISTICS).
@@ -158,7 +158,7 @@ func New(ifindex, queueID int, opts Options) (*Socket, error) {
 	if queueID < 0 {
 		return nil, fmt.Errorf("%w: queue %d", ErrNoQueue, queueID)
 	}
-	s := &Socket{fd: -1, efd: -1}
+	s := &Socket{fd: -1}
 	ok := false
 	defer func() {
 		if !ok {
@@ -249,10 +249,9 @@ func New(ifindex, queueID int, opts Options) (*Socket, error) {
 	if err := bind(s.fd, ifindex, queueID, cfg); err != nil {
 		return nil, err
 	}
-	if s.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
-		return nil, errSys(nil, "eventfd", err, "")
+	if s.wake, err = wakeup.New(); err != nil {
+		return nil, errSys(nil, "wake-up pipe", err, "")
 	}
-	s.one[0] = 1 // little-endian uint64 1
 	ok = true
 	return s, nil
 }
@@ -476,9 +475,9 @@ func (s *Socket) Poll(timeout time.Duration) (readable bool, err error) {
 	if timeout >= 0 {
 		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
 	}
-	// The socket and the eventfd Wake writes, which is reset if it fired.
+	// The socket and the pipe Wake writes, which is drained if it fired.
 	s.pfd[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
-	s.pfd[1] = unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN}
+	s.pfd[1] = unix.PollFd{Fd: int32(s.wake.FD()), Events: unix.POLLIN}
 	if _, err := unix.Poll(s.pfd[:], ms); err != nil {
 		if errors.Is(err, unix.EINTR) {
 			return false, nil
@@ -486,7 +485,7 @@ func (s *Socket) Poll(timeout time.Duration) (readable bool, err error) {
 		return false, errSys(nil, "poll", err, "")
 	}
 	if s.pfd[1].Revents&unix.POLLIN != 0 {
-		_, _ = unix.Read(s.efd, s.efdBuf[:]) // reset the eventfd; EAGAIN if a racing read won
+		s.wake.Drain()
 	}
 	return s.pfd[0].Revents&unix.POLLIN != 0, nil
 }
@@ -499,24 +498,25 @@ func (s *Socket) Wake() error {
 	if s.closed {
 		return ErrClosed
 	}
-	if _, err := unix.Write(s.efd, s.one[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
-		return errSys(nil, "write(eventfd)", err, "")
+	if err := s.wake.Wake(); err != nil {
+		return errSys(nil, "wake", err, "")
 	}
 	return nil
 }
 
-// WakeFD returns a duplicate of the eventfd Wake writes: another process
-// given it wakes the owner's Poll itself (the attach protocol's doorbell). The
-// caller closes it.
+// WakeFD returns a new write end of the pipe Wake writes: another process
+// given it wakes the owner's Poll itself (the attach protocol's doorbell), and
+// can neither read the owner's wake-ups nor change how its end behaves
+// (internal/wakeup). The caller closes it.
 func (s *Socket) WakeFD() (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return -1, ErrClosed
 	}
-	fd, err := unix.FcntlInt(uintptr(s.efd), unix.F_DUPFD_CLOEXEC, 0)
+	fd, err := s.wake.Writer()
 	if err != nil {
-		return -1, errSys(nil, "dup(eventfd)", err, "")
+		return -1, errSys(nil, "wake-up writer", err, "")
 	}
 	return fd, nil
 }
@@ -547,13 +547,17 @@ func (s *Socket) release() error {
 	s.maps = nil
 	s.umem = nil
 	s.fill.addrs, s.comp.addrs, s.rx.descs, s.tx.descs = nil, nil, nil, nil
-	for _, fd := range []*int{&s.fd, &s.efd} {
-		if *fd >= 0 {
-			if err := unix.Close(*fd); err != nil {
-				errs = append(errs, errSys(nil, "close", err, ""))
-			}
-			*fd = -1
+	if s.fd >= 0 {
+		if err := unix.Close(s.fd); err != nil {
+			errs = append(errs, errSys(nil, "close", err, ""))
 		}
+		s.fd = -1
+	}
+	if s.wake != nil {
+		if err := s.wake.Close(); err != nil {
+			errs = append(errs, errSys(nil, "close", err, ""))
+		}
+		s.wake = nil
 	}
 	return errors.Join(errs...)
 }

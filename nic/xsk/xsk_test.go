@@ -573,8 +573,8 @@ func TestClose(t *testing.T) {
 			lo := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(m))))
 			ours = append(ours, mapping{lo: lo, hi: lo + uint64(len(m))})
 		}
-		if got := countFDs(t); got != fds0+2 {
-			t.Errorf("round %d: %d fds open, want %d (socket + eventfd)", i, got, fds0+2)
+		if got := countFDs(t); got != fds0+3 {
+			t.Errorf("round %d: %d fds open, want %d (socket + the wake-up pipe's ends)", i, got, fds0+3)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatalf("Close: %v", err)
@@ -643,8 +643,8 @@ func TestClose(t *testing.T) {
 	if !errors.Is(err, ErrBusy) || !errors.Is(err, unix.EBUSY) {
 		t.Errorf("New on a held queue: got %v, want ErrBusy wrapping EBUSY", err)
 	}
-	if fds := countFDs(t); fds != fds0+2 {
-		t.Errorf("failed New leaked: %d fds, want %d", fds, fds0+2)
+	if fds := countFDs(t); fds != fds0+3 {
+		t.Errorf("failed New leaked: %d fds, want %d", fds, fds0+3)
 	}
 }
 
@@ -761,7 +761,7 @@ func TestPollWake(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Wake took %v to end Poll", d)
 	}
-	// The eventfd was drained: the next Poll sleeps again.
+	// The wake-up pipe was drained: the next Poll sleeps again.
 	if ok, _ := s.Poll(0); ok {
 		t.Errorf("Poll(0) after Wake: readable")
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xrnic/xrnic/internal/spin"
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/attach/conv"
@@ -13,13 +15,13 @@ import (
 	"github.com/xrnic/xrnic/verbs"
 )
 
-// CompChannel is a completion channel (ibv_comp_channel): an eventfd the
-// daemon signals when an armed CQ of the channel gets a completion. Its
-// methods are safe for concurrent use.
+// CompChannel is a completion channel (ibv_comp_channel): the read end of a
+// pipe the daemon writes when an armed CQ of the channel gets a completion.
+// Its methods are safe for concurrent use.
 type CompChannel struct {
 	d   *Device
 	h   uint32
-	efd int // f's descriptor (f.Fd would make it blocking)
+	efd int // f's descriptor, non-blocking (f.Fd would make it blocking)
 	f   *os.File
 	mu  sync.Mutex
 	cq  []*CQ // the channel's CQs, for GetEvent to find which fired
@@ -36,19 +38,26 @@ func (d *Device) NewCompChannel() (*CompChannel, error) {
 		attach.CloseFDs(fds)
 		return nil, fmt.Errorf("%w: %d descriptors for a channel", attach.ErrProtocol, len(fds))
 	}
+	// The daemon hands it over blocking, as libibverbs' is; non-blocking,
+	// Go's poller waits for it and Close ends a GetEvent.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		return nil, err
+	}
 	c := &CompChannel{d: d, h: rep.Handle, efd: fds[0], f: os.NewFile(uintptr(fds[0]), "xrnic-comp-channel")}
 	d.own(c.f)
 	return c, nil
 }
 
-// FD is the eventfd, for poll(2) or epoll (the channel's fd in libibverbs).
+// FD is the channel's descriptor, for poll(2) or epoll (the channel's fd in
+// libibverbs); it is non-blocking.
 func (c *CompChannel) FD() int { return c.efd }
 
 // GetEvent blocks until a CQ of the channel has had a completion event and
 // returns those that had (ibv_get_cq_event); each must be armed again with
 // ReqNotify.
 func (c *CompChannel) GetEvent() ([]*CQ, error) {
-	var b [8]byte
+	var b [64]byte
 	for {
 		if _, err := c.f.Read(b[:]); err != nil {
 			return nil, err

@@ -48,7 +48,7 @@ var (
 type Device struct {
 	c     *net.UnixConn
 	async *net.UnixConn // the async event socket: GetAsyncEvent, Events or SetEventHandler read it
-	bell  int           // the doorbell eventfd
+	bell  int           // the doorbell: a write end of a pipe the daemon reads
 	name  string
 	guid  uint64
 

@@ -463,7 +463,7 @@ func TestRemoteIsolation(t *testing.T) {
 }
 
 // A completion channel: an armed CQ's completion signals the channel's
-// eventfd and GetEvent names the CQ; a CQ not armed again does not signal.
+// pipe and GetEvent names the CQ; a CQ not armed again does not signal.
 func TestRemoteCompChannel(t *testing.T) {
 	r := newRig(t, server.Config{})
 	d := r.dial(t)

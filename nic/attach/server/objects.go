@@ -47,11 +47,14 @@ type mrObj struct {
 func (o *mrObj) close() error { return o.mr.Dereg().Wait() }
 func (o *mrObj) release()     { o.mem.Close() }
 
-// chanObj is a completion channel: an eventfd the daemon writes when an
-// armed CQ of the channel gets a completion.
+// chanObj is a completion channel: a pipe the daemon writes when an armed CQ
+// of the channel gets a completion. The process holds the read end alone: a
+// description of its own, whose flags (O_NONBLOCK) are its business, as the
+// fd of libibverbs' channel is (an eventfd shared with the daemon would let the
+// process block the daemon's write, internal/wakeup).
 type chanObj struct {
 	objBase
-	efd   int
+	w     int // the write end, non-blocking
 	users int // CQs on it (the session's mu)
 }
 
@@ -68,11 +71,12 @@ func (o *chanObj) close() error {
 	return nil
 }
 
-func (o *chanObj) release() { unix.Close(o.efd) }
+func (o *chanObj) release() { unix.Close(o.w) }
+
+var oneByte = [1]byte{1}
 
 func (o *chanObj) signal() {
-	var one = [8]byte{1}
-	_, _ = unix.Write(o.efd, one[:]) // EAGAIN: the counter is already huge
+	_, _ = unix.Write(o.w, oneByte[:]) // EAGAIN: full, readable already
 }
 
 type ahObj struct {
@@ -126,17 +130,26 @@ func (ss *session) regMR(req *attach.RegMRReq, fd int) (any, int, error) {
 }
 
 func (ss *session) createChannel() (any, int, error) {
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, -1, err
 	}
-	o := &chanObj{objBase: objBase{kind: attach.KindCompChannel, ss: ss}, efd: efd}
+	// The process's end blocks, as a libibverbs channel's fd does until the
+	// process sets O_NONBLOCK on it.
+	if err := unix.SetNonblock(p[0], false); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, err
+	}
+	o := &chanObj{objBase: objBase{kind: attach.KindCompChannel, ss: ss}, w: p[1]}
 	h, err := ss.add(o, 0)
 	if err != nil {
-		unix.Close(efd)
+		unix.Close(p[0])
+		unix.Close(p[1])
 		return nil, -1, err
 	}
-	return &attach.HandleRep{Handle: h}, efd, nil
+	ss.closeAfterReply = append(ss.closeAfterReply, p[0])
+	return &attach.HandleRep{Handle: h}, p[0], nil
 }
 
 func (ss *session) createAH(req *attach.CreateAHReq) (any, int, error) {

@@ -31,11 +31,16 @@ type session struct {
 	cred unix.Ucred
 	comm string // the process's name at attach (/proc/PID/comm), for rdma resource's comm
 
-	bell   *os.File // the doorbell eventfd: the client writes, readBell wakes the engine
-	bellFD int      // its descriptor, to send (bell.Fd would make it blocking)
-	// engineBell, when the link has one, is the engine's own wake-up eventfd
-	// (a duplicate): the client's doorbell wakes the engine's Wait directly,
-	// with no goroutine in between. -1: bell is the doorbell.
+	// bell is the read end of the session's doorbell pipe: the client
+	// writes bellFD, its write end, and readBell wakes the engine. The ends
+	// are separate descriptions: nothing the client does to its end (reading
+	// is refused; O_NONBLOCK is its own) reaches bell.
+	bell   *os.File
+	bellFD int
+	// engineBell, when the link has one, is a write end of the engine's own
+	// wake-up pipe (internal/wakeup), of the session's own description: the
+	// client's doorbell wakes the engine's Wait directly, with no goroutine
+	// in between. -1: bellFD is the doorbell.
 	engineBell int
 	// async is the daemon's end of the process's async event socket (a
 	// SOCK_SEQPACKET pair; HELLO hands the other end, asyncPeer, over):
@@ -73,13 +78,14 @@ const eventQueue = 256
 const writeTimeout = 5 * time.Second
 
 func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
+	var bell [2]int
+	if err := unix.Pipe2(bell[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("doorbell: %w", err)
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		unix.Close(fd)
+		unix.Close(bell[0])
+		unix.Close(bell[1])
 		return nil, fmt.Errorf("async event socket: %w", err)
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid))
@@ -87,7 +93,7 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	if err != nil {
 		engineBell = -1
 	}
-	return &session{srv: s, c: c, cred: cred, comm: strings.TrimSpace(string(comm)), bell: os.NewFile(uintptr(fd), "xrnic-doorbell"), bellFD: fd,
+	return &session{srv: s, c: c, cred: cred, comm: strings.TrimSpace(string(comm)), bell: os.NewFile(uintptr(bell[0]), "xrnic-doorbell"), bellFD: bell[1],
 		stop: make(chan struct{}), events: make(chan outMsg, eventQueue),
 		objs: map[uint32]obj{}, cmID: map[*rdmacm.ID]*cmObj{}, engineBell: engineBell,
 		async: pair[0], asyncPeer: pair[1]}, nil
@@ -114,6 +120,7 @@ func (ss *session) run() {
 	}
 	close(ss.stop)
 	ss.bell.Close() // ends readBell
+	unix.Close(ss.bellFD)
 	if ss.engineBell >= 0 {
 		unix.Close(ss.engineBell)
 	}
@@ -133,7 +140,7 @@ func (ss *session) run() {
 }
 
 func (ss *session) readBell() {
-	var b [8]byte
+	var b [512]byte
 	for {
 		if _, err := ss.bell.Read(b[:]); err != nil {
 			return
