@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/nic/cm"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/verbs"
@@ -193,6 +194,12 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		}
 	})
 
+	// QP1 and the IB CM run from the start, as ib_cm's port does with a
+	// device: a REQ for a port nobody listens on is refused (REJ, invalid
+	// service ID) whether or not a process here has used the CM yet.
+	if _, err := dev.CM(cm.Config{}); err != nil {
+		return fmt.Errorf("the connection manager on %s: %w", dev.Name(), err)
+	}
 	if attachLn != nil { // before the control socket's goroutine reads it
 		d.attach = server.New(dev, attachCfg)
 	}

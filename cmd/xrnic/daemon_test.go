@@ -351,10 +351,14 @@ func TestDaemonOnVeth(t *testing.T) {
 	}
 	stat := d.cmd(t, "statistic", "-d")
 	if !strings.HasPrefix(stat, "link xrnic0/1 sent_pkts ") || !strings.Contains(stat, fmt.Sprintf(" rcvd_pkts %d ", uint64(rcvd))) ||
-		!strings.Contains(stat, "\n    xdp seen ") || !strings.Contains(stat, "\n    engine loops ") || !strings.Contains(stat, "bench sessions 0 ended-ok 2 ended-failed 0") {
+		!strings.Contains(stat, "\n    xdp seen ") || !strings.Contains(stat, "\n    engine loops ") || !strings.Contains(stat, "bench sessions 0 ended-ok 2 ended-failed 0") ||
+		!strings.Contains(stat, "\n    cm sent ") {
 		t.Errorf("statistic -d:\n%s", stat)
 	}
-	if r := d.cmd(t, "resource"); r != "0: xrnic0: pd 0 cq 0 qp 0 mr 0 srq 0 ah 0 sessions 0 attached 0\n" {
+	// What is left is QP1's, which the daemon runs from its start with the
+	// CM (its PD, CQ, GSI QP and MAD buffers), as rdma resource counts the
+	// kernel's own GSI QP.
+	if r := d.cmd(t, "resource"); r != "0: xrnic0: pd 1 cq 1 qp 1 mr 1 srq 0 ah 0 sessions 0 attached 0\n" {
 		t.Errorf("resource after the sessions: %q", r)
 	}
 
