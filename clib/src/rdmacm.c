@@ -37,7 +37,11 @@ struct xr_chan {
 struct xr_id {
 	struct rdma_cm_id id;
 	uint32_t handle;
-	struct xr_chan *own; /* a channel made for an ID created without one */
+	/* own is the channel made for an ID created without one: the ID is
+	 * synchronous (librdmacm's sync), each call that starts an event
+	 * waits for it (complete). */
+	struct xr_chan *own;
+	struct ibv_qp_init_attr *qp_init_attr; /* a passive endpoint's, for rdma_get_request */
 	struct ibv_sa_path_rec path;
 	struct xr_id *next;
 };
@@ -49,6 +53,7 @@ struct xr_event {
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ibv_context *dev;	   /* the CM's device */
+static struct ibv_pd *default_pd;   /* librdmacm's per-device PD, for QPs made without one */
 static struct ibv_device **devlist; /* kept open for rdma_get_devices */
 static struct xr_id *ids;	   /* by handle, for events */
 
@@ -85,6 +90,41 @@ static int call(uint32_t op, const void *req, uint32_t reqlen, void *rep, uint32
 }
 
 static struct xr_id *xid(struct rdma_cm_id *id) { return (struct xr_id *)id; }
+
+/* complete is librdmacm's synchronous mode (ucma_complete): on an ID made
+ * without a channel, a call that started an event waits for it on the ID's
+ * own channel and keeps it in id->event (acked by the next such wait or by
+ * rdma_destroy_id); its status is the call's errno, ECONNREFUSED for a
+ * rejection. The event's type is not looked at, as librdmacm's is not. */
+static int complete(struct rdma_cm_id *id)
+{
+	if (!xid(id)->own)
+		return 0;
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
+	if (rdma_get_cm_event(id->channel, &id->event))
+		return -1;
+	int st = id->event->status;
+	if (id->event->event == RDMA_CM_EVENT_REJECTED && st)
+		return fail(ECONNREFUSED);
+	return st ? fail(st < 0 ? -st : st) : 0;
+}
+
+/* pd_of is the PD a QP made without one takes: the ID's, or the device's
+ * default one, made once (librdmacm's cma_dev->pd). */
+static struct ibv_pd *pd_of(struct rdma_cm_id *id)
+{
+	if (id->pd)
+		return id->pd;
+	pthread_mutex_lock(&mu);
+	if (!default_pd && dev)
+		default_pd = ibv_alloc_pd(dev);
+	struct ibv_pd *pd = default_pd;
+	pthread_mutex_unlock(&mu);
+	return pd;
+}
 
 static struct xr_id *id_of(uint32_t handle)
 {
@@ -243,17 +283,43 @@ XR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	if (call(XRNIC_OP_DESTROY, &req, sizeof(req), NULL, 0, NULL))
 		return -1;
 	untrack(x);
+	if (id->event)
+		rdma_ack_cm_event(id->event);
 	if (x->own)
 		rdma_destroy_event_channel(&x->own->ch);
+	free(x->qp_init_attr);
 	free(x);
 	return 0;
 }
 
+/* rdma_migrate_id: a NULL channel makes the ID synchronous, on a channel of
+ * its own; a synchronous ID moved to a channel is synchronous no more, and its
+ * own channel goes (librdmacm's). */
 XR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
 {
-	struct xrnic_cm_id_req req = {.id = xid(id)->handle, .arg = ((struct xr_chan *)channel)->handle};
-	if (call(XRNIC_OP_CM_MIGRATE_ID, &req, sizeof(req), NULL, 0, NULL))
+	struct xr_id *x = xid(id);
+	struct xr_chan *own = NULL;
+	if (!channel) {
+		if (x->own)
+			return fail(EINVAL);
+		if (!(channel = rdma_create_event_channel()))
+			return -1;
+		own = (struct xr_chan *)channel;
+	}
+	struct xrnic_cm_id_req req = {.id = x->handle, .arg = ((struct xr_chan *)channel)->handle};
+	if (call(XRNIC_OP_CM_MIGRATE_ID, &req, sizeof(req), NULL, 0, NULL)) {
+		if (own)
+			rdma_destroy_event_channel(channel);
 		return -1;
+	}
+	if (x->own) {
+		if (id->event) {
+			rdma_ack_cm_event(id->event);
+			id->event = NULL;
+		}
+		rdma_destroy_event_channel(&x->own->ch);
+	}
+	x->own = own;
 	id->channel = channel;
 	return 0;
 }
@@ -282,7 +348,7 @@ XR_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, str
 	if (call(XRNIC_OP_CM_RESOLVE_ADDR, &req, sizeof(req), NULL, 0, NULL))
 		return -1;
 	memcpy(&id->route.addr.dst_storage, dst, addr_len(dst));
-	return 0;
+	return complete(id);
 }
 
 static int simple(struct rdma_cm_id *id, uint32_t op, uint32_t arg)
@@ -294,7 +360,9 @@ static int simple(struct rdma_cm_id *id, uint32_t op, uint32_t arg)
 XR_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 {
 	(void)timeout_ms;
-	return simple(id, XRNIC_OP_CM_RESOLVE_ROUTE, 0);
+	if (simple(id, XRNIC_OP_CM_RESOLVE_ROUTE, 0))
+		return -1;
+	return complete(id);
 }
 
 XR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
@@ -364,7 +432,7 @@ static void destroy_cqs(struct rdma_cm_id *id)
 XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	if (!pd)
-		pd = id->pd;
+		pd = pd_of(id);
 	if (!pd || id->qp)
 		return fail(EINVAL);
 	attr->qp_type = id->qp_type;
@@ -461,7 +529,12 @@ static int conn(struct rdma_cm_id *id, uint32_t op, struct rdma_conn_param *p)
 	return call(op, &req, sizeof(req), NULL, 0, NULL);
 }
 
-XR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p) { return conn(id, XRNIC_OP_CM_CONNECT, p); }
+XR_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
+{
+	if (conn(id, XRNIC_OP_CM_CONNECT, p))
+		return -1;
+	return complete(id); /* ESTABLISHED, made in rdma_get_cm_event */
+}
 
 XR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
@@ -474,7 +547,17 @@ XR_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 			return fail(e);
 		}
 	}
-	return conn(id, XRNIC_OP_CM_ACCEPT, p);
+	if (conn(id, XRNIC_OP_CM_ACCEPT, p))
+		return -1;
+	if (id->qp_type == IBV_QPT_UD && xid(id)->own) {
+		/* No event follows a UD accept (librdmacm). */
+		if (id->event) {
+			rdma_ack_cm_event(id->event);
+			id->event = NULL;
+		}
+		return 0;
+	}
+	return complete(id);
 }
 
 XR_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t len)
@@ -492,7 +575,9 @@ XR_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8
 XR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 {
 	qp_to_err(id); /* its posted work requests complete, flushed */
-	return simple(id, XRNIC_OP_CM_DISCONNECT, 0);
+	if (simple(id, XRNIC_OP_CM_DISCONNECT, 0))
+		return -1;
+	return complete(id); /* DISCONNECTED */
 }
 
 XR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
@@ -588,6 +673,14 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			x = new_id(w.id, l->id.channel, l->id.context, l->id.ps);
 			if (!x)
 				return fail(ENOMEM);
+			/* A synchronous listener's requests are synchronous IDs, on
+			 * channels of their own (ucma_process_conn_req). */
+			if (l->own && rdma_migrate_id(&x->id, NULL)) {
+				int e = errno;
+				rdma_reject(&x->id, NULL, 0);
+				rdma_destroy_id(&x->id);
+				return fail(e);
+			}
 		}
 		if (!x)
 			continue; /* an ID destroyed meanwhile */
@@ -687,6 +780,90 @@ XR_EXPORT struct ibv_context **rdma_get_devices(int *num)
 }
 
 XR_EXPORT void rdma_free_devices(struct ibv_context **list) { free(list); }
+
+/* The endpoint calls (rdma_create_ep(3), rdma_get_request(3)): synchronous
+ * IDs, as librdmacm's. */
+
+XR_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+{
+	struct xr_id *l = xid(listen);
+	if (!l->own)
+		return fail(EINVAL);
+	if (listen->event) {
+		rdma_ack_cm_event(listen->event);
+		listen->event = NULL;
+	}
+	struct rdma_cm_event *ev;
+	if (rdma_get_cm_event(listen->channel, &ev))
+		return -1;
+	int err = 0;
+	if (ev->event == RDMA_CM_EVENT_REJECTED)
+		err = ECONNREFUSED;
+	else if (ev->status)
+		err = ev->status < 0 ? -ev->status : ev->status;
+	else if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+		err = EINVAL;
+	else if (l->qp_init_attr) {
+		struct ibv_qp_init_attr a = *l->qp_init_attr;
+		if (rdma_create_qp(ev->id, listen->pd, &a))
+			err = errno;
+	}
+	if (err) {
+		listen->event = ev; /* acked by the next call, as librdmacm's */
+		return fail(err);
+	}
+	*id = ev->id;
+	(*id)->event = ev;
+	return 0;
+}
+
+XR_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id); /* frees a passive endpoint's qp_init_attr */
+}
+
+XR_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+			     struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_cm_id *cm;
+	if (!res)
+		return fail(EINVAL);
+	if (rdma_create_id(NULL, &cm, NULL, res->ai_port_space))
+		return -1;
+	if (res->ai_flags & RAI_PASSIVE) {
+		/* Bound, not listening; its requests' QPs take qp_init_attr
+		 * (ucma_passive_ep). */
+		if (rdma_bind_addr(cm, res->ai_src_addr))
+			goto err;
+		if (pd)
+			cm->pd = pd;
+		if (qp_init_attr) {
+			struct xr_id *x = xid(cm);
+			if (!(x->qp_init_attr = malloc(sizeof(*qp_init_attr)))) {
+				errno = ENOMEM;
+				goto err;
+			}
+			*x->qp_init_attr = *qp_init_attr;
+			x->qp_init_attr->qp_type = res->ai_qp_type;
+		}
+	} else {
+		if (rdma_resolve_addr(cm, res->ai_src_addr, res->ai_dst_addr, 2000) || rdma_resolve_route(cm, 2000))
+			goto err;
+		if (qp_init_attr) {
+			qp_init_attr->qp_type = res->ai_qp_type;
+			if (rdma_create_qp(cm, pd, qp_init_attr))
+				goto err;
+		}
+	}
+	*id = cm;
+	return 0;
+err:;
+	int e = errno;
+	rdma_destroy_ep(cm);
+	return fail(e);
+}
 
 XR_EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			       struct rdma_addrinfo **res)

@@ -4,24 +4,11 @@
  * a local IPv4 address of the device. On xrnic's library against a daemon
  * (XRNIC_ATTACH). Prints "ok". */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <string.h>
 #include "test.h"
-
-static int fds(void)
-{
-	int n = 0;
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
 
 int main(int argc, char **argv)
 {
@@ -57,9 +44,9 @@ int main(int argc, char **argv)
 		if (rdma_destroy_id(id))
 			FAIL("destroy_id");
 		if (i == 0)
-			before = fds();
+			before = open_fds();
 	}
-	int after = fds();
+	int after = open_fds();
 	if (after != before)
 		FAIL("%d descriptors open after 49 more cycles, %d after the first", after, before);
 	rdma_destroy_event_channel(ch);

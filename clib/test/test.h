@@ -4,6 +4,7 @@
 #ifndef XRNIC_CLIB_TEST_H
 #define XRNIC_CLIB_TEST_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -31,6 +32,19 @@ static inline struct ibv_context *open_device(void)
 	struct ibv_context *ctx = n == 1 ? ibv_open_device(list[0]) : NULL;
 	ibv_free_device_list(list);
 	return ctx;
+}
+
+/* open_fds counts the process's open descriptors (-1 if it cannot). */
+static inline int open_fds(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
 }
 
 #endif

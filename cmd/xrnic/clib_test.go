@@ -144,8 +144,9 @@ func TestCLibrary(t *testing.T) {
 	// (clib/test/cqevents.c); a channel's fd takes O_NONBLOCK as
 	// libibverbs' does (clib/test/cqnonblock.c); ibv_init_ah_from_wc reads
 	// IPv4 and IPv6 (clib/test/ahfromwc.c); rdma_destroy_qp frees the CQs
-	// rdma_create_qp made (clib/test/cmqp.c).
-	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp"} {
+	// rdma_create_qp made (clib/test/cmqp.c); librdmacm's synchronous
+	// mode (clib/test/cmsync.c).
+	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync"} {
 		t.Run(prog, func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), prog)
 			out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-rdynamic", "-o", bin,
@@ -154,8 +155,11 @@ func TestCLibrary(t *testing.T) {
 				t.Fatalf("gcc: %v\n%s", err, out)
 			}
 			args := []string{bin}
-			if prog == "cmqp" {
+			switch prog {
+			case "cmqp":
 				args = append(args, p.A.IPv4.String())
+			case "cmsync":
+				args = append(args, p.A.IPv4.String(), p.B.IPv4.String())
 			}
 			c := xrnicExec(t, &p.A, a, lib, args...)
 			if err := c.wait(30 * time.Second); err != nil || !strings.Contains(c.out.String(), "ok") {
@@ -193,6 +197,17 @@ func TestCLibrary(t *testing.T) {
 		cli := xrnicExec(t, &p.A, a, lib, "rping", "-c", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v")
 		// rping -v prints each ping's data, which it checks (-V would too).
 		checkBoth(t, srv, cli, "ping data: rdma-ping-9: JKLMNOPQRSTUVWXYZ", true)
+	})
+	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
+	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
+	// a SEND each way; each prints "end 0" when all of it worked.
+	t.Run("rdma_server", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		srv := xrnicExec(t, &p.B, b, lib, "rdma_server", "-s", p.B.IPv4.String(), "-p", "7175")
+		waitCMListener(t, b, srv)
+		cli := xrnicExec(t, &p.A, a, lib, "rdma_client", "-s", p.B.IPv4.String(), "-p", "7175")
+		checkBoth(t, srv, cli, "end 0", true)
 	})
 	for _, d := range []*testDaemon{a, b} {
 		waitDetached(t, d)
