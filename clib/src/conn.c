@@ -2,9 +2,12 @@
  * reply at a time, descriptors with SCM_RIGHTS. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -187,9 +190,25 @@ int xr_destroy(struct xr_conn *c, uint32_t kind, uint32_t handle)
 	return xr_call(c, XRNIC_OP_DESTROY, &req, sizeof(req), NULL, 0, -1, NULL, 0, NULL);
 }
 
+/* xr_ring_bell writes the doorbell, a pipe's write end. With the daemon gone
+ * (its read end closed) the write fails with EPIPE and raises SIGPIPE, which
+ * would kill the program where an eventfd's write never did: the thread
+ * blocks SIGPIPE around it (unless it has already) and takes the one it
+ * raised. The doorbell rings only when the daemon's engine sleeps. */
 void xr_ring_bell(struct xr_conn *c)
 {
 	uint64_t one = 1;
-	ssize_t n = write(c->bell, &one, sizeof(one));
-	(void)n; /* EAGAIN: the pipe is full, the daemon will look */
+	sigset_t pipe, old;
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe, &old);
+	ssize_t n = write(c->bell, &one, sizeof(one)); /* EAGAIN: full, the daemon will look */
+	if (n < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE)) {
+		struct timespec now = {0, 0};
+		int e = errno;
+		while (sigtimedwait(&pipe, NULL, &now) < 0 && errno == EINTR)
+			;
+		errno = e;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }

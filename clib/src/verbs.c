@@ -573,12 +573,13 @@ static struct xr_cq *fired(struct xr_context *x, struct xr_channel *ch, void **c
 
 /* ibv_get_cq_event's wait. The channel's fd is the read end of a pipe the
  * daemon writes a byte to per event, the process's alone (its O_NONBLOCK is
- * the process's, not shared with the daemon). Blocking, as libibverbs'
- * read of it: a CQ that fired with another's byte read already is looked for
- * first, then the read waits. With O_NONBLOCK: the bytes so far are read
- * first, so an event returned leaves the fd unreadable (an epoll loop is not
- * woken for it again), and no CQ fired fails with EAGAIN. A signal fails
- * the wait with EINTR, as libibverbs' does. */
+ * the process's, not shared with the daemon). A CQ that fired is looked for
+ * first; failing one, a byte is read, blocking as libibverbs' read of the fd
+ * does, or with O_NONBLOCK failing with EAGAIN (and a signal fails the wait
+ * with EINTR, as libibverbs' does). One byte a read, so that several threads
+ * waiting on a channel each wake for an event of their own. With O_NONBLOCK
+ * the event returned takes its byte: the fd stays readable while events
+ * wait, and is not after the last (an epoll loop is woken once for each). */
 XR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	struct xr_channel *ch = container_of(channel, struct xr_channel, ch);
@@ -586,31 +587,20 @@ XR_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 	int fl = fcntl(channel->fd, F_GETFL);
 	if (fl < 0)
 		return -1;
-	char buf[64];
+	char b;
 	for (;;) {
-		ssize_t n = 1;
-		if (fl & O_NONBLOCK) {
-			n = read(channel->fd, buf, sizeof(buf));
-			if (n < 0 && errno != EAGAIN)
-				return -1;
-		}
 		struct xr_cq *q = fired(x, ch, cq_context);
 		if (q) {
+			if (fl & O_NONBLOCK) {
+				ssize_t n = read(channel->fd, &b, 1); /* EAGAIN: not written yet */
+				(void)n;
+			}
 			*cq = &q->cq;
 			return 0;
 		}
-		if (fl & O_NONBLOCK) {
-			if (n < 0)
-				return -1; /* EAGAIN: nothing fired */
-			if (n == 0) {
-				errno = EIO; /* the daemon closed the channel's pipe */
-				return -1;
-			}
-			continue; /* bytes of events returned already: read on */
-		}
-		n = read(channel->fd, buf, sizeof(buf));
+		ssize_t n = read(channel->fd, &b, 1);
 		if (n == 0)
-			errno = EIO;
+			errno = EIO; /* the daemon closed the channel's pipe */
 		if (n <= 0)
 			return -1;
 	}

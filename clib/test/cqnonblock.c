@@ -2,8 +2,9 @@
  * is. Blocking by default; with O_NONBLOCK set on it, ibv_get_cq_event with
  * no event fails at once with EAGAIN, returns an event once poll(2) says the
  * fd is readable, and leaves the fd unreadable after it (an epoll loop is not
- * woken again for an event it has taken). Events come from SENDs flushed on
- * an RC QP in ERR. On xrnic's library against a daemon (XRNIC_ATTACH). Prints
+ * woken again for an event it has taken); with two CQs fired it stays
+ * readable until both events are taken. Events come from work requests
+ * flushed on an RC QP in ERR. On xrnic's library against a daemon (XRNIC_ATTACH). Prints
  * "ok". */
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -11,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "test.h"
 
 static int readable(int fd, int ms)
@@ -65,6 +67,45 @@ int main(void)
 		CHECK(ibv_poll_cq(cq, 1, &wc) == 1 && wc.wr_id == (uint64_t)round && wc.status == IBV_WC_WR_FLUSH_ERR);
 	}
 	CHECK(!ibv_destroy_qp(qp));
+
+	/* Two CQs of the channel fire: the fd stays readable until both events
+	 * are taken, one a call. */
+	struct ibv_cq *cq2 = ibv_create_cq(ctx, 16, NULL, ch, 0);
+	CHECK(cq2);
+	qa.recv_cq = cq2;
+	qp = ibv_create_qp(pd, &qa);
+	CHECK(qp);
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
+	CHECK(!ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_ERR};
+	CHECK(!ibv_modify_qp(qp, &at, IBV_QP_STATE));
+	CHECK(!ibv_req_notify_cq(cq, 0) && !ibv_req_notify_cq(cq2, 0));
+	struct ibv_recv_wr rw = {.wr_id = 9, .sg_list = &s, .num_sge = 1}, *rbad;
+	struct ibv_send_wr sw = {.wr_id = 8, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},
+			   *sbad;
+	CHECK(!ibv_post_recv(qp, &rw, &rbad) && !ibv_post_send(qp, &sw, &sbad));
+	struct ibv_wc wc;
+	int got1 = 0, got2 = 0;
+	for (int i = 0; i < 10000 && !(got1 && got2); i++) {
+		got1 += ibv_poll_cq(cq, 1, &wc) == 1;
+		got2 += ibv_poll_cq(cq2, 1, &wc) == 1;
+		usleep(1000);
+	}
+	CHECK(got1 && got2);
+	usleep(50000); /* the events' bytes follow the completions */
+	struct ibv_cq *first, *second;
+	CHECK(readable(ch->fd, 0));
+	CHECK(!ibv_get_cq_event(ch, &first, &cctx));
+	if (!readable(ch->fd, 0))
+		FAIL("the fd is unreadable with the second CQ's event still to take");
+	CHECK(!ibv_get_cq_event(ch, &second, &cctx) && second != first);
+	CHECK(!readable(ch->fd, 0));
+	errno = 0;
+	CHECK(ibv_get_cq_event(ch, &got, &cctx) == -1 && errno == EAGAIN);
+	ibv_ack_cq_events(cq, 1);
+	ibv_ack_cq_events(cq2, 1);
+	CHECK(!ibv_destroy_qp(qp));
+	CHECK(!ibv_destroy_cq(cq2));
 	CHECK(!ibv_destroy_cq(cq));
 	CHECK(!ibv_destroy_comp_channel(ch));
 	ibv_dereg_mr(mr);

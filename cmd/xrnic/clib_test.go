@@ -448,3 +448,29 @@ func TestAttachGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestCLibraryDaemonGone: a program whose daemon stops is not killed by its
+// next doorbell (SIGPIPE on the doorbell pipe; clib/test/daemongone.c).
+func TestCLibraryDaemonGone(t *testing.T) {
+	lib := buildCLib(t)
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	a := startDaemonProc(t, &p.A)
+	bin := filepath.Join(t.TempDir(), "daemongone")
+	out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin,
+		filepath.Join(testutil.RepoRoot(t), "clib", "test", "daemongone.c"), "-libverbs").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	c := xrnicExec(t, &p.A, a, lib, bin)
+	for end := time.Now().Add(20 * time.Second); !strings.Contains(c.out.String(), "ready"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the program never got ready:\n%s", c.out.String())
+		}
+	}
+	if err := a.stop(); err != nil {
+		t.Logf("daemon: %v", err)
+	}
+	if err := c.wait(30 * time.Second); err != nil || !strings.Contains(c.out.String(), "ok") {
+		t.Fatalf("after its daemon stopped: %v\n%s", err, c.out.String())
+	}
+}

@@ -7,7 +7,8 @@
 // and clear its O_NONBLOCK, after which the owner's own read (or write) of it
 // blocks. A pipe's ends are separate descriptions, and Writer opens a new one
 // for each process that rings: a process holds a write end of its own and
-// nothing it does to it reaches the owner's ends.
+// nothing it does to it reaches the owner's ends. Nor can it reopen its end
+// for reading: the pipe is write-only (New).
 package wakeup
 
 import (
@@ -43,6 +44,15 @@ func New() (*Pipe, error) {
 	// Best effort: a pipe keeps its default (16 pages) where the limit is
 	// lower; Drain then empties it over several polls.
 	_, _ = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, size)
+	// Write-only, even for its owner: /proc/self/fd/N of a write end can be
+	// opened for reading too, and a process given one could then take the
+	// owner's wake-ups. A user other than the owner cannot open it at all.
+	// (root can, as root can do anything to the owner.)
+	if err := unix.Fchmod(fds[1], 0o200); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("wakeup: fchmod: %w", err)
+	}
 	return &Pipe{r: fds[0], w: fds[1]}, nil
 }
 

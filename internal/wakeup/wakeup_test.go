@@ -2,6 +2,13 @@ package wakeup
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,4 +99,79 @@ func TestWriterCannotReachOwner(t *testing.T) {
 		unix.Read(p.FD(), b[:]) // unblock a blocked Wake before failing
 		t.Fatal("the owner's Drain or Wake blocked after the writer cleared O_NONBLOCK on its end")
 	}
+}
+
+// A process that owns the pipe's user (the daemon's, when it is not root)
+// cannot reopen a write end for reading through /proc/self/fd: the pipe is
+// write-only. The test runs itself again as nobody, from a copy of its binary
+// nobody may run.
+func TestWriterCannotBeReopenedForReading(t *testing.T) {
+	if os.Getenv("WAKEUP_REOPEN_CHILD") != "" {
+		return // the child's part is reopenChild, run from TestMain
+	}
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root to run a child as another user")
+		}
+		t.Skip("needs root")
+	}
+	dir, err := os.MkdirTemp("", "wakeup") // t.TempDir's parent is root's alone
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "wakeup.test")
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WAKEUP_REOPEN_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "reopen: EACCES") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("WAKEUP_REOPEN_CHILD") != "" {
+		os.Exit(reopenChild())
+	}
+	os.Exit(m.Run())
+}
+
+// reopenChild makes a pipe, opens a writer as Writer does, and tries to
+// reopen that writer for reading.
+func reopenChild() int {
+	p, err := New()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer p.Close()
+	w, err := p.Writer()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer unix.Close(w)
+	r, err := unix.Open("/proc/self/fd/"+strconv.Itoa(w), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	switch {
+	case err == nil:
+		unix.Close(r)
+		fmt.Println("reopen: a read end")
+		return 1
+	case errors.Is(err, unix.EACCES):
+		fmt.Println("reopen: EACCES")
+		return 0
+	}
+	fmt.Println("reopen:", err)
+	return 1
 }

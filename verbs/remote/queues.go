@@ -42,6 +42,7 @@ func (d *Device) NewCompChannel() (*CompChannel, error) {
 	// Go's poller waits for it and Close ends a GetEvent.
 	if err := unix.SetNonblock(fds[0], true); err != nil {
 		unix.Close(fds[0])
+		d.destroy(attach.KindCompChannel, rep.Handle)
 		return nil, err
 	}
 	c := &CompChannel{d: d, h: rep.Handle, efd: fds[0], f: os.NewFile(uintptr(fds[0]), "xrnic-comp-channel")}

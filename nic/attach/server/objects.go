@@ -134,6 +134,9 @@ func (ss *session) createChannel() (any, int, error) {
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, -1, err
 	}
+	// One page, not sixteen: a process that arms a channel and never reads
+	// it pins that much of the daemon's kernel memory (best effort).
+	_, _ = unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, 4096)
 	// The process's end blocks, as a libibverbs channel's fd does until the
 	// process sets O_NONBLOCK on it.
 	if err := unix.SetNonblock(p[0], false); err != nil {

@@ -82,6 +82,7 @@ func newSession(s *Server, c *net.UnixConn, cred unix.Ucred) (*session, error) {
 	if err := unix.Pipe2(bell[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("doorbell: %w", err)
 	}
+	_, _ = unix.FcntlInt(uintptr(bell[1]), unix.F_SETPIPE_SZ, 4096) // as a channel's
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		unix.Close(bell[0])
