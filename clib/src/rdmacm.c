@@ -29,9 +29,18 @@ int xrnic_call(struct ibv_context *ctx, uint32_t op, const void *req, uint32_t r
 
 #define UDP_QKEY 0x01234567 /* RDMA_UDP_QKEY */
 
+/* A stashed event: one read from a channel its ID has left (see
+ * rdma_get_cm_event), kept for the channel the ID is on now. */
+struct xr_stashed {
+	struct xr_stashed *next;
+	size_t len;
+	uint8_t msg[];
+};
+
 struct xr_chan {
 	struct rdma_event_channel ch;
 	uint32_t handle;
+	struct xr_stashed *stash, **tail; /* under mu */
 };
 
 struct xr_id {
@@ -120,10 +129,47 @@ static struct ibv_pd *pd_of(struct rdma_cm_id *id)
 		return id->pd;
 	pthread_mutex_lock(&mu);
 	if (!default_pd && dev)
-		default_pd = ibv_alloc_pd(dev);
+		default_pd = ibv_alloc_pd(dev); /* failing, it sets errno */
+	else if (!dev)
+		errno = ENODEV;
 	struct ibv_pd *pd = default_pd;
 	pthread_mutex_unlock(&mu);
 	return pd;
+}
+
+/* stash keeps a copy of the message msg (an event) for channel c. */
+static void stash(struct rdma_event_channel *c, const uint8_t *msg, size_t len)
+{
+	struct xr_chan *xc = (struct xr_chan *)c;
+	struct xr_stashed *st = malloc(sizeof(*st) + len);
+	if (!st)
+		return; /* lost, as an event past a full queue is */
+	st->next = NULL;
+	st->len = len;
+	memcpy(st->msg, msg, len);
+	pthread_mutex_lock(&mu);
+	*xc->tail = st;
+	xc->tail = &st->next;
+	pthread_mutex_unlock(&mu);
+}
+
+/* unstash takes channel c's first stashed message into buf; its length, or 0
+ * if none. */
+static size_t unstash(struct rdma_event_channel *c, uint8_t *buf, size_t size)
+{
+	struct xr_chan *xc = (struct xr_chan *)c;
+	size_t n = 0;
+	pthread_mutex_lock(&mu);
+	struct xr_stashed *st = xc->stash;
+	if (st) {
+		if (!(xc->stash = st->next))
+			xc->tail = &xc->stash;
+		n = st->len < size ? st->len : size;
+		memcpy(buf, st->msg, n);
+	}
+	pthread_mutex_unlock(&mu);
+	free(st);
+	return n;
 }
 
 static struct xr_id *id_of(uint32_t handle)
@@ -153,6 +199,56 @@ static void untrack(struct xr_id *x)
 			break;
 		}
 	pthread_mutex_unlock(&mu);
+}
+
+/* event_of reads the event message msg of n bytes: 0 if it is not one. */
+static int event_of(const uint8_t *msg, ssize_t n, struct xrnic_cm_event *w)
+{
+	struct xrnic_hdr h;
+	if ((size_t)n != sizeof(h) + sizeof(*w))
+		return 0;
+	memcpy(&h, msg, sizeof(h));
+	memcpy(w, msg + sizeof(h), sizeof(*w));
+	return h.op == XRNIC_OP_CM_EVENT && h.len == sizeof(*w);
+}
+
+/* home is the channel an event read from channel c belongs to: the channel
+ * its ID is on now, which is another when the ID was migrated after the
+ * daemon sent the event (the kernel's ucma_migrate_id moves an ID's pending
+ * events along). A request stays with its listener's channel. */
+static struct rdma_event_channel *home(struct rdma_event_channel *c, const struct xrnic_cm_event *w)
+{
+	if (w->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+		return c;
+	struct xr_id *x = id_of(w->id);
+	return x ? x->id.channel : c;
+}
+
+/* sweep, after a migration off channel c, takes what c holds, stashed or in
+ * its socket, and stashes each event with its home channel, in order: a
+ * synchronous ID waiting on its own channel finds its events there. Events
+ * stashed on an asynchronous channel wait for its next rdma_get_cm_event; its
+ * fd does not show them. */
+static void sweep(struct rdma_event_channel *c)
+{
+	uint8_t buf[XRNIC_MAX_MESSAGE];
+	struct xrnic_cm_event w;
+	struct xr_chan *xc = (struct xr_chan *)c;
+	pthread_mutex_lock(&mu);
+	struct xr_stashed *old = xc->stash;
+	xc->stash = NULL;
+	xc->tail = &xc->stash;
+	pthread_mutex_unlock(&mu);
+	for (struct xr_stashed *st = old, *next; st; st = next) {
+		next = st->next;
+		if (event_of(st->msg, (ssize_t)st->len, &w))
+			stash(home(c, &w), st->msg, st->len);
+		free(st);
+	}
+	ssize_t n;
+	while ((n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		if (event_of(buf, n, &w))
+			stash(home(c, &w), buf, (size_t)n);
 }
 
 /* Addresses. */
@@ -216,6 +312,7 @@ XR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	}
 	c->ch.fd = fd;
 	c->handle = r.handle;
+	c->tail = &c->stash;
 	return &c->ch;
 }
 
@@ -225,6 +322,10 @@ XR_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	struct xrnic_destroy req = {.kind = XRNIC_KIND_CM_CHANNEL, .handle = c->handle};
 	call(XRNIC_OP_DESTROY, &req, sizeof(req), NULL, 0, NULL);
 	close(channel->fd);
+	for (struct xr_stashed *st = c->stash, *next; st; st = next) {
+		next = st->next;
+		free(st);
+	}
 	free(c);
 }
 
@@ -312,6 +413,9 @@ XR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 			rdma_destroy_event_channel(channel);
 		return -1;
 	}
+	struct rdma_event_channel *from = id->channel;
+	id->channel = channel;
+	sweep(from); /* the ID's events sent there already come along */
 	if (x->own) {
 		if (id->event) {
 			rdma_ack_cm_event(id->event);
@@ -320,7 +424,6 @@ XR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 		rdma_destroy_event_channel(&x->own->ch);
 	}
 	x->own = own;
-	id->channel = channel;
 	return 0;
 }
 
@@ -431,10 +534,10 @@ static void destroy_cqs(struct rdma_cm_id *id)
 
 XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	if (!pd)
-		pd = pd_of(id);
-	if (!pd || id->qp)
+	if (id->qp)
 		return fail(EINVAL);
+	if (!pd && !(pd = pd_of(id)))
+		return -1;
 	attr->qp_type = id->qp_type;
 	/* Without CQs of the consumer's, the ID's own (librdmacm's
 	 * ucma_create_cqs). */
@@ -642,10 +745,11 @@ static int daemon_gone(void)
 XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	uint8_t buf[XRNIC_MAX_MESSAGE];
-	struct xrnic_hdr h;
 	struct xrnic_cm_event w;
 	for (;;) {
-		ssize_t n = recv(channel->fd, buf, sizeof(buf), 0);
+		ssize_t n = (ssize_t)unstash(channel, buf, sizeof(buf));
+		if (!n)
+			n = recv(channel->fd, buf, sizeof(buf), 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -660,12 +764,13 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			for (;;)
 				pause();
 		}
-		if ((size_t)n != sizeof(h) + sizeof(w))
+		if (!event_of(buf, n, &w))
 			continue;
-		memcpy(&h, buf, sizeof(h));
-		memcpy(&w, buf + sizeof(h), sizeof(w));
-		if (h.op != XRNIC_OP_CM_EVENT || h.len != sizeof(w))
+		struct rdma_event_channel *to = home(channel, &w);
+		if (to != channel) {
+			stash(to, buf, (size_t)n); /* see sweep */
 			continue;
+		}
 		struct xr_id *x = id_of(w.id), *l = NULL;
 		if (w.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
 			if (!(l = id_of(w.listen_id)))
@@ -674,12 +779,12 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			if (!x)
 				return fail(ENOMEM);
 			/* A synchronous listener's requests are synchronous IDs, on
-			 * channels of their own (ucma_process_conn_req). */
+			 * channels of their own (ucma_process_conn_req; failing, it
+			 * reads on). */
 			if (l->own && rdma_migrate_id(&x->id, NULL)) {
-				int e = errno;
 				rdma_reject(&x->id, NULL, 0);
 				rdma_destroy_id(&x->id);
-				return fail(e);
+				continue;
 			}
 		}
 		if (!x)

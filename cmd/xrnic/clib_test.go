@@ -148,13 +148,7 @@ func TestCLibrary(t *testing.T) {
 	// mode (clib/test/cmsync.c).
 	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync"} {
 		t.Run(prog, func(t *testing.T) {
-			bin := filepath.Join(t.TempDir(), prog)
-			out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-rdynamic", "-o", bin,
-				filepath.Join(testutil.RepoRoot(t), "clib", "test", prog+".c"), "-lrdmacm", "-libverbs").CombinedOutput()
-			if err != nil {
-				t.Fatalf("gcc: %v\n%s", err, out)
-			}
-			args := []string{bin}
+			args := []string{buildCProg(t, prog)}
 			switch prog {
 			case "cmqp":
 				args = append(args, p.A.IPv4.String())
@@ -174,8 +168,18 @@ func TestCLibrary(t *testing.T) {
 		srv := xrnicExec(t, &p.B, b, lib, args...)
 		waitListening(t, &p.B, "18601", srv)
 		cli := xrnicExec(t, &p.A, a, lib, append(args, p.B.IPv4.String())...)
-		// Its QP in RTS at its daemon: the transfer runs.
-		for end := time.Now().Add(30 * time.Second); !strings.Contains(a.cmd(t, "resource", "show", "qp"), "state RTS"); time.Sleep(20 * time.Millisecond) {
+		// Its QP in RTS at its daemon: the transfer runs. (Its own: the
+		// daemon's QP1 is in RTS from the start.)
+		mine := fmt.Sprintf(" pid %d comm ", cli.cmd.Process.Pid)
+		rts := func() bool {
+			for l := range strings.Lines(a.cmd(t, "resource", "show", "qp")) {
+				if strings.Contains(l, "state RTS") && strings.Contains(l, mine) {
+					return true
+				}
+			}
+			return false
+		}
+		for end := time.Now().Add(30 * time.Second); !rts(); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(end) {
 				t.Fatalf("the client's QP never reached RTS:\n%s", cli.out.String())
 			}
@@ -197,6 +201,21 @@ func TestCLibrary(t *testing.T) {
 		cli := xrnicExec(t, &p.A, a, lib, "rping", "-c", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v")
 		// rping -v prints each ping's data, which it checks (-V would too).
 		checkBoth(t, srv, cli, "ping data: rdma-ping-9: JKLMNOPQRSTUVWXYZ", true)
+	})
+	// A migrated ID's events sent already go with it (clib/test/cmmigrate.c).
+	t.Run("cmmigrate", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		bin := buildCProg(t, "cmmigrate")
+		srv := xrnicExec(t, &p.B, b, lib, bin, "server", p.B.IPv4.String())
+		waitCMListener(t, b, srv)
+		gone := xrnicExec(t, &p.A, a, lib, bin, "gone", p.B.IPv4.String())
+		if err := gone.wait(30 * time.Second); err != nil || !strings.Contains(gone.out.String(), "ok") {
+			t.Fatalf("gone: %v\n%s", err, gone.out.String())
+		}
+		stay := xrnicExec(t, &p.A, a, lib, bin, "stay", p.B.IPv4.String())
+		checkBoth(t, srv, stay, "ok", true)
+		t.Logf("server:\n%s", srv.out.String())
 	})
 	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
@@ -455,13 +474,7 @@ func TestCLibraryDaemonGone(t *testing.T) {
 	lib := buildCLib(t)
 	p := testenv.NewTestPair(t, testenv.PairOptions{})
 	a := startDaemonProc(t, &p.A)
-	bin := filepath.Join(t.TempDir(), "daemongone")
-	out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin,
-		filepath.Join(testutil.RepoRoot(t), "clib", "test", "daemongone.c"), "-libverbs").CombinedOutput()
-	if err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	c := xrnicExec(t, &p.A, a, lib, bin)
+	c := xrnicExec(t, &p.A, a, lib, buildCProg(t, "daemongone"))
 	for end := time.Now().Add(20 * time.Second); !strings.Contains(c.out.String(), "ready"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("the program never got ready:\n%s", c.out.String())
@@ -473,4 +486,17 @@ func TestCLibraryDaemonGone(t *testing.T) {
 	if err := c.wait(30 * time.Second); err != nil || !strings.Contains(c.out.String(), "ok") {
 		t.Fatalf("after its daemon stopped: %v\n%s", err, c.out.String())
 	}
+}
+
+// buildCProg compiles clib/test/PROG.c, against the system's libibverbs and
+// librdmacm headers (xrnic exec runs it on xrnic's libraries).
+func buildCProg(t *testing.T, prog string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), prog)
+	out, err := exec.Command("gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-rdynamic", "-o", bin,
+		filepath.Join(testutil.RepoRoot(t), "clib", "test", prog+".c"), "-lrdmacm", "-libverbs").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
 }
