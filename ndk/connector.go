@@ -410,7 +410,8 @@ func (c *Connector) GetPeerAddress() (netip.AddrPort, error) {
 // Disconnect is NdkDisconnect: the QP is flushed (its pending requests
 // complete, cancelled) and a DREQ goes out; done runs once the peer answered
 // or the DREQ timed out. After the peer's disconnect event it answers (DREP)
-// and completes at once: nil, no callback.
+// and completes at once: nil, no callback; so does it after Connect completed
+// and before CompleteConnect, refusing the peer's REP (a REJ).
 func (c *Connector) Disconnect(done func(error)) error {
 	if done == nil {
 		done = func(error) {} // the request is pending all the same
@@ -428,7 +429,18 @@ func (c *Connector) Disconnect(done func(error)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.st {
-	case cEstablished, cConnected:
+	case cConnected:
+		// The REP came, the RTU has not gone (no CompleteConnect): not yet a
+		// connection to end with a DREQ. The REP is refused (a REJ, as
+		// librdmacm's refusal of a response it cannot complete), and the
+		// peer's Accept fails; done at once.
+		c.qp.toErr()
+		if err := c.id.Reject(nil); err != nil {
+			return err
+		}
+		c.st = cDone
+		return nil
+	case cEstablished:
 		c.qp.toErr()
 		if err := c.id.Disconnect(); err != nil {
 			return err
