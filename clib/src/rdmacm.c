@@ -212,43 +212,42 @@ static int event_of(const uint8_t *msg, ssize_t n, struct xrnic_cm_event *w)
 	return h.op == XRNIC_OP_CM_EVENT && h.len == sizeof(*w);
 }
 
-/* home is the channel an event read from channel c belongs to: the channel
- * its ID is on now, which is another when the ID was migrated after the
- * daemon sent the event (the kernel's ucma_migrate_id moves an ID's pending
- * events along). A request stays with its listener's channel. */
+/* home is the channel an event read from channel c is delivered on: c, but
+ * for a synchronous ID migrated off c after the daemon sent the event (a
+ * synchronous listener's request, moved to a channel of its own), its own
+ * channel, where the library's next wait for it looks first (the kernel's
+ * ucma_migrate_id moves an ID's pending events along). An asynchronous ID's
+ * event stays on c: a stash on its channel would not show on that channel's
+ * fd, nor wake a thread waiting in it. */
 static struct rdma_event_channel *home(struct rdma_event_channel *c, const struct xrnic_cm_event *w)
 {
 	if (w->event == RDMA_CM_EVENT_CONNECT_REQUEST)
 		return c;
-	struct xr_id *x = id_of(w->id);
-	return x ? x->id.channel : c;
+	struct rdma_event_channel *to = c;
+	pthread_mutex_lock(&mu);
+	for (struct xr_id *x = ids; x; x = x->next)
+		if (x->handle == w->id) {
+			if (x->own)
+				to = &x->own->ch;
+			break;
+		}
+	pthread_mutex_unlock(&mu);
+	return to;
 }
 
-/* sweep, after a migration off channel c, takes what c holds, stashed or in
- * its socket, and stashes each event with its home channel, in order: a
- * synchronous ID waiting on its own channel finds its events there. Events
- * stashed on an asynchronous channel wait for its next rdma_get_cm_event; its
- * fd does not show them. */
-static void sweep(struct rdma_event_channel *c)
+/* take_own hands what a synchronous ID's own channel holds, stashed or in its
+ * socket (that ID's events alone), to channel to, when the ID moves there:
+ * not lost with the channel. They wait for to's next rdma_get_cm_event; to's
+ * fd does not show them, as no stash does. */
+static void take_own(struct rdma_event_channel *own, struct rdma_event_channel *to)
 {
 	uint8_t buf[XRNIC_MAX_MESSAGE];
-	struct xrnic_cm_event w;
-	struct xr_chan *xc = (struct xr_chan *)c;
-	pthread_mutex_lock(&mu);
-	struct xr_stashed *old = xc->stash;
-	xc->stash = NULL;
-	xc->tail = &xc->stash;
-	pthread_mutex_unlock(&mu);
-	for (struct xr_stashed *st = old, *next; st; st = next) {
-		next = st->next;
-		if (event_of(st->msg, (ssize_t)st->len, &w))
-			stash(home(c, &w), st->msg, st->len);
-		free(st);
-	}
-	ssize_t n;
-	while ((n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
-		if (event_of(buf, n, &w))
-			stash(home(c, &w), buf, (size_t)n);
+	size_t n;
+	while ((n = unstash(own, buf, sizeof(buf))))
+		stash(to, buf, n);
+	ssize_t r;
+	while ((r = recv(own->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		stash(to, buf, (size_t)r);
 }
 
 /* Addresses. */
@@ -413,17 +412,19 @@ XR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 			rdma_destroy_event_channel(channel);
 		return -1;
 	}
-	struct rdma_event_channel *from = id->channel;
+	struct xr_chan *was = x->own;
+	pthread_mutex_lock(&mu); /* home reads them */
 	id->channel = channel;
-	sweep(from); /* the ID's events sent there already come along */
-	if (x->own) {
+	x->own = own;
+	pthread_mutex_unlock(&mu);
+	if (was) {
 		if (id->event) {
 			rdma_ack_cm_event(id->event);
 			id->event = NULL;
 		}
-		rdma_destroy_event_channel(&x->own->ch);
+		take_own(&was->ch, channel);
+		rdma_destroy_event_channel(&was->ch);
 	}
-	x->own = own;
 	return 0;
 }
 

@@ -11,7 +11,9 @@
  *   stay PEER: connects synchronously, waits for the server's DREQ on its own
  *     channel, then moves the ID to an asynchronous channel: the DISCONNECTED
  *     waiting on its own channel is the next event there.
+ *   asyncsrv PEER: see asyncsrv.
  * On xrnic's library against a daemon (XRNIC_ATTACH). Each prints "ok". */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -98,11 +100,44 @@ static int stay(const char *peer)
 	return 0;
 }
 
+/* asyncsrv: an asynchronous listener whose request's ID moves to another
+ * channel keeps the events still waiting on its own: the REJ of the gone
+ * client's ID, sent before the migration, still shows on the listener's fd
+ * (the library moves no asynchronous ID's events: a stash would not). */
+static int asyncsrv(const char *peer)
+{
+	struct rdma_event_channel *a = rdma_create_event_channel(), *b = rdma_create_event_channel();
+	CHECK(a && b);
+	struct rdma_cm_id *l, *id1;
+	CHECK(!rdma_create_id(a, &l, NULL, RDMA_PS_TCP));
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(7997)};
+	CHECK(inet_pton(AF_INET, peer, &sa.sin_addr) == 1);
+	CHECK(!rdma_bind_addr(l, (struct sockaddr *)&sa) && !rdma_listen(l, 4));
+	printf("listening\n");
+	fflush(stdout);
+	sleep(2);
+	struct rdma_cm_event *ev;
+	CHECK(!rdma_get_cm_event(a, &ev) && ev->event == RDMA_CM_EVENT_CONNECT_REQUEST);
+	id1 = ev->id;
+	rdma_ack_cm_event(ev);
+	CHECK(!rdma_migrate_id(id1, b));
+	struct pollfd p = {.fd = a->fd, .events = POLLIN};
+	if (poll(&p, 1, 2000) != 1)
+		FAIL("the listener's channel shows nothing after its request's ID moved");
+	CHECK(!rdma_get_cm_event(a, &ev) && ev->event == RDMA_CM_EVENT_REJECTED && ev->id == id1);
+	rdma_ack_cm_event(ev);
+	CHECK(!rdma_destroy_id(id1) && !rdma_destroy_id(l));
+	rdma_destroy_event_channel(b);
+	rdma_destroy_event_channel(a);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3)
-		FAIL("usage: cmmigrate server|gone|stay PEER_IPV4");
-	int r = !strcmp(argv[1], "server") ? server(argv[2])
+		FAIL("usage: cmmigrate server|asyncsrv|gone|stay PEER_IPV4");
+	int r = !strcmp(argv[1], "server")	? server(argv[2])
+		: !strcmp(argv[1], "asyncsrv") ? asyncsrv(argv[2])
 		: !strcmp(argv[1], "gone") ? gone(argv[2])
 		: !strcmp(argv[1], "stay") ? stay(argv[2])
 					    : -1;

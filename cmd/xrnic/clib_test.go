@@ -216,6 +216,11 @@ func TestCLibrary(t *testing.T) {
 		stay := xrnicExec(t, &p.A, a, lib, bin, "stay", p.B.IPv4.String())
 		checkBoth(t, srv, stay, "ok", true)
 		t.Logf("server:\n%s", srv.out.String())
+		waitDetached(t, b)
+		srv = xrnicExec(t, &p.B, b, lib, bin, "asyncsrv", p.B.IPv4.String())
+		waitCMListener(t, b, srv)
+		gone = xrnicExec(t, &p.A, a, lib, bin, "gone", p.B.IPv4.String())
+		checkBoth(t, srv, gone, "ok", true)
 	})
 	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
