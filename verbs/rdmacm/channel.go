@@ -59,26 +59,52 @@ func (ch *EventChannel) post(ev *Event) {
 // is sent, and the event is ESTABLISHED (or CONNECT_ERROR).
 func (ch *EventChannel) GetEvent(ctx context.Context) (*Event, error) {
 	for {
-		ch.mu.Lock()
-		if len(ch.q) > 0 {
-			ev := ch.q[0]
-			ch.q[0] = nil
-			ch.q = ch.q[1:]
-			ch.mu.Unlock()
-			if ev.complete {
-				ev.ID.completeConnect(ev)
-			}
-			return ev, nil
+		if ev, err := ch.TryGetEvent(); ev != nil || err != nil {
+			return ev, err
 		}
+		if err := ch.Wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// TryGetEvent is GetEvent without the wait: nil, nil when no event is queued.
+// With Wait, a forwarder can take an event under a lock of its own that a
+// Migrate of the event's ID then waits for (the attach daemon's channels).
+func (ch *EventChannel) TryGetEvent() (*Event, error) {
+	ch.mu.Lock()
+	if len(ch.q) == 0 {
 		closed := ch.closed
 		ch.mu.Unlock()
 		if closed {
 			return nil, ErrClosed
 		}
+		return nil, nil
+	}
+	ev := ch.q[0]
+	ch.q[0] = nil
+	ch.q = ch.q[1:]
+	ch.mu.Unlock()
+	if ev.complete {
+		ev.ID.completeConnect(ev)
+	}
+	return ev, nil
+}
+
+// Wait waits until an event is queued or the channel is closed, or ctx ends
+// (its error then).
+func (ch *EventChannel) Wait(ctx context.Context) error {
+	for {
+		ch.mu.Lock()
+		ready := len(ch.q) > 0 || ch.closed
+		ch.mu.Unlock()
+		if ready {
+			return nil
+		}
 		select {
 		case <-ch.wake:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }

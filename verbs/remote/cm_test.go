@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/verbs"
@@ -397,5 +399,114 @@ func TestCMChannelTeardownUnread(t *testing.T) {
 	}
 	for _, id := range ids {
 		id.Destroy()
+	}
+}
+
+// A migration waits for the event its old channel's goroutine has in hand:
+// no event taken off the old channel before CM_MIGRATE_ID is written to it
+// after the reply (the events not yet taken move with the ID), so that a
+// client sweeping the old channel at the reply finds them all. The old
+// channel's socket is full (a UD listener on it, 400 requests, never read):
+// its goroutine holds a request, waiting for room, and MIGRATE_ID of another
+// ID of the channel waits until the process reads.
+func TestCMMigrateWaitsForEventInHand(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d, err := Dial(r.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var a, b attach.HandleRep
+	fdsA, err := d.call(attach.OpCMCreateChannel, nil, &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attach.CloseFDs(fdsA)
+	fdsB, err := d.call(attach.OpCMCreateChannel, nil, &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attach.CloseFDs(fdsB)
+	var lr, xr attach.HandleRep
+	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: a.Handle, Arg: uint32(rdmacm.PSUDP)}, &lr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: a.Handle, Arg: uint32(rdmacm.PSTCP)}, &xr); err != nil {
+		t.Fatal(err)
+	}
+	lid := d.cmID(lr.Handle)
+	if err := lid.BindAddr(netip.AddrPortFrom(addrA, 7411)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lid.Listen(1); err != nil {
+		t.Fatal(err)
+	}
+	lch := rdmacm.NewEventChannel()
+	defer lch.Close()
+	var ids []*rdmacm.ID
+	defer func() {
+		for _, id := range ids {
+			id.Destroy()
+		}
+	}()
+	inHand := func() bool { // a goroutine in writeWithin's poll for room
+		buf := make([]byte, 1<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "server.writeWithin") && strings.Contains(g, "unix.Poll(") {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; !inHand(); i++ {
+		if i == 400 {
+			t.Fatal("400 requests and the channel's goroutine never waited for room")
+		}
+		cid, err := lch.CreateID(nil, rdmacm.PSUDP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, cid)
+		if err := cid.ResolveAddr(addrB, netip.AddrPortFrom(addrA, 7411)); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventAddrResolved)
+		if err := cid.ResolveRoute(); err != nil {
+			t.Fatal(err)
+		}
+		localCMEvent(t, lch, rdmacm.EventRouteResolved)
+		if err := cid.Connect(rdmacm.ConnParam{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // QP1's receive queue takes a burst of 64
+	}
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := d.call(attach.OpCMMigrateID, &attach.CMIDReq{ID: xr.Handle, Arg: b.Handle}, nil)
+		migrated <- err
+	}()
+	select {
+	case err := <-migrated:
+		t.Fatalf("MIGRATE_ID returned (%v) while its old channel's goroutine held an event to write", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// The process reads its channel: the event in hand is written, and the
+	// migration completes.
+	var buf [attach.MaxMessage]byte
+	for end := time.Now().Add(10 * time.Second); ; {
+		select {
+		case err := <-migrated:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatal("MIGRATE_ID never completed with the channel read")
+		}
+		if _, _, err := unix.Recvfrom(fdsA[0], buf[:], unix.MSG_DONTWAIT); err != nil {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }

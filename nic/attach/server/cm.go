@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,7 @@ import (
 type cmObj struct {
 	objBase
 	id *rdmacm.ID
+	ch *cmChanObj // the channel it is on (the control goroutine's after creation)
 }
 
 func (o *cmObj) close() error { return o.id.Destroy() }
@@ -41,6 +43,11 @@ type cmChanObj struct {
 	sock int // the daemon's end; -1: the control socket
 	stop context.CancelFunc
 	done chan struct{}
+	// fwd is held by the channel's goroutine from taking an event to having
+	// written it: a migration of an ID off the channel waits for it, so that
+	// no event taken before the migration is written after it (the events not
+	// yet taken move with the ID).
+	fwd sync.Mutex
 }
 
 // close fails with EBUSY while IDs remain on the channel.
@@ -143,47 +150,61 @@ func (ss *session) createCMChannel() (any, int, error) {
 func (ss *session) cmEvents(ctx context.Context, ch *cmChanObj) {
 	buf := make([]byte, 0, attach.MaxMessage)
 	for {
-		ev, err := ch.ev.GetEvent(ctx)
-		if err != nil {
+		if ch.ev.Wait(ctx) != nil {
 			return
 		}
-		var o *cmObj
-		var listen uint32
-		if ev.Type == rdmacm.EventConnectRequest {
-			o = &cmObj{objBase: objBase{kind: attach.KindCMID, ss: ss}, id: ev.ID}
-			if _, err := ss.add(o, 0); err != nil {
-				ss.logf("CONNECT_REQUEST rejected: %v", err)
-				ev.ID.Reject(nil)
-				ev.ID.Destroy()
-				continue
-			}
-			if l := ss.cmObjOf(ev.Listen); l != nil {
-				listen = ss.handleOf(l)
-			}
-		} else {
-			o = ss.cmObjOf(ev.ID)
+		ch.fwd.Lock()
+		ev, err := ch.ev.TryGetEvent()
+		if err != nil {
+			ch.fwd.Unlock()
+			return
 		}
-		if o == nil { // destroyed meanwhile
-			continue
+		if ev != nil {
+			buf = ss.forward(ctx, ch, ev, buf)
 		}
-		msg := &attach.CMEventMsg{Type: uint32(ev.Type), ID: ss.handleOf(o), Listen: listen, Status: int32(ev.Status),
-			Src: attach.MakeSockAddr(ev.ID.LocalAddr()), Dst: attach.MakeSockAddr(ev.ID.PeerAddr()),
-			AV: conv.WireAV(ev.UD.AV)}
-		// An event's private data fit the field: the largest, a REP's, is its size.
-		msg.Param, _ = conv.WireConnParam(ev.Param)
-		if ev.ID.PortSpace() == rdmacm.PSUDP {
-			msg.Param.QPN, msg.Param.QKey = ev.UD.QPN, ev.UD.QKey
-			msg.Param.PrivLen = uint32(copy(msg.Param.Private[:], ev.UD.PrivateData))
-		}
-		if ch.sock < 0 {
-			ss.queue(attach.OpCMEvent, msg)
-			continue
-		}
-		buf, _ = attach.Encode(buf[:0], attach.OpCMEvent, 0, 0, msg)
-		if err := writeWithin(ctx, ch.sock, buf, writeTimeout); err != nil {
-			ss.logf("CM_EVENT %v dropped: %v", ev.Type, err)
-		}
+		ch.fwd.Unlock()
 	}
+}
+
+// forward writes one event of channel ch to the process (cmEvents).
+func (ss *session) forward(ctx context.Context, ch *cmChanObj, ev *rdmacm.Event, buf []byte) []byte {
+	var o *cmObj
+	var listen uint32
+	if ev.Type == rdmacm.EventConnectRequest {
+		o = &cmObj{objBase: objBase{kind: attach.KindCMID, ss: ss}, id: ev.ID, ch: ch}
+		if _, err := ss.add(o, 0); err != nil {
+			ss.logf("CONNECT_REQUEST rejected: %v", err)
+			ev.ID.Reject(nil)
+			ev.ID.Destroy()
+			return buf
+		}
+		if l := ss.cmObjOf(ev.Listen); l != nil {
+			listen = ss.handleOf(l)
+		}
+	} else {
+		o = ss.cmObjOf(ev.ID)
+	}
+	if o == nil { // destroyed meanwhile
+		return buf
+	}
+	msg := &attach.CMEventMsg{Type: uint32(ev.Type), ID: ss.handleOf(o), Listen: listen, Status: int32(ev.Status),
+		Src: attach.MakeSockAddr(ev.ID.LocalAddr()), Dst: attach.MakeSockAddr(ev.ID.PeerAddr()),
+		AV: conv.WireAV(ev.UD.AV)}
+	// An event's private data fit the field: the largest, a REP's, is its size.
+	msg.Param, _ = conv.WireConnParam(ev.Param)
+	if ev.ID.PortSpace() == rdmacm.PSUDP {
+		msg.Param.QPN, msg.Param.QKey = ev.UD.QPN, ev.UD.QKey
+		msg.Param.PrivLen = uint32(copy(msg.Param.Private[:], ev.UD.PrivateData))
+	}
+	if ch.sock < 0 {
+		ss.queue(attach.OpCMEvent, msg)
+		return buf
+	}
+	buf, _ = attach.Encode(buf[:0], attach.OpCMEvent, 0, 0, msg)
+	if err := writeWithin(ctx, ch.sock, buf, writeTimeout); err != nil {
+		ss.logf("CM_EVENT %v dropped: %v", ev.Type, err)
+	}
+	return buf
 }
 
 // writeWithin sends a datagram on a non-blocking socket, waiting for room
@@ -263,7 +284,7 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		o := &cmObj{objBase: objBase{kind: attach.KindCMID, ss: ss}}
+		o := &cmObj{objBase: objBase{kind: attach.KindCMID, ss: ss}, ch: ch}
 		id, err := ch.ev.CreateID(o, rdmacm.PortSpace(req.Arg))
 		if err != nil {
 			return nil, err
@@ -328,7 +349,15 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return nil, o.id.Migrate(ch.ev)
+		// The old channel's event in hand is written first (fwd); the rest
+		// move (the kernel's ucma_migrate_id moves an ID's pending events).
+		o.ch.fwd.Lock()
+		err = o.id.Migrate(ch.ev)
+		o.ch.fwd.Unlock()
+		if err == nil {
+			o.ch = ch
+		}
+		return nil, err
 	case attach.OpCMResolveRoute:
 		return nil, o.id.ResolveRoute()
 	case attach.OpCMListen:
