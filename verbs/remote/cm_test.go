@@ -359,23 +359,7 @@ func TestCMChannelTeardownUnread(t *testing.T) {
 	defer lch.Close()
 	var ids []*rdmacm.ID
 	for range 400 { // more than the channel's socket holds
-		cid, err := lch.CreateID(nil, rdmacm.PSUDP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, cid)
-		if err := cid.ResolveAddr(addrB, netip.AddrPortFrom(addrA, 7410)); err != nil {
-			t.Fatal(err)
-		}
-		localCMEvent(t, lch, rdmacm.EventAddrResolved)
-		if err := cid.ResolveRoute(); err != nil {
-			t.Fatal(err)
-		}
-		localCMEvent(t, lch, rdmacm.EventRouteResolved)
-		if err := cid.Connect(rdmacm.ConnParam{}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(2 * time.Millisecond) // QP1's receive queue takes a burst of 64
+		ids = append(ids, sidrRequest(t, lch, 7410))
 	}
 	// The requests reach the daemon's device (r.a); QP1 drops what comes
 	// faster than it takes, and the CM resends that after its timeout.
@@ -462,23 +446,7 @@ func TestCMMigrateWaitsForEventInHand(t *testing.T) {
 		if i == 400 {
 			t.Fatal("400 requests and the channel's goroutine never waited for room")
 		}
-		cid, err := lch.CreateID(nil, rdmacm.PSUDP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, cid)
-		if err := cid.ResolveAddr(addrB, netip.AddrPortFrom(addrA, 7411)); err != nil {
-			t.Fatal(err)
-		}
-		localCMEvent(t, lch, rdmacm.EventAddrResolved)
-		if err := cid.ResolveRoute(); err != nil {
-			t.Fatal(err)
-		}
-		localCMEvent(t, lch, rdmacm.EventRouteResolved)
-		if err := cid.Connect(rdmacm.ConnParam{}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(2 * time.Millisecond) // QP1's receive queue takes a burst of 64
+		ids = append(ids, sidrRequest(t, lch, 7411))
 	}
 	migrated := make(chan error, 1)
 	go func() {
@@ -509,4 +477,28 @@ func TestCMMigrateWaitsForEventInHand(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// sidrRequest sends a SIDR_REQ from an ID of lch, on the in-process device B,
+// to port of the daemon's device A, and paces the next: QP1's receive queue
+// takes a burst of 64. The caller destroys the ID.
+func sidrRequest(t *testing.T, lch *rdmacm.EventChannel, port uint16) *rdmacm.ID {
+	t.Helper()
+	cid, err := lch.CreateID(nil, rdmacm.PSUDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cid.ResolveAddr(addrB, netip.AddrPortFrom(addrA, port)); err != nil {
+		t.Fatal(err)
+	}
+	localCMEvent(t, lch, rdmacm.EventAddrResolved)
+	if err := cid.ResolveRoute(); err != nil {
+		t.Fatal(err)
+	}
+	localCMEvent(t, lch, rdmacm.EventRouteResolved)
+	if err := cid.Connect(rdmacm.ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	return cid
 }
