@@ -85,3 +85,10 @@ void xr_ibv_qp_attr(struct ibv_qp_attr *a, const struct xrnic_qp_attr *w)
 	a->en_sqd_async_notify = w->sq_draining;
 	xr_ibv_av(&a->ah_attr, &w->ah_attr);
 }
+
+void xr_v4gid(union ibv_gid *g, const uint8_t *a)
+{
+	memset(g, 0, sizeof(*g));
+	g->raw[10] = g->raw[11] = 0xff;
+	memcpy(&g->raw[12], a, 4);
+}

@@ -122,6 +122,8 @@ void xr_wire_av(struct xrnic_av *w, const struct ibv_ah_attr *a);
 void xr_ibv_av(struct ibv_ah_attr *a, const struct xrnic_av *w);
 void xr_wire_qp_attr(struct xrnic_qp_attr *w, const struct ibv_qp_attr *a);
 void xr_ibv_qp_attr(struct ibv_qp_attr *a, const struct xrnic_qp_attr *w);
+/* xr_v4gid writes the IPv4-mapped GID (::ffff:a.b.c.d) of a 4-byte address. */
+void xr_v4gid(union ibv_gid *g, const uint8_t *a);
 
 /* The hot path (ring.c). */
 int xr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -100,6 +100,15 @@ static int call(uint32_t op, const void *req, uint32_t reqlen, void *rep, uint32
 
 static struct xr_id *xid(struct rdma_cm_id *id) { return (struct xr_id *)id; }
 
+/* event_errno is the errno a synchronous call reports for a failed event:
+ * ECONNREFUSED for a rejection, else its status's magnitude (librdmacm's). */
+static int event_errno(const struct rdma_cm_event *ev)
+{
+	if (ev->event == RDMA_CM_EVENT_REJECTED)
+		return ECONNREFUSED;
+	return ev->status < 0 ? -ev->status : ev->status;
+}
+
 /* complete is librdmacm's synchronous mode (ucma_complete): on an ID made
  * without a channel, a call that started an event waits for it on the ID's
  * own channel and keeps it in id->event (acked by the next such wait or by
@@ -115,10 +124,7 @@ static int complete(struct rdma_cm_id *id)
 	}
 	if (rdma_get_cm_event(id->channel, &id->event))
 		return -1;
-	int st = id->event->status;
-	if (id->event->event == RDMA_CM_EVENT_REJECTED && st)
-		return fail(ECONNREFUSED);
-	return st ? fail(st < 0 ? -st : st) : 0;
+	return id->event->status ? fail(event_errno(id->event)) : 0;
 }
 
 /* pd_of is the PD a QP made without one takes: the ID's, or the device's
@@ -172,12 +178,19 @@ static size_t unstash(struct rdma_event_channel *c, uint8_t *buf, size_t size)
 	return n;
 }
 
-static struct xr_id *id_of(uint32_t handle)
+/* find_locked is the ID of handle, or NULL; the caller holds mu. */
+static struct xr_id *find_locked(uint32_t handle)
 {
 	struct xr_id *x;
-	pthread_mutex_lock(&mu);
 	for (x = ids; x && x->handle != handle; x = x->next)
 		;
+	return x;
+}
+
+static struct xr_id *id_of(uint32_t handle)
+{
+	pthread_mutex_lock(&mu);
+	struct xr_id *x = find_locked(handle);
 	pthread_mutex_unlock(&mu);
 	return x;
 }
@@ -223,14 +236,9 @@ static struct rdma_event_channel *home(struct rdma_event_channel *c, const struc
 {
 	if (w->event == RDMA_CM_EVENT_CONNECT_REQUEST)
 		return c;
-	struct rdma_event_channel *to = c;
 	pthread_mutex_lock(&mu);
-	for (struct xr_id *x = ids; x; x = x->next)
-		if (x->handle == w->id) {
-			if (x->own)
-				to = &x->own->ch;
-			break;
-		}
+	struct xr_id *x = find_locked(w->id);
+	struct rdma_event_channel *to = x && x->own ? &x->own->ch : c;
 	pthread_mutex_unlock(&mu);
 	return to;
 }
@@ -723,13 +731,10 @@ static void fill_route(struct xr_id *x, const struct xrnic_cm_event *w)
 	const struct xrnic_sockaddr *a[2] = {&w->src, &w->dst};
 	union ibv_gid *g[2] = {&p->sgid, &p->dgid};
 	for (int i = 0; i < 2; i++) {
-		if (a[i]->family == 4) {
-			memset(g[i]->raw, 0, 10);
-			g[i]->raw[10] = g[i]->raw[11] = 0xff;
-			memcpy(g[i]->raw + 12, a[i]->ip, 4);
-		} else if (a[i]->family == 6) {
+		if (a[i]->family == 4)
+			xr_v4gid(g[i], a[i]->ip);
+		else if (a[i]->family == 6)
 			memcpy(g[i]->raw, a[i]->ip, 16);
-		}
 	}
 	p->pkey = htons(0xffff);
 	p->hop_limit = 64;
@@ -903,10 +908,8 @@ XR_EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id
 	if (rdma_get_cm_event(listen->channel, &ev))
 		return -1;
 	int err = 0;
-	if (ev->event == RDMA_CM_EVENT_REJECTED)
-		err = ECONNREFUSED;
-	else if (ev->status)
-		err = ev->status < 0 ? -ev->status : ev->status;
+	if (ev->event == RDMA_CM_EVENT_REJECTED || ev->status)
+		err = event_errno(ev);
 	else if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
 		err = EINVAL;
 	else if (l->qp_init_attr) {

@@ -799,14 +799,6 @@ XR_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 	return 0;
 }
 
-/* v4gid writes the IPv4-mapped GID (::ffff:a.b.c.d) of a 4-byte address. */
-static void v4gid(union ibv_gid *g, const uint8_t *a)
-{
-	memset(g, 0, sizeof(*g));
-	g->raw[10] = g->raw[11] = 0xff;
-	memcpy(&g->raw[12], a, 4);
-}
-
 /* ibv_init_ah_from_wc: the reply's address from a UD receive's GRH, which
  * the receive buffer's first 40 bytes hold (RoCE: always there). Over IPv4
  * (RoCEv2) they hold the IPv4 header in their last 20 bytes, as rxe and
@@ -822,8 +814,8 @@ XR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct 
 	union ibv_gid dgid; /* ours, that the peer wrote to */
 	const uint8_t *ip4 = (const uint8_t *)grh + 20;
 	if (be32toh(grh->version_tclass_flow) >> 28 != 6 && ip4[0] == 0x45) {
-		v4gid(&attr->grh.dgid, ip4 + 12);
-		v4gid(&dgid, ip4 + 16);
+		xr_v4gid(&attr->grh.dgid, ip4 + 12);
+		xr_v4gid(&dgid, ip4 + 16);
 		attr->grh.traffic_class = ip4[1];
 	} else {
 		attr->grh.dgid = grh->sgid;
