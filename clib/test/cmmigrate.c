@@ -59,30 +59,37 @@ static int server(const char *peer)
 	return 0;
 }
 
-static int gone(const char *peer)
+/* active_ep is a synchronous endpoint with a QP, its address and route
+ * resolved to PEER's port 7997 (rdma_create_ep); NULL if that fails. */
+static struct rdma_cm_id *active_ep(const char *peer)
 {
 	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *res;
-	CHECK(!rdma_getaddrinfo(peer, "7997", &hints, &res));
+	if (rdma_getaddrinfo(peer, "7997", &hints, &res))
+		return NULL;
 	struct ibv_qp_init_attr qa = qattr();
 	struct rdma_cm_id *id;
-	CHECK(!rdma_create_ep(&id, res, NULL, &qa));
+	int r = rdma_create_ep(&id, res, NULL, &qa);
+	rdma_freeaddrinfo(res);
+	return r ? NULL : id;
+}
+
+static int gone(const char *peer)
+{
+	struct rdma_cm_id *id = active_ep(peer);
+	CHECK(id);
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	CHECK(ch && !rdma_migrate_id(id, ch)); /* asynchronous: connect returns at once */
 	CHECK(!rdma_connect(id, NULL));
 	usleep(300000); /* the REQ is there */
 	rdma_destroy_ep(id); /* REJ */
 	rdma_destroy_event_channel(ch);
-	rdma_freeaddrinfo(res);
 	return 0;
 }
 
 static int stay(const char *peer)
 {
-	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *res;
-	CHECK(!rdma_getaddrinfo(peer, "7997", &hints, &res));
-	struct ibv_qp_init_attr qa = qattr();
-	struct rdma_cm_id *id;
-	CHECK(!rdma_create_ep(&id, res, NULL, &qa));
+	struct rdma_cm_id *id = active_ep(peer);
+	CHECK(id);
 	CHECK(!rdma_connect(id, NULL));
 	struct pollfd p = {.fd = id->channel->fd, .events = POLLIN};
 	if (poll(&p, 1, 20000) != 1)
@@ -96,7 +103,6 @@ static int stay(const char *peer)
 	CHECK(!rdma_disconnect(id)); /* the DREP */
 	rdma_destroy_ep(id);
 	rdma_destroy_event_channel(ch);
-	rdma_freeaddrinfo(res);
 	return 0;
 }
 

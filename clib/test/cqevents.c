@@ -42,17 +42,9 @@ int main(void)
 	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (!mr || !cq)
 		FAIL("setup");
-	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	struct ibv_qp *qp = qp_in_err(pd, cq, cq);
 	if (!qp)
-		FAIL("create_qp");
-	struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
-	if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		FAIL("to INIT");
-	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_ERR};
-	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
-		FAIL("to ERR");
+		FAIL("an RC QP in ERR");
 	pthread_t t;
 	pthread_create(&t, NULL, events, NULL);
 	if (ibv_req_notify_cq(cq, 0))

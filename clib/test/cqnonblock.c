@@ -40,14 +40,8 @@ int main(void)
 	errno = 0;
 	CHECK(ibv_get_cq_event(ch, &got, &cctx) == -1 && errno == EAGAIN);
 
-	struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
-	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	struct ibv_qp *qp = qp_in_err(pd, cq, cq);
 	CHECK(qp);
-	struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
-	CHECK(!ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
-	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_ERR};
-	CHECK(!ibv_modify_qp(qp, &at, IBV_QP_STATE));
 	struct ibv_sge s = {.addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey};
 	for (int round = 0; round < 3; round++) {
 		CHECK(!ibv_req_notify_cq(cq, 0));
@@ -72,13 +66,8 @@ int main(void)
 	 * are taken, one a call. */
 	struct ibv_cq *cq2 = ibv_create_cq(ctx, 16, NULL, ch, 0);
 	CHECK(cq2);
-	qa.recv_cq = cq2;
-	qp = ibv_create_qp(pd, &qa);
+	qp = qp_in_err(pd, cq, cq2);
 	CHECK(qp);
-	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
-	CHECK(!ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
-	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_ERR};
-	CHECK(!ibv_modify_qp(qp, &at, IBV_QP_STATE));
 	CHECK(!ibv_req_notify_cq(cq, 0) && !ibv_req_notify_cq(cq2, 0));
 	struct ibv_recv_wr rw = {.wr_id = 9, .sg_list = &s, .num_sge = 1}, *rbad;
 	struct ibv_send_wr sw = {.wr_id = 8, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED},

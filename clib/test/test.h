@@ -34,6 +34,28 @@ static inline struct ibv_context *open_device(void)
 	return ctx;
 }
 
+/* qp_in_err makes an RC QP on the CQs and moves it through INIT to ERR, where
+ * each work request posted completes at once, flushed: a source of
+ * completions (and events) without a peer. NULL if a step fails. */
+static inline struct ibv_qp *qp_in_err(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq)
+{
+	struct ibv_qp_init_attr qa = {.send_cq = scq, .recv_cq = rcq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(pd, &qa);
+	if (!qp)
+		return NULL;
+	struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_LOCAL_WRITE};
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		goto err;
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_ERR};
+	if (ibv_modify_qp(qp, &at, IBV_QP_STATE))
+		goto err;
+	return qp;
+err:
+	ibv_destroy_qp(qp);
+	return NULL;
+}
+
 /* open_fds counts the process's open descriptors (-1 if it cannot). */
 static inline int open_fds(void)
 {
