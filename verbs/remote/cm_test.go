@@ -344,17 +344,7 @@ func TestCMChannelTeardownUnread(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer attach.CloseFDs(fds) // held open, never read (a forked child's, say)
-	var idr attach.HandleRep
-	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: ch.Handle, Arg: uint32(rdmacm.PSUDP)}, &idr); err != nil {
-		t.Fatal(err)
-	}
-	lid := d.cmID(idr.Handle)
-	if err := lid.BindAddr(netip.AddrPortFrom(addrA, 7410)); err != nil {
-		t.Fatal(err)
-	}
-	if err := lid.Listen(1); err != nil {
-		t.Fatal(err)
-	}
+	udListener(t, d, ch.Handle, 7410)
 	lch := rdmacm.NewEventChannel()
 	defer lch.Close()
 	var ids []*rdmacm.ID
@@ -411,18 +401,9 @@ func TestCMMigrateWaitsForEventInHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer attach.CloseFDs(fdsB)
-	var lr, xr attach.HandleRep
-	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: a.Handle, Arg: uint32(rdmacm.PSUDP)}, &lr); err != nil {
-		t.Fatal(err)
-	}
+	udListener(t, d, a.Handle, 7411)
+	var xr attach.HandleRep
 	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: a.Handle, Arg: uint32(rdmacm.PSTCP)}, &xr); err != nil {
-		t.Fatal(err)
-	}
-	lid := d.cmID(lr.Handle)
-	if err := lid.BindAddr(netip.AddrPortFrom(addrA, 7411)); err != nil {
-		t.Fatal(err)
-	}
-	if err := lid.Listen(1); err != nil {
 		t.Fatal(err)
 	}
 	lch := rdmacm.NewEventChannel()
@@ -501,4 +482,21 @@ func sidrRequest(t *testing.T, lch *rdmacm.EventChannel, port uint16) *rdmacm.ID
 	}
 	time.Sleep(2 * time.Millisecond)
 	return cid
+}
+
+// udListener makes a UD CM ID on d's event channel ch (its handle) listening on
+// port of address A: the target of sidrRequest.
+func udListener(t *testing.T, d *Device, ch uint32, port uint16) {
+	t.Helper()
+	var idr attach.HandleRep
+	if _, err := d.call(attach.OpCMCreateID, &attach.CMIDReq{ID: ch, Arg: uint32(rdmacm.PSUDP)}, &idr); err != nil {
+		t.Fatal(err)
+	}
+	lid := d.cmID(idr.Handle)
+	if err := lid.BindAddr(netip.AddrPortFrom(addrA, port)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lid.Listen(1); err != nil {
+		t.Fatal(err)
+	}
 }
