@@ -149,16 +149,11 @@ func (c *Connector) connect(qp *QP, s *SharedEndpoint, src, dst netip.AddrPort, 
 	if qp == nil || done == nil || len(private) > rdmacm.MaxREQPrivate || ird < 0 || ird > 255 || ord < 0 || ord > 255 {
 		return ErrInvalid
 	}
-	if err := c.n.hold(); err != nil {
+	h, err := c.n.holdRequest()
+	if err != nil {
 		return err
 	}
-	pending := false // a pending request keeps the hold
-	defer func() {
-		if !pending {
-			// After the unlock below: the last hold's release takes c.mu (LT4).
-			c.n.unhold()
-		}
-	}()
+	defer h.release() // after the unlock below
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.st != cIdle {
@@ -198,7 +193,7 @@ func (c *Connector) connect(qp *QP, s *SharedEndpoint, src, dst netip.AddrPort, 
 		c.id, c.ep, c.qp, c.req, c.st = nil, nil, nil, nil, cIdle
 		return err
 	}
-	pending = true
+	h.keep()
 	if testHookConnectReturn != nil {
 		c.mu.Unlock()
 		testHookConnectReturn()
@@ -308,16 +303,11 @@ func (c *Connector) Accept(qp *QP, ird, ord int, private []byte, done func(error
 	if qp == nil || done == nil || len(private) > maxCalleeData || ird < 0 || ird > 255 || ord < 0 || ord > 255 {
 		return ErrInvalid
 	}
-	if err := c.n.hold(); err != nil {
+	h, err := c.n.holdRequest()
+	if err != nil {
 		return err
 	}
-	pending := false // a pending request keeps the hold
-	defer func() {
-		if !pending {
-			// After the unlock below: the last hold's release takes c.mu (LT4).
-			c.n.unhold()
-		}
-	}()
+	defer h.release() // after the unlock below
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.st != cIncoming {
@@ -336,7 +326,7 @@ func (c *Connector) Accept(qp *QP, ird, ord int, private []byte, done func(error
 	c.ep = c.lst.ep
 	c.ep.ref()
 	c.st, c.req = cAccepting, done
-	pending = true
+	h.keep()
 	return ErrPending
 }
 
@@ -416,16 +406,11 @@ func (c *Connector) Disconnect(done func(error)) error {
 	if done == nil {
 		done = func(error) {} // the request is pending all the same
 	}
-	if err := c.n.hold(); err != nil {
+	h, err := c.n.holdRequest()
+	if err != nil {
 		return err
 	}
-	pending := false // a pending request keeps the hold
-	defer func() {
-		if !pending {
-			// After the unlock below: the last hold's release takes c.mu (LT4).
-			c.n.unhold()
-		}
-	}()
+	defer h.release() // after the unlock below
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch c.st {
@@ -446,7 +431,7 @@ func (c *Connector) Disconnect(done func(error)) error {
 			return err
 		}
 		c.st, c.req = cDisconnecting, done
-		pending = true
+		h.keep()
 		return ErrPending
 	case cPeerGone:
 		c.id.Disconnect()

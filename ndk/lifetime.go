@@ -147,6 +147,34 @@ func (n *node) complete(cb func(error), err error) {
 	})
 }
 
+// requestHold is the hold a request call takes (holdRequest). The call
+// defers release before it takes its object's lock, so that the hold goes
+// after the unlock: the last hold's release takes that lock (LT4). A request
+// left pending keeps it for its completion (keep).
+type requestHold struct {
+	n    *node
+	kept bool
+}
+
+// holdRequest takes a hold for a request call: ErrClosed once the object is
+// closing.
+func (n *node) holdRequest() (*requestHold, error) {
+	if err := n.hold(); err != nil {
+		return nil, err
+	}
+	return &requestHold{n: n}, nil
+}
+
+// keep hands the hold to the pending request's completion.
+func (h *requestHold) keep() { h.kept = true }
+
+// release lets go of the hold unless the request kept it.
+func (h *requestHold) release() {
+	if !h.kept {
+		h.n.unhold()
+	}
+}
+
 // event queues an event callback unless the object is closing; the close waits
 // for it (LT13).
 func (n *node) event(f func()) bool {
