@@ -134,7 +134,7 @@ func TestMRAExtendsOneWait(t *testing.T) {
 	p.ra.expect(EventMRAReceived)
 	p.f.sent()
 	p.f.drop = func(frame) bool { return true } // the peer goes silent
-	p.f.advance(IBTime(24) + IBTime(18))
+	p.f.advance(IBTime(24) + 2*IBTime(18))
 	if n := count(p.f.sent(), mad.AttrREQ); n != 1 {
 		t.Fatalf("%d REQs after the MRA's time, want 1", n)
 	}

@@ -134,8 +134,9 @@ func TestTransitionMRAExtendsREQTimer(t *testing.T) {
 	p.ra.expect(EventMRAReceived)
 	wantState(t, p.active, StateMRAREQRcvd)
 	wantSent(t, p.f, mad.AttrREQ, mad.AttrMRA)
-	// The REQ now waits service timeout (2^24) + packet life (2^18), not 6.4 s.
-	ext := IBTime(24) + IBTime(18)
+	// The REQ now waits service timeout (2^24) + twice the packet life (2^18),
+	// as ib_cm's cm_mra_handler, not 6.4 s.
+	ext := IBTime(24) + 2*IBTime(18)
 	p.f.advance(ext - time.Millisecond)
 	wantSent(t, p.f)
 	p.f.advance(time.Millisecond)

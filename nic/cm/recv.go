@@ -152,11 +152,12 @@ func (c *CM) onMRA(src, dst GID, m *mad.MRA) {
 	if !id.pending {
 		return
 	}
-	// cm_mra_handler: the request waits service timeout + packet life longer,
+	// cm_mra_handler: the request waits the service timeout plus the path's
+	// round trip (its av.timeout is the packet life time + 1: twice it) longer,
 	// this once; later retries wait the request's own timeout again (Linux's
 	// "apply timeout modification (CM MRA) only once", IBTA 12.6.6). Kept
 	// for every retry, an MRA of 31 held our request 16 times 2.4 hours.
-	id.arm(IBTime(m.ServiceTimeout)+IBTime(c.cfg.PacketLifeTime), id.expireLocked)
+	id.arm(IBTime(m.ServiceTimeout)+2*IBTime(c.cfg.PacketLifeTime), id.expireLocked)
 	cp := *m
 	id.post(Event{Type: EventMRAReceived, Msg: &cp})
 }
