@@ -2,10 +2,12 @@ package cm
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/xrnic/xrnic/nic/mad"
+	"github.com/xrnic/xrnic/nic/netdev"
 )
 
 // A REQ's own fields cannot hold its ID past MaxPassiveWait: response
@@ -97,6 +99,31 @@ func TestStaleREQEndsOldConnection(t *testing.T) {
 	p.ra.expect(EventTimeWaitExit)
 	mad.Marshal(buf[:], 101, req)
 	p.b.Receive(gidA, gidB, buf[:])
+	p.rb.expect(EventREQReceived)
+}
+
+// The stale check keys on the peer's QPN and CA GUID, as ib_cm's remote QP
+// table does (cm_insert_remote_qpn), not on the GID a REQ comes from: the same
+// QP from another of the peer's addresses is stale, and a QP of that number on
+// another CA is not. Before, it matched the source GID.
+func TestStaleREQKeyedOnCAGUID(t *testing.T) {
+	p := newPair(t, nil)
+	p.connect(t)
+	var buf [mad.Size]byte
+	req := testREQ(svc) // the connected QP 0x11 of CA 0xA, a new comm ID
+	req.LocalCommID, req.LocalCAGUID = 0x1000, 0xA
+	mad.Marshal(buf[:], 100, req)
+	p.b.Receive(netdev.GIDFromAddr(netip.MustParseAddr("2001:db8::1")), gidB, buf[:])
+	if got := p.f.sent(); count(got, mad.AttrREJ) != 1 {
+		t.Fatalf("the connected QP from another address: sent %v, want a stale REJ", got)
+	}
+	p.rb.none(p.b)
+	req.LocalCommID, req.LocalCAGUID = 0x2000, 0xC // QP 0x11 of another CA
+	mad.Marshal(buf[:], 101, req)
+	p.b.Receive(gidA, gidB, buf[:])
+	if got := p.f.sent(); count(got, mad.AttrREJ) != 0 {
+		t.Fatalf("QP 0x11 of another CA: sent %v, want no REJ", got)
+	}
 	p.rb.expect(EventREQReceived)
 }
 

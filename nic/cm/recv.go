@@ -66,6 +66,19 @@ func (c *CM) byComm(local, remote uint32) *ID {
 	return id
 }
 
+// connectedQP is the ID, other than except, connected to the peer's QP qpn on
+// the CA guid: a REQ or REP naming that QP again is stale. ib_cm keys its
+// remote QP table on the QPN and the CA GUID (cm_insert_remote_qpn), not on
+// the address the message came from.
+func (c *CM) connectedQP(qpn uint32, guid uint64, except *ID) *ID {
+	for _, id := range c.ids {
+		if id != except && id.inRemote && id.remoteQPN == qpn && id.remoteGUID == guid && id.state != StateTimeWait {
+			return id
+		}
+	}
+	return nil
+}
+
 func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	key := remoteKey{req.LocalCommID, req.LocalCAGUID}
 	if id := c.remote[key]; id != nil {
@@ -82,21 +95,17 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 		}
 		return
 	}
-	for _, id := range c.ids {
-		// The peer's QP already has a connection here: it is stale
-		// (cm_insert_remote_qpn).
-		if id.inRemote && id.remoteQPN == req.LocalQPN && id.dst == src && id.state != StateTimeWait {
-			c.inc(CntStale)
-			c.reply(dst, src, tid, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ,
-				Reason: RejStaleConn})
-			if id.state == StateEstablished {
-				// The peer's QP starts over (a rebooted peer reuses its QPN): end
-				// the old connection too, so that a later REQ gets in once it is
-				// gone (cm_match_req's ib_send_cm_dreq).
-				_ = id.dreqLocked(nil)
-			}
-			return
+	if id := c.connectedQP(req.LocalQPN, req.LocalCAGUID, nil); id != nil {
+		c.inc(CntStale)
+		c.reply(dst, src, tid, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ,
+			Reason: RejStaleConn})
+		if id.state == StateEstablished {
+			// The peer's QP starts over (a rebooted peer reuses its QPN): end
+			// the old connection too, so that a later REQ gets in once it is
+			// gone (cm_match_req's ib_send_cm_dreq).
+			_ = id.dreqLocked(nil)
 		}
+		return
 	}
 	l := c.listeners[req.ServiceID]
 	if l == nil {
@@ -231,21 +240,17 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 		id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
 		return
 	}
-	for _, other := range c.ids {
-		// The REP's QP already has a connection here: stale, and the old
-		// connection ends too (cm_rep_handler's cm_insert_remote_qpn, then
-		// ib_send_cm_dreq), as for a REQ.
-		if other != id && other.inRemote && other.remoteQPN == m.LocalQPN && other.remoteGUID == m.LocalCAGUID &&
-			other.state != StateTimeWait {
-			c.inc(CntStale)
-			id.remoteID = m.LocalCommID
-			id.rejectLocked(RejStaleConn, MsgREP, nil, nil)
-			id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
-			if other.state == StateEstablished {
-				_ = other.dreqLocked(nil)
-			}
-			return
+	if other := c.connectedQP(m.LocalQPN, m.LocalCAGUID, id); other != nil {
+		// Stale, and the old connection ends too (cm_rep_handler's
+		// cm_insert_remote_qpn, then ib_send_cm_dreq), as for a REQ.
+		c.inc(CntStale)
+		id.remoteID = m.LocalCommID
+		id.rejectLocked(RejStaleConn, MsgREP, nil, nil)
+		id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
+		if other.state == StateEstablished {
+			_ = other.dreqLocked(nil)
 		}
+		return
 	}
 	id.stopTimer()
 	id.remoteID, id.remoteGUID = m.LocalCommID, m.LocalCAGUID
