@@ -117,22 +117,21 @@ func (r *attachedDev) event(ev AttachedEvent) {
 			ev.ID.Destroy() // its listener is gone
 			return
 		}
-		ch := l.channel()
-		id = &ID{ch: ch, ps: l.ps, ctx: l.ctx, n: idSeq.Add(1) - 1, st: stConnect, att: ev.ID,
+		id = &ID{ps: l.ps, ctx: l.ctx, n: idSeq.Add(1) - 1, st: stConnect, att: ev.ID,
 			attCM: r.c, src: ev.Src, dst: ev.Dst}
 		id.dev = l.dev
 		if id.dev == nil { // a listener on every device: this one's
 			id.dev = l.subDev(ev.Listen)
 		}
-		if id.dev == nil || ch.addID() != nil {
+		out := &Event{Type: ev.Type, ID: id, Listen: l, Param: ev.Param, UD: ev.UD}
+		if id.dev == nil || !l.queueRequest(out, func() {
+			r.mu.Lock()
+			r.ids[ev.ID] = id
+			r.mu.Unlock()
+			track(id)
+		}) {
 			ev.ID.Destroy()
-			return
 		}
-		r.mu.Lock()
-		r.ids[ev.ID] = id
-		r.mu.Unlock()
-		track(id)
-		ch.post(&Event{Type: ev.Type, ID: id, Listen: l, Param: ev.Param, UD: ev.UD})
 		return
 	}
 	if id == nil {

@@ -137,11 +137,18 @@ func (ch *EventChannel) addID() error {
 }
 
 func (ch *EventChannel) removeID(id *ID) {
-	// rdma_destroy_id: the ID's events not yet taken go with it.
-	ch.take(id)
+	// rdma_destroy_id: the ID's events not yet taken go with it, and a
+	// listener's requests not yet taken are refused, their IDs destroyed
+	// (ucma_cleanup_ctx_events).
+	for _, ev := range ch.take(id) {
+		if ev.Listen == id {
+			ev.ID.Destroy()
+		}
+	}
 }
 
-// take removes the ID from the channel and returns its events not yet taken.
+// take removes the ID from the channel and returns its events not yet taken,
+// a listener's connection requests among them.
 func (ch *EventChannel) take(id *ID) []*Event {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
@@ -149,7 +156,7 @@ func (ch *EventChannel) take(id *ID) []*Event {
 	var mine []*Event
 	q := ch.q[:0]
 	for _, ev := range ch.q {
-		if ev.ID == id {
+		if ev.ID == id || ev.Listen == id {
 			mine = append(mine, ev)
 		} else {
 			q = append(q, ev)
@@ -161,20 +168,26 @@ func (ch *EventChannel) take(id *ID) []*Event {
 }
 
 // Migrate moves the ID to ch (rdma_migrate_id): its later events, and those
-// not yet taken, come on ch.
+// not yet taken, come on ch. A listener's requests not yet taken move too,
+// with their new IDs (ucma_move_events moves them as the listener's events;
+// their IDs are made where they are taken).
 func (id *ID) Migrate(ch *EventChannel) error {
 	if err := ch.addID(); err != nil {
 		return err
 	}
 	id.mu.Lock()
+	defer id.mu.Unlock()
 	old := id.ch
 	id.ch = ch
 	// Under the ID's lock: an event of its arriving now waits, and follows
 	// those moved.
 	for _, ev := range old.take(id) {
 		ch.post(ev)
+		if ev.Listen == id {
+			// Cannot fail: id holds ch open. Its events follow the request.
+			_ = ev.ID.Migrate(ch)
+		}
 	}
-	id.mu.Unlock()
 	return nil
 }
 

@@ -193,11 +193,11 @@ func deviceRemoved(d *verbs.Device) {
 		id.mu.Lock()
 		cmid := id.cmid
 		id.cmid, id.listening, id.removed = nil, false, true
+		id.ch.post(&Event{Type: EventDeviceRemoval, ID: id}) // under the lock: a Migrate moves it
 		id.mu.Unlock()
 		if cmid != nil {
 			cmid.Destroy()
 		}
-		id.channel().post(&Event{Type: EventDeviceRemoval, ID: id})
 	}
 }
 
@@ -318,15 +318,8 @@ func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 			sgid = uint8(i)
 		}
 	}
-	ch := l.channel()
-	nid := &ID{ch: ch, ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, psn: randPSN(), st: stConnect, dev: d, cmgr: k.c, cmid: ev.ID, sgid: sgid,
+	nid := &ID{ps: ps, ctx: l.ctx, n: idSeq.Add(1) - 1, psn: randPSN(), st: stConnect, dev: d, cmgr: k.c, cmid: ev.ID, sgid: sgid,
 		src: netip.AddrPortFrom(h.Dst, k.port()), dst: netip.AddrPortFrom(h.Src, h.SrcPort)}
-	if err := ch.addID(); err != nil {
-		ev.ID.Destroy()
-		return
-	}
-	track(nid)
-	ev.ID.SetHandler(nid.onCM)
 	out := &Event{Type: EventConnectRequest, ID: nid, Listen: l}
 	switch m := ev.Msg.(type) {
 	case *mad.REQ:
@@ -340,7 +333,27 @@ func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 	case *mad.SIDRREQ:
 		out.UD = UDParam{PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)}
 	}
-	ch.post(out)
+	if !l.queueRequest(out, func() { track(nid); ev.ID.SetHandler(nid.onCM) }) {
+		ev.ID.Destroy()
+	}
+}
+
+// queueRequest queues a connection request on the listener's channel, which
+// becomes the new ID's; ready runs just before. Under the listener's lock, so
+// that a Migrate of the listener takes the request along and a Destroy
+// refuses it: the kernel's request is the listener's event until taken
+// (ucma_move_events, ucma_cleanup_ctx_events). False when the listener is
+// being destroyed.
+func (l *ID) queueRequest(out *Event, ready func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.st == stDestroying || l.ch.addID() != nil {
+		return false
+	}
+	out.ID.ch = l.ch
+	ready()
+	l.ch.post(out)
+	return true
 }
 
 func (k lkey) port() uint16 { return uint16(k.sid) }

@@ -711,7 +711,8 @@ func (id *ID) Disconnect() error {
 
 // Destroy destroys the ID (rdma_destroy_id): what the IB CM does for its state
 // (REJ, DREQ or DREP), its listener goes, its events not yet taken are
-// discarded. Its QP is the caller's to destroy (DestroyQP).
+// discarded and a listener's requests not yet taken refused. Its QP is the
+// caller's to destroy (DestroyQP).
 func (id *ID) Destroy() error {
 	id.mu.Lock()
 	if id.st == stDestroying {

@@ -602,3 +602,75 @@ func TestIBPortSpaceConnect(t *testing.T) {
 		t.Fatalf("UDP-space client of an IB-space listener: status %d", ev.Status)
 	}
 }
+
+// queued waits until ch has an event, without taking it.
+func queued(t *testing.T, ch *EventChannel) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a hang guard
+	defer cancel()
+	if err := ch.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A listener's requests not yet taken move with it, their IDs too, as the
+// kernel's ucma_move_events moves them as the listener's events: the request
+// and its ID's later events come on the new channel, and the old one holds no
+// ID. Before, the request stayed behind.
+func TestMigrateListenerTakesItsRequests(t *testing.T) {
+	a, b := memDevices(t, cm.Config{PacketLifeTime: 8})
+	srv := listener(t, b, PSTCP, 7020)
+	cli := resolved(t, a, PSTCP, 7020)
+	cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+		t.Fatal(err)
+	}
+	queued(t, srv.ch)
+	ch2 := NewEventChannel()
+	if err := srv.id.Migrate(ch2); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := srv.ch.TryGetEvent(); ev != nil || err != nil {
+		t.Fatalf("the old channel after the migration: %v %v, want nothing", ev, err)
+	}
+	ev := getEvent(t, ch2, EventConnectRequest)
+	if ev.Listen != srv.id {
+		t.Fatalf("CONNECT_REQUEST of %p, want the listener %p", ev.Listen, srv.id)
+	}
+	conn := ev.ID
+	t.Cleanup(func() { conn.Destroy() })
+	srv.createQP(t, conn)
+	if err := conn.Accept(ConnParam{ResponderResources: 1, InitiatorDepth: 1}); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventEstablished)
+	getEvent(t, ch2, EventEstablished)
+	if err := srv.ch.Close(); err != nil {
+		t.Fatalf("closing the old channel: %v, want no ID left on it", err)
+	}
+	t.Cleanup(func() { ch2.Close() }) // after the IDs' cleanups
+}
+
+// Destroying a listener refuses its requests not yet taken and destroys their
+// IDs (ucma_cleanup_ctx_events): the peer hears a REJ at once, and the
+// channel holds no ID. Before, the request stayed queued, its ID holding the
+// channel, and the peer waited for its REQ to time out.
+func TestDestroyListenerRefusesItsRequests(t *testing.T) {
+	a, b := memDevices(t, cm.Config{PacketLifeTime: 8})
+	srv := listener(t, b, PSTCP, 7021)
+	cli := resolved(t, a, PSTCP, 7021)
+	cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	queued(t, srv.ch)
+	if err := srv.id.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.ch.Close(); err != nil {
+		t.Fatalf("closing the channel: %v, want no ID left on it", err)
+	}
+	if rej := getEvent(t, cli.ch, EventRejected); rej.Status != cm.RejConsumerDefined {
+		t.Fatalf("REJECTED, status %d", rej.Status)
+	}
+}
