@@ -298,7 +298,8 @@ func (c *Connector) moveQP() error {
 // Accept is NdkAccept of an incoming connection: qp is moved to RTR and RTS
 // and the REP goes out. It returns ErrPending; done runs when the peer's RTU
 // arrives (nil), or with the error that ended the attempt. The connector
-// shares its listener's endpoint (EP1, EP4).
+// shares its listener's endpoint (EP1, EP4). Once the listener's close is asked
+// for, Accept refuses the request: ErrListenerClosing (EP7).
 func (c *Connector) Accept(qp *QP, ird, ord int, private []byte, done func(error)) error {
 	if qp == nil || done == nil || len(private) > maxCalleeData || ird < 0 || ird > 255 || ord < 0 || ord > 255 {
 		return ErrInvalid
@@ -312,6 +313,13 @@ func (c *Connector) Accept(qp *QP, ird, ord int, private []byte, done func(error
 	defer c.mu.Unlock()
 	if c.st != cIncoming {
 		return ErrState
+	}
+	if !c.lst.n.isOpen() {
+		// The request came before the listener's close was asked for, but no
+		// connection is accepted while that close is pending (EP7).
+		c.id.Reject(nil)
+		c.st = cDone
+		return ErrListenerClosing
 	}
 	if err := c.id.Accept(rdmacm.ConnParam{QPN: qp.QPN(), PrivateData: private, ResponderResources: uint8(ird),
 		InitiatorDepth: uint8(ord), RNRRetryCount: 7}); err != nil {

@@ -240,6 +240,49 @@ func TestEP5PortInUse(t *testing.T) {
 	_ = cli
 }
 
+// EP7: a request handed over before the listener's close was asked for is not
+// accepted while that close is pending: Accept fails, the peer is refused, and
+// the close completes once the connector is closed. Before, Accept took the
+// connection.
+func TestEP7NoAcceptWhileListenerCloses(t *testing.T) {
+	da, db := memDevices(t)
+	cli, srv := newSide(t, da), newSide(t, db)
+	lap := netip.AddrPortFrom(ipB, 4407)
+	got := make(chan *Connector, 1)
+	l, err := srv.ad.CreateListener(func(c *Connector) { got <- c }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(lap, nil); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cli.ad.CreateConnector(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeWait(t, "client", cc.Close) })
+	conDone, conCh := cb()
+	if err := cc.Connect(cli.qp, netip.AddrPortFrom(ipA, 0), lap, 1, 1, nil, conDone); !errors.Is(err, ErrPending) {
+		t.Fatal(err)
+	}
+	sc := wait(t, "connect event", got)
+	closeDone, closeCh := cb()
+	if err := l.Close(closeDone); !errors.Is(err, ErrPending) {
+		t.Fatalf("listener close with a connector open: %v, want ErrPending (EP6)", err)
+	}
+	accDone, _ := cb()
+	if err := sc.Accept(srv.qp, 1, 1, nil, accDone); !errors.Is(err, ErrListenerClosing) {
+		t.Fatalf("Accept while the listener closes: %v, want ErrListenerClosing (EP7)", err)
+	}
+	if err := wait(t, "Connect", conCh); !errors.Is(err, ErrRefused) {
+		t.Fatalf("Connect: %v, want ErrRefused", err)
+	}
+	closeWait(t, "incoming", sc.Close)
+	if err := wait(t, "listener close", closeCh); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // EP6, EP7: a listener's close stays pending until its accepted connectors
 // close, and from the moment it is called the listener refuses requests.
 func TestEP6EP7ClosingListener(t *testing.T) {

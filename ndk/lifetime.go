@@ -41,6 +41,9 @@ var (
 	// ErrCanceled is STATUS_CANCELLED: a request flushed or cancelled by a close,
 	// a Flush or a disconnect.
 	ErrCanceled = errors.New("ndk: canceled")
+	// ErrListenerClosing is Accept's refusal of a request whose listener's
+	// close was asked for after it came (EP7): the request is cancelled.
+	ErrListenerClosing = fmt.Errorf("ndk: its listener is closing (EP7): %w", ErrCanceled)
 	// ErrTimeout is STATUS_IO_TIMEOUT: the peer did not answer the CM.
 	ErrTimeout = fmt.Errorf("ndk: connection timed out: %w", verbs.ErrUnreachable)
 )
