@@ -686,6 +686,54 @@ func TestHostileRefusedNeverPolled(t *testing.T) {
 	}
 }
 
+// The objects all sessions together hold are bounded (MaxAllObjects): each may
+// hold a mapping and a descriptor of the daemon's, and 64 sessions of 4,096
+// objects were past vm.max_map_count and the open-file limit, where a failed
+// mmap of the Go runtime's ends the daemon. One process filling the bound
+// holds the others off until it gives objects back; it cannot go past it.
+func TestHostileAllObjectsBound(t *testing.T) {
+	r := newRig(t, server.Config{MaxAllObjects: 12})
+	hog, other := r.dial(t), r.dial(t)
+	var pds []*PD
+	for range 20 {
+		pd, err := hog.AllocPD()
+		if err != nil {
+			if !errors.Is(err, verbs.ErrLimit) {
+				t.Fatalf("past the bound: %v, want ErrLimit", err)
+			}
+			break
+		}
+		pds = append(pds, pd)
+	}
+	if len(pds) == 0 || len(pds) > 12 {
+		t.Fatalf("one process made %d PDs under a bound of 12 for all", len(pds))
+	}
+	if _, err := other.AllocPD(); !errors.Is(err, verbs.ErrLimit) {
+		t.Fatalf("another process's PD with the bound held: %v, want ErrLimit", err)
+	}
+	if err := pds[0].Dealloc(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.AllocPD(); err != nil {
+		t.Fatalf("after the first gave one back: %v", err)
+	}
+	if _, err := hog.AllocPD(); !errors.Is(err, verbs.ErrLimit) {
+		t.Fatalf("the bound held again: %v, want ErrLimit", err)
+	}
+	hog.Close() // its session's teardown gives all back
+	for i := range len(pds) - 1 {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			_, err := other.AllocPD()
+			if err == nil {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("PD %d after the first process left: %v", i, err)
+			}
+		}
+	}
+}
+
 // The memory one session may register is bounded (MaxMapped): the daemon maps
 // each region, and a process that registered terabytes of sparse memory took
 // the daemon's address space from everyone else.

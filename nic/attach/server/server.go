@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +27,12 @@ type Config struct {
 	MaxSessions int
 	// MaxObjects one session may hold (default 4096).
 	MaxObjects int
+	// MaxAllObjects all sessions together may hold (default: half the smaller
+	// of vm.max_map_count and the open-file limit). An object may hold a
+	// mapping and a descriptor of the daemon's: with both used up, every
+	// session's calls fail, and the Go runtime's next mmap is a fatal error.
+	// MaxSessions times MaxObjects (262,144) is past both.
+	MaxAllObjects int
 	// MaxShm bytes of rings one session may hold (default 256 MiB).
 	MaxShm int
 	// MaxMapped bytes of the process's memory one session may register
@@ -47,6 +56,9 @@ func (c *Config) setDefaults() {
 	if c.MaxObjects <= 0 {
 		c.MaxObjects = 4096
 	}
+	if c.MaxAllObjects <= 0 {
+		c.MaxAllObjects = allObjectsDefault()
+	}
 	if c.MaxShm <= 0 {
 		c.MaxShm = 256 << 20
 	}
@@ -65,11 +77,29 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// allObjectsDefault is half the smaller of the mappings and the descriptors
+// the daemon may have: the other half is the runtime's, the data path's and
+// the sessions' own.
+func allObjectsDefault() int {
+	n := 65530 // vm.max_map_count's default
+	if b, err := os.ReadFile("/proc/sys/vm/max_map_count"); err == nil {
+		if v, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && v > 0 {
+			n = v
+		}
+	}
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur < uint64(n) {
+		n = int(rl.Cur)
+	}
+	return max(n/2, 1)
+}
+
 // Server serves attachments to one device. Safe for concurrent use.
 type Server struct {
 	dev   *verbs.Device
 	cfg   Config
 	unreg func()
+	held  atomic.Int64 // objects all sessions hold (MaxAllObjects)
 
 	srqs sync.Map // *verbs.SRQ to *srqObj: where an SRQ's events go (SRQs have no Context)
 

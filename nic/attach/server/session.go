@@ -419,11 +419,16 @@ func (ss *session) add(o obj, shmBytes int) (uint32, error) {
 	if ss.shm+shmBytes > ss.srv.cfg.MaxShm {
 		return 0, fmt.Errorf("%w: %d + %d bytes", errShmLimit, ss.shm, shmBytes)
 	}
-	if x, ok := o.(*cqObj); ok && x.ch != nil {
-		if x.ch.dying {
-			return 0, handleErr(kindName(attach.KindCompChannel), x.ch.handle)
-		}
-		x.ch.users++
+	cq, _ := o.(*cqObj)
+	if cq != nil && cq.ch != nil && cq.ch.dying {
+		return 0, handleErr(kindName(attach.KindCompChannel), cq.ch.handle)
+	}
+	if ss.srv.held.Add(1) > int64(ss.srv.cfg.MaxAllObjects) {
+		ss.srv.held.Add(-1)
+		return 0, fmt.Errorf("%w: %d objects held by all processes", verbs.ErrLimit, ss.srv.cfg.MaxAllObjects)
+	}
+	if cq != nil && cq.ch != nil {
+		cq.ch.users++
 	}
 	for {
 		ss.next++
@@ -517,6 +522,7 @@ func (ss *session) destroy(kind, h uint32) error {
 func (ss *session) forget(o obj) {
 	b := o.base()
 	delete(ss.objs, b.handle)
+	ss.srv.held.Add(-1)
 	ss.shm -= b.shm
 	ss.mapped -= b.mapped
 	switch x := o.(type) {
