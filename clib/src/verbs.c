@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -432,20 +433,32 @@ XR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 	return 0;
 }
 
-/* map_fd maps a ring's memfd (the reply's descriptor), which it closes. */
+/* map_fd maps a ring's memfd (the reply's descriptor), which it closes. A
+ * file shorter than len is refused (EPROTO): a mapping past its end faults. */
 static void *map_fd(int fd, size_t len)
 {
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	struct stat st;
+	void *p = MAP_FAILED;
+	if (fstat(fd, &st) != 0)
+		goto out;
+	if (len == 0 || st.st_size < 0 || (uint64_t)st.st_size < len) {
+		errno = EPROTO;
+		goto out;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+out:
 	close(fd);
 	return p == MAP_FAILED ? NULL : p;
 }
 
 /* create_mapped is a create whose reply carries the memfd of the object's
- * rings: it maps len_of(rep) bytes of it into *mem, or, failing, destroys
- * the new object (each such reply starts with its handle). It returns 0 or
- * an errno. */
+ * rings: it maps len_of(rep) bytes of it into *mem, and checks that the
+ * reply's rings fit there (fits), or, failing, destroys the new object (each
+ * such reply starts with its handle). It returns 0 or an errno: EPROTO for a
+ * reply whose rings would have us write past the mapping. */
 static int create_mapped(struct xr_conn *c, uint32_t op, uint32_t kind, const void *req, uint32_t reqlen, void *rep,
-			 uint32_t replen, size_t (*len_of)(const void *), void **mem, size_t *len)
+			 uint32_t replen, size_t (*len_of)(const void *), int (*fits)(const void *, size_t), void **mem,
+			 size_t *len)
 {
 	int fd = -1, got = 0;
 	int err = xr_call(c, op, req, reqlen, rep, replen, -1, &fd, 1, &got);
@@ -454,10 +467,14 @@ static int create_mapped(struct xr_conn *c, uint32_t op, uint32_t kind, const vo
 	uint32_t handle;
 	memcpy(&handle, rep, sizeof(handle));
 	*len = len_of(rep);
-	if (got != 1)
+	if (got != 1) {
 		err = EPROTO;
-	else if (!(*mem = map_fd(fd, *len)))
+	} else if (!(*mem = map_fd(fd, *len))) {
 		err = errno;
+	} else if (!fits(rep, *len)) {
+		munmap(*mem, *len);
+		err = EPROTO;
+	}
 	if (err)
 		xr_destroy(c, kind, handle);
 	return err;
@@ -468,9 +485,33 @@ static size_t cq_len(const void *rep)
 	return XRNIC_RING_HEADER + (size_t)((const struct xrnic_create_cq_rep *)rep)->entries * sizeof(struct xrnic_cqe);
 }
 
+static int cq_fits(const void *rep, size_t len)
+{
+	const struct xrnic_create_cq_rep *r = rep;
+	return xrnic_ring_fits(0, r->entries, sizeof(struct xrnic_cqe), sizeof(struct xrnic_cqe), len);
+}
+
 static size_t qp_len(const void *rep) { return ((const struct xrnic_create_qp_rep *)rep)->mem_len; }
 
+/* The entries must hold what the QP's caps let a post write into them. */
+static int qp_fits(const void *rep, size_t len)
+{
+	const struct xrnic_create_qp_rep *r = rep;
+	uint64_t sges = (uint64_t)r->max_send_sge * sizeof(struct xrnic_sge);
+	uint64_t sq_min = sizeof(struct xrnic_send_wqe) + (sges > r->max_inline_data ? sges : r->max_inline_data);
+	uint64_t rq_min = sizeof(struct xrnic_recv_wqe) + (uint64_t)r->max_recv_sge * sizeof(struct xrnic_sge);
+	return xrnic_ring_fits(r->sq_off, r->sq_entries, r->sq_entry_size, sq_min, len) &&
+	       (r->rq_entries == 0 || xrnic_ring_fits(r->rq_off, r->rq_entries, r->rq_entry_size, rq_min, len));
+}
+
 static size_t srq_len(const void *rep) { return ((const struct xrnic_create_srq_rep *)rep)->mem_len; }
+
+static int srq_fits(const void *rep, size_t len)
+{
+	const struct xrnic_create_srq_rep *r = rep;
+	uint64_t min = sizeof(struct xrnic_recv_wqe) + (uint64_t)r->max_sge * sizeof(struct xrnic_sge);
+	return xrnic_ring_fits(0, r->entries, r->entry_size, min, len);
+}
 
 XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 				       struct ibv_comp_channel *channel, int comp_vector)
@@ -487,7 +528,7 @@ XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *c
 		errno = ENOMEM;
 		return NULL;
 	}
-	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_CQ, XRNIC_KIND_CQ, &req, sizeof(req), &r, sizeof(r), cq_len,
+	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_CQ, XRNIC_KIND_CQ, &req, sizeof(req), &r, sizeof(r), cq_len, cq_fits,
 				&q->mem, &q->memlen);
 	if (err) {
 		free(q);
@@ -637,7 +678,7 @@ XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 		errno = ENOMEM;
 		return NULL;
 	}
-	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_QP, XRNIC_KIND_QP, &req, sizeof(req), &r, sizeof(r), qp_len,
+	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_QP, XRNIC_KIND_QP, &req, sizeof(req), &r, sizeof(r), qp_len, qp_fits,
 				&q->mem, &q->memlen);
 	if (err) {
 		free(q);
@@ -725,7 +766,7 @@ XR_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 		errno = ENOMEM;
 		return NULL;
 	}
-	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_SRQ, XRNIC_KIND_SRQ, &req, sizeof(req), &r, sizeof(r), srq_len,
+	int err = create_mapped(&x->conn, XRNIC_OP_CREATE_SRQ, XRNIC_KIND_SRQ, &req, sizeof(req), &r, sizeof(r), srq_len, srq_fits,
 				&s->mem, &s->memlen);
 	if (err) {
 		free(s);

@@ -160,6 +160,16 @@ static inline void xrnic_ring_init(struct xrnic_ring *r, void *mem, uint32_t n, 
 	r->own = __atomic_load_n(producer ? &r->hdr->prod : &r->hdr->cons, __ATOMIC_ACQUIRE);
 }
 
+/* xrnic_ring_fits checks a ring's layout, as the daemon's reply gives it,
+ * before it is used: n a power of two up to 2^24, esize a multiple of 8 of at
+ * least min bytes, off 64-aligned, and the whole ring within len bytes. */
+static inline int xrnic_ring_fits(uint64_t off, uint32_t n, uint32_t esize, uint64_t min, uint64_t len)
+{
+	if (n == 0 || (n & (n - 1)) || n > (1u << 24) || esize < min || esize % 8 || off % 64)
+		return 0;
+	return off <= len && len - off >= XRNIC_RING_HEADER + (uint64_t)n * esize;
+}
+
 static inline void *xrnic_ring_entry(struct xrnic_ring *r, uint32_t i)
 {
 	return r->entries + (uint64_t)(i & (r->n - 1)) * r->esize;
