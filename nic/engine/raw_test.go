@@ -317,6 +317,18 @@ func TestResponderInvalidRequests(t *testing.T) {
 		{"WRITE longer than its RETH", connOpts{}, func(r *rawPeer, n *node) [][]byte {
 			return [][]byte{r.req(wire.RCRDMAWriteOnly, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 10}, Payload: make([]byte, 20)})}
 		}, 1000, wire.NAKInvalidRequest, 0},
+		// A LAST or ONLY ends the RETH's DMA: one that would leave some of it
+		// (a PMTU of it, which rxe takes) is an invalid request, not a
+		// message shorter than the RETH said.
+		{"WRITE ONLY shorter than its RETH", connOpts{}, func(r *rawPeer, n *node) [][]byte {
+			return [][]byte{r.req(wire.RCRDMAWriteOnly, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 2048}, Payload: make([]byte, 1024)})}
+		}, 1000, wire.NAKInvalidRequest, 0},
+		{"WRITE LAST before its RETH's end", connOpts{}, func(r *rawPeer, n *node) [][]byte {
+			return [][]byte{
+				r.req(wire.RCRDMAWriteFirst, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 3072}, Payload: make([]byte, 1024)}),
+				r.req(wire.RCRDMAWriteLast, 1001, wire.IBFields{Payload: make([]byte, 1024)}),
+			}
+		}, 1001, wire.NAKInvalidRequest, 0},
 		// A LAST carries 1 to PMTU bytes (C9-92; rxe: "last packet zero or
 		// too long"): a malformed request, the remote's invalid request at
 		// this end too, as rxe's RESPST_ERR_LENGTH; only a message longer

@@ -357,7 +357,11 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) (respErr
 			return errRKeyViolation, nil
 		}
 		if mask&wire.MaskWrite != 0 {
-			if r.resid > uint32(mtu) {
+			// rxe check_rkey: a packet before the DMA's last PMTU carries a
+			// PMTU, the one that reaches it carries the rest. A LAST or ONLY
+			// ends the DMA the RETH gave: one that would leave some of it
+			// (rxe takes it) completes a message shorter than the RETH said.
+			if r.resid > uint32(mtu) && mask&wire.MaskLast == 0 {
 				if n != mtu || p.BTH.PadCount() != 0 {
 					return errLength, nil
 				}
