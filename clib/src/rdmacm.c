@@ -52,15 +52,21 @@ struct xr_id {
 	struct xr_chan *own;
 	struct ibv_qp_init_attr *qp_init_attr; /* a passive endpoint's, for rdma_get_request */
 	struct ibv_sa_path_rec path;
+	/* reported counts the events rdma_get_cm_event returned of this ID (a
+	 * request's, of its listener), completed those acked: rdma_destroy_id
+	 * waits for the two to meet, as librdmacm's does (under mu). */
+	unsigned reported, completed;
 	struct xr_id *next;
 };
 
 struct xr_event {
 	struct rdma_cm_event ev;
+	struct xr_id *of; /* the ID it counts against (reported) */
 	uint8_t private_data[256];
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t acked = PTHREAD_COND_INITIALIZER; /* an xr_id's completed grew */
 static struct ibv_context *dev;	   /* the CM's device */
 static struct ibv_pd *default_pd;   /* librdmacm's per-device PD, for QPs made without one */
 static struct ibv_device **devlist; /* kept open for rdma_get_devices */
@@ -187,12 +193,27 @@ static struct xr_id *find_locked(uint32_t handle)
 	return x;
 }
 
-static struct xr_id *id_of(uint32_t handle)
+/* report is the ID of handle with one more event reported, or NULL: found and
+ * counted at once, so that a rdma_destroy_id running meanwhile either has not
+ * untracked it yet and waits for the event's ack, or has, and the event is
+ * dropped; the ID is never freed under the event. */
+static struct xr_id *report(uint32_t handle)
 {
 	pthread_mutex_lock(&mu);
 	struct xr_id *x = find_locked(handle);
+	if (x)
+		x->reported++;
 	pthread_mutex_unlock(&mu);
 	return x;
+}
+
+/* complete_event acks one event reported of x. */
+static void complete_event(struct xr_id *x)
+{
+	pthread_mutex_lock(&mu);
+	x->completed++;
+	pthread_cond_broadcast(&acked);
+	pthread_mutex_unlock(&mu);
 }
 
 static void track(struct xr_id *x)
@@ -393,6 +414,11 @@ XR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	untrack(x);
 	if (id->event)
 		rdma_ack_cm_event(id->event);
+	/* librdmacm's: the events reported of the ID are acked first. */
+	pthread_mutex_lock(&mu);
+	while (x->completed != x->reported)
+		pthread_cond_wait(&acked, &mu);
+	pthread_mutex_unlock(&mu);
 	if (x->own)
 		rdma_destroy_event_channel(&x->own->ch);
 	free(x->qp_init_attr);
@@ -777,27 +803,34 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			stash(to, buf, (size_t)n); /* see sweep */
 			continue;
 		}
-		struct xr_id *x = id_of(w.id), *l = NULL;
-		if (w.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			if (!(l = id_of(w.listen_id)))
-				continue; /* its listener was destroyed */
+		/* A request counts against its listener, as librdmacm's. */
+		int req = w.event == RDMA_CM_EVENT_CONNECT_REQUEST;
+		struct xr_id *of = report(req ? w.listen_id : w.id), *x = of, *l = NULL;
+		if (!of)
+			continue; /* its ID (a request's listener) was destroyed */
+		if (req) {
+			l = of;
 			x = new_id(w.id, l->id.channel, l->id.context, l->id.ps);
-			if (!x)
+			if (!x) {
+				complete_event(of);
 				return fail(ENOMEM);
+			}
 			/* A synchronous listener's requests are synchronous IDs, on
 			 * channels of their own (ucma_process_conn_req; failing, it
 			 * reads on). */
 			if (l->own && rdma_migrate_id(&x->id, NULL)) {
 				rdma_reject(&x->id, NULL, 0);
 				rdma_destroy_id(&x->id);
+				complete_event(of);
 				continue;
 			}
 		}
-		if (!x)
-			continue; /* an ID destroyed meanwhile */
 		struct xr_event *e = calloc(1, sizeof(*e));
-		if (!e)
+		if (!e) {
+			complete_event(of);
 			return fail(ENOMEM);
+		}
+		e->of = of;
 		fill_route(x, &w);
 		e->ev.id = &x->id;
 		e->ev.listen_id = l ? &l->id : NULL;
@@ -856,7 +889,9 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 
 XR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
-	free(event);
+	struct xr_event *e = (struct xr_event *)event;
+	complete_event(e->of);
+	free(e);
 	return 0;
 }
 

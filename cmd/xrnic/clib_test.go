@@ -145,12 +145,13 @@ func TestCLibrary(t *testing.T) {
 	// libibverbs' does (clib/test/cqnonblock.c); ibv_init_ah_from_wc reads
 	// IPv4 and IPv6 (clib/test/ahfromwc.c); rdma_destroy_qp frees the CQs
 	// rdma_create_qp made (clib/test/cmqp.c); librdmacm's synchronous
-	// mode (clib/test/cmsync.c).
-	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync"} {
+	// mode (clib/test/cmsync.c); rdma_destroy_id waits for its events'
+	// acks (clib/test/cmdestroy.c).
+	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {
-			case "cmqp":
+			case "cmqp", "cmdestroy":
 				args = append(args, p.A.IPv4.String())
 			case "cmsync":
 				args = append(args, p.A.IPv4.String(), p.B.IPv4.String())
