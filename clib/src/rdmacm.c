@@ -149,19 +149,34 @@ static struct ibv_pd *pd_of(struct rdma_cm_id *id)
 	return pd;
 }
 
+/* stashed is a copy of the message msg (an event), NULL if out of memory
+ * (the event is lost then, as one past a full queue is). */
+static struct xr_stashed *stashed(const uint8_t *msg, size_t len)
+{
+	struct xr_stashed *st = malloc(sizeof(*st) + len);
+	if (st) {
+		st->next = NULL;
+		st->len = len;
+		memcpy(st->msg, msg, len);
+	}
+	return st;
+}
+
+/* append_locked queues st on channel c; the caller holds mu. */
+static void append_locked(struct xr_chan *c, struct xr_stashed *st)
+{
+	*c->tail = st;
+	c->tail = &st->next;
+}
+
 /* stash keeps a copy of the message msg (an event) for channel c. */
 static void stash(struct rdma_event_channel *c, const uint8_t *msg, size_t len)
 {
-	struct xr_chan *xc = (struct xr_chan *)c;
-	struct xr_stashed *st = malloc(sizeof(*st) + len);
+	struct xr_stashed *st = stashed(msg, len);
 	if (!st)
-		return; /* lost, as an event past a full queue is */
-	st->next = NULL;
-	st->len = len;
-	memcpy(st->msg, msg, len);
+		return;
 	pthread_mutex_lock(&mu);
-	*xc->tail = st;
-	xc->tail = &st->next;
+	append_locked((struct xr_chan *)c, st);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -246,22 +261,29 @@ static int event_of(const uint8_t *msg, ssize_t n, struct xrnic_cm_event *w)
 	return h.op == XRNIC_OP_CM_EVENT && h.len == sizeof(*w);
 }
 
-/* home is the channel an event read from channel c is delivered on: c, but
- * for a synchronous ID migrated off c after the daemon sent the event (a
- * synchronous listener's request, moved to a channel of its own), its own
- * channel, where the library's next wait for it looks first (the kernel's
- * ucma_migrate_id moves an ID's pending events along). An asynchronous ID's
- * event stays on c: a stash on its channel would not show on that channel's
- * fd, nor wake a thread waiting in it. */
-static struct rdma_event_channel *home(struct rdma_event_channel *c, const struct xrnic_cm_event *w)
+/* stash_home stashes the event message msg, read from channel c, on its ID's
+ * own channel, and returns 1, when the ID is synchronous and migrated off c
+ * after the daemon sent the event (a synchronous listener's request, moved to
+ * a channel of its own): the library's next wait for it looks there first
+ * (the kernel's ucma_migrate_id moves an ID's pending events along). Found and
+ * stashed under mu at once: a rdma_destroy_id meanwhile cannot free the
+ * channel in between. An asynchronous ID's event stays on c (0): a stash on
+ * its channel would not show on that channel's fd, nor wake a thread waiting
+ * in it. */
+static int stash_home(struct rdma_event_channel *c, const struct xrnic_cm_event *w, const uint8_t *msg, size_t len)
 {
 	if (w->event == RDMA_CM_EVENT_CONNECT_REQUEST)
-		return c;
+		return 0;
+	struct xr_stashed *st = stashed(msg, len);
 	pthread_mutex_lock(&mu);
 	struct xr_id *x = find_locked(w->id);
-	struct rdma_event_channel *to = x && x->own ? &x->own->ch : c;
+	struct xr_chan *own = x && x->own && &x->own->ch != c ? x->own : NULL;
+	if (own && st)
+		append_locked(own, st);
 	pthread_mutex_unlock(&mu);
-	return to;
+	if (!own)
+		free(st);
+	return own != NULL;
 }
 
 /* take_own hands what a synchronous ID's own channel holds, stashed or in its
@@ -447,7 +469,7 @@ XR_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *
 		return -1;
 	}
 	struct xr_chan *was = x->own;
-	pthread_mutex_lock(&mu); /* home reads them */
+	pthread_mutex_lock(&mu); /* stash_home reads them */
 	id->channel = channel;
 	x->own = own;
 	pthread_mutex_unlock(&mu);
@@ -798,11 +820,8 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 		}
 		if (!event_of(buf, n, &w))
 			continue;
-		struct rdma_event_channel *to = home(channel, &w);
-		if (to != channel) {
-			stash(to, buf, (size_t)n); /* see sweep */
+		if (stash_home(channel, &w, buf, (size_t)n))
 			continue;
-		}
 		/* A request counts against its listener, as librdmacm's. */
 		int req = w.event == RDMA_CM_EVENT_CONNECT_REQUEST;
 		struct xr_id *of = report(req ? w.listen_id : w.id), *x = of, *l = NULL;
