@@ -171,6 +171,38 @@ func TestMRAExtendsOneWait(t *testing.T) {
 	}
 }
 
+// An MRA of our REP extends its wait by the service timeout and the REQ's
+// Local ACK Timeout: the passive side's av.timeout comes from the REQ's path
+// (cm_format_paths_from_req), not from this CM's packet life time.
+func TestMRAOfREPWaitsREQsACKTimeout(t *testing.T) {
+	p := newPair(t, nil)
+	p.req = testREQ(svc)
+	p.req.Primary.LocalACKTimeout = 22 // 17 s; twice the packet life is 2 s
+	p.sendREQ(t)
+	p.f.deliver()
+	p.passive = p.rb.expect(EventREQReceived).ID
+	if err := p.passive.SendREP(&mad.REP{LocalQPN: 0x22}); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.ra.expect(EventREPReceived)
+	if err := p.active.SendMRA(24, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.rb.expect(EventMRAReceived)
+	p.f.sent()
+	p.f.drop = func(frame) bool { return true } // the peer goes silent
+	p.f.advance(IBTime(24) + IBTime(22) - time.Millisecond)
+	if n := count(p.f.sent(), mad.AttrREP); n != 0 {
+		t.Fatalf("%d REPs before the MRA's time and the REQ's ACK timeout", n)
+	}
+	p.f.advance(time.Millisecond)
+	if n := count(p.f.sent(), mad.AttrREP); n != 1 {
+		t.Fatalf("%d REPs at the MRA's time and the REQ's ACK timeout, want 1", n)
+	}
+}
+
 // The passive side's half-open expiry waits as long as the MRA its consumer
 // sent asked the peer to: it does not reject the REQ it asked to be waited for.
 func TestHalfOpenWaitsForOwnMRA(t *testing.T) {

@@ -101,6 +101,10 @@ type ID struct {
 	inRemote   bool // in cm.remote
 	sidrKey    *sidrKey
 	cmTimeout  time.Duration // the base timeout of our requests
+	// avTimeout is ib_cm's av.timeout, the path's round trip, which an MRA
+	// adds to its service timeout: twice the packet life time on the active
+	// side, the REQ's Local ACK Timeout on the passive (cm_format_paths_from_req).
+	avTimeout  time.Duration
 	maxRetries int
 
 	// The request waiting for its answer (REQ, REP, DREQ, SIDR_REQ).

@@ -129,6 +129,7 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 	id.serviceID = req.ServiceID
 	id.src, id.dst = dst, src
 	id.remoteQPN = req.LocalQPN
+	id.avTimeout = IBTime(max(req.Primary.LocalACKTimeout, 1)) // packet life = timeout - 1, then + 1
 	// Our REP waits for the RTU as long as the REQ's sender says it takes to
 	// answer, no packet life time added (cm_req_handler: timeout_ms from the
 	// REQ's Local CM Response Timeout alone).
@@ -162,11 +163,15 @@ func (c *CM) onMRA(src, dst GID, m *mad.MRA) {
 		return
 	}
 	// cm_mra_handler: the request waits the service timeout plus the path's
-	// round trip (its av.timeout is the packet life time + 1: twice it) longer,
-	// this once; later retries wait the request's own timeout again (Linux's
-	// "apply timeout modification (CM MRA) only once", IBTA 12.6.6). Kept
-	// for every retry, an MRA of 31 held our request 16 times 2.4 hours.
-	id.arm(IBTime(m.ServiceTimeout)+2*IBTime(c.cfg.PacketLifeTime), id.expireLocked)
+	// round trip (av.timeout) longer, this once; later retries wait the
+	// request's own timeout again (Linux's "apply timeout modification (CM
+	// MRA) only once", IBTA 12.6.6). Kept for every retry, an MRA of 31 held
+	// our request 16 times 2.4 hours.
+	rtt := id.avTimeout
+	if rtt == 0 {
+		rtt = 2 * IBTime(c.cfg.PacketLifeTime) // av.timeout = packet life + 1
+	}
+	id.arm(IBTime(m.ServiceTimeout)+rtt, id.expireLocked)
 	cp := *m
 	id.post(Event{Type: EventMRAReceived, Msg: &cp})
 }
