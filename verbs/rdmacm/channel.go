@@ -182,13 +182,28 @@ func (id *ID) Migrate(ch *EventChannel) error {
 	// Under the ID's lock: an event of its arriving now waits, and follows
 	// those moved.
 	for _, ev := range old.take(id) {
-		ch.post(ev)
 		if ev.Listen == id {
-			// Cannot fail: id holds ch open. Its events follow the request.
-			_ = ev.ID.Migrate(ch)
+			ev.ID.moveRequest(old, ch, ev)
+		} else {
+			ch.post(ev)
 		}
 	}
 	return nil
+}
+
+// moveRequest moves a listener's new ID, whose request req nobody has taken,
+// from old to ch: the ID first, then the request and the ID's own events, so
+// that whoever takes the request from ch finds the ID there already.
+func (id *ID) moveRequest(old, ch *EventChannel, req *Event) {
+	_ = ch.addID() // cannot fail: the migrating listener holds ch open
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.ch = ch
+	evs := old.take(id)
+	ch.post(req)
+	for _, ev := range evs {
+		ch.post(ev)
+	}
 }
 
 // channel is the ID's channel (Migrate changes it).

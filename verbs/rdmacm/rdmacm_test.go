@@ -619,6 +619,12 @@ func queued(t *testing.T, ch *EventChannel) {
 // ID. Before, the request stayed behind.
 func TestMigrateListenerTakesItsRequests(t *testing.T) {
 	a, b := memDevices(t, cm.Config{PacketLifeTime: 8})
+	ch2 := NewEventChannel()
+	t.Cleanup(func() { // after the IDs' cleanups, registered later
+		if err := ch2.Close(); err != nil {
+			t.Errorf("closing the new channel: %v", err)
+		}
+	})
 	srv := listener(t, b, PSTCP, 7020)
 	cli := resolved(t, a, PSTCP, 7020)
 	cli.createQP(t, cli.id)
@@ -626,7 +632,6 @@ func TestMigrateListenerTakesItsRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued(t, srv.ch)
-	ch2 := NewEventChannel()
 	if err := srv.id.Migrate(ch2); err != nil {
 		t.Fatal(err)
 	}
@@ -648,7 +653,6 @@ func TestMigrateListenerTakesItsRequests(t *testing.T) {
 	if err := srv.ch.Close(); err != nil {
 		t.Fatalf("closing the old channel: %v, want no ID left on it", err)
 	}
-	t.Cleanup(func() { ch2.Close() }) // after the IDs' cleanups
 }
 
 // Destroying a listener refuses its requests not yet taken and destroys their
