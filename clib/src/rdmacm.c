@@ -274,16 +274,23 @@ static int stash_home(struct rdma_event_channel *c, const struct xrnic_cm_event 
 {
 	if (w->event == RDMA_CM_EVENT_CONNECT_REQUEST)
 		return 0;
-	struct xr_stashed *st = stashed(msg, len);
-	pthread_mutex_lock(&mu);
-	struct xr_id *x = find_locked(w->id);
-	struct xr_chan *own = x && x->own && &x->own->ch != c ? x->own : NULL;
-	if (own && st)
-		append_locked(own, st);
-	pthread_mutex_unlock(&mu);
-	if (!own)
-		free(st);
-	return own != NULL;
+	struct xr_stashed *st = NULL;
+	for (;;) {
+		pthread_mutex_lock(&mu);
+		struct xr_id *x = find_locked(w->id);
+		struct xr_chan *own = x && x->own && &x->own->ch != c ? x->own : NULL;
+		if (own && st)
+			append_locked(own, st);
+		pthread_mutex_unlock(&mu);
+		if (!own) {
+			free(st);
+			return 0;
+		}
+		if (st || !(st = stashed(msg, len)))
+			return 1; /* stashed, or lost for want of memory */
+		/* The copy is made outside the lock, once a stash is wanted; the
+		 * ID is looked up again with it in hand. */
+	}
 }
 
 /* take_own hands what a synchronous ID's own channel holds, stashed or in its
@@ -438,7 +445,7 @@ XR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		rdma_ack_cm_event(id->event);
 	/* librdmacm's: the events reported of the ID are acked first. */
 	pthread_mutex_lock(&mu);
-	while (x->completed != x->reported)
+	while (x->completed < x->reported)
 		pthread_cond_wait(&acked, &mu);
 	pthread_mutex_unlock(&mu);
 	if (x->own)
@@ -908,6 +915,8 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 
 XR_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 {
+	if (!event)
+		return fail(EINVAL); /* librdmacm's */
 	struct xr_event *e = (struct xr_event *)event;
 	complete_event(e->of);
 	free(e);

@@ -434,11 +434,17 @@ XR_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 }
 
 /* map_fd maps a ring's memfd (the reply's descriptor), which it closes. A
- * file shorter than len is refused (EPROTO): a mapping past its end faults. */
+ * file that is shorter than len, or could shrink (no F_SEAL_SHRINK, which the
+ * daemon sets), is refused (EPROTO): a mapping past its end faults. */
 static void *map_fd(int fd, size_t len)
 {
 	struct stat st;
 	void *p = MAP_FAILED;
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		errno = EPROTO;
+		goto out;
+	}
 	if (fstat(fd, &st) != 0)
 		goto out;
 	if (len == 0 || st.st_size < 0 || (uint64_t)st.st_size < len) {
@@ -500,8 +506,16 @@ static int qp_fits(const void *rep, size_t len)
 	uint64_t sges = (uint64_t)r->max_send_sge * sizeof(struct xrnic_sge);
 	uint64_t sq_min = sizeof(struct xrnic_send_wqe) + (sges > r->max_inline_data ? sges : r->max_inline_data);
 	uint64_t rq_min = sizeof(struct xrnic_recv_wqe) + (uint64_t)r->max_recv_sge * sizeof(struct xrnic_sge);
-	return xrnic_ring_fits(r->sq_off, r->sq_entries, r->sq_entry_size, sq_min, len) &&
-	       (r->rq_entries == 0 || xrnic_ring_fits(r->rq_off, r->rq_entries, r->rq_entry_size, rq_min, len));
+	if (!xrnic_ring_fits(r->sq_off, r->sq_entries, r->sq_entry_size, sq_min, len))
+		return 0;
+	if (r->rq_entries == 0)
+		return 1; /* on an SRQ */
+	if (!xrnic_ring_fits(r->rq_off, r->rq_entries, r->rq_entry_size, rq_min, len))
+		return 0;
+	/* The two rings do not overlap. */
+	uint64_t sq_end = r->sq_off + XRNIC_RING_HEADER + (uint64_t)r->sq_entries * r->sq_entry_size;
+	uint64_t rq_end = r->rq_off + XRNIC_RING_HEADER + (uint64_t)r->rq_entries * r->rq_entry_size;
+	return r->rq_off >= sq_end || r->sq_off >= rq_end;
 }
 
 static size_t srq_len(const void *rep) { return ((const struct xrnic_create_srq_rep *)rep)->mem_len; }

@@ -2,22 +2,25 @@
  * mangling proxy in cmd/xrnic's TestCLibraryBadLayout changes one) fails the
  * create with EPROTO, and the object the daemon made is destroyed again; the
  * library never writes past a mapping. The argument names what is mangled:
- * cq, qp, qplen or srq. */
+ * cq, srq, or a QP's (any other). */
 #include <string.h>
 #include "test.h"
 
 int main(int argc, char **argv)
 {
 	if (argc != 2)
-		FAIL("usage: badlayout cq|qp|qplen|srq");
+		FAIL("usage: badlayout cq|srq|qp...");
 	const char *what = argv[1];
 	struct ibv_context *ctx = open_device();
 	CHECK(ctx);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	CHECK(pd);
 	if (!strcmp(what, "cq")) {
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+		CHECK(ch);
 		errno = 0;
-		CHECK(!ibv_create_cq(ctx, 16, NULL, NULL, 0) && errno == EPROTO);
+		CHECK(!ibv_create_cq(ctx, 16, NULL, ch, 0) && errno == EPROTO);
+		CHECK(ibv_destroy_comp_channel(ch) == 0); /* EBUSY if the daemon kept the CQ */
 	} else if (!strcmp(what, "srq")) {
 		struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 2}};
 		errno = 0;

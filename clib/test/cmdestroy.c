@@ -1,8 +1,8 @@
 /* cmdestroy: rdma_destroy_id waits until the events rdma_get_cm_event returned
  * of the ID are acked, as librdmacm's does (rdma_destroy_id(3) asks that they
  * be): an event's ID stays valid until its ack, whatever another thread does.
- * argv[1]: an IPv4 address to resolve. On xrnic's library against a daemon
- * (XRNIC_ATTACH). Prints "ok". */
+ * Acking no event is EINVAL. argv[1]: an IPv4 address to resolve. On xrnic's
+ * library against a daemon (XRNIC_ATTACH). Prints "ok". */
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
@@ -44,6 +44,8 @@ int main(int argc, char **argv)
 	if (!__atomic_load_n(&destroyed, __ATOMIC_SEQ_CST))
 		FAIL("rdma_destroy_id failed");
 	rdma_destroy_event_channel(ch);
+	errno = 0;
+	CHECK(rdma_ack_cm_event(NULL) == -1 && errno == EINVAL); /* librdmacm's */
 	printf("ok\n");
 	return 0;
 }

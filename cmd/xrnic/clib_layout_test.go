@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/xrnic/xrnic/nic/attach"
 	"github.com/xrnic/xrnic/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // TestCLibraryBadLayout: the C library checks the ring layouts of the daemon's
@@ -45,6 +47,11 @@ func TestCLibraryBadLayout(t *testing.T) {
 			r.MemLen += 1 << 20
 			encodeRep(p, &r)
 		}},
+		{"qpoverlap", attach.OpCreateQP, func(p []byte) { // the receive ring over the send ring
+			r := decodeRep[attach.CreateQPRep](t, p)
+			r.RQOff = r.SQOff
+			encodeRep(p, &r)
+		}},
 		{"srq", attach.OpCreateSRQ, func(p []byte) { // entries past the mapping
 			r := decodeRep[attach.CreateSRQRep](t, p)
 			r.Entries *= 4
@@ -52,10 +59,11 @@ func TestCLibraryBadLayout(t *testing.T) {
 		}},
 	} {
 		t.Run(c.what, func(t *testing.T) {
-			proxy := &testDaemon{attach: manglingProxy(t, a.attach, func(h attach.Header, p []byte) {
+			proxy := &testDaemon{attach: manglingProxy(t, a.attach, func(h attach.Header, p []byte, fds []int) []int {
 				if h.Op == c.op && h.Status == 0 {
 					c.mangle(p)
 				}
+				return fds
 			})}
 			prog := xrnicExec(t, &p.A, proxy, lib, bin, c.what)
 			if err := prog.wait(30 * time.Second); err != nil || !strings.Contains(prog.out.String(), "ok") {
@@ -63,6 +71,26 @@ func TestCLibraryBadLayout(t *testing.T) {
 			}
 		})
 	}
+	// A memfd that could shrink under the mapping (no F_SEAL_SHRINK, which the
+	// daemon's carry): the QP's rings come in an unsealed copy of its size.
+	t.Run("unsealed", func(t *testing.T) {
+		proxy := &testDaemon{attach: manglingProxy(t, a.attach, func(h attach.Header, p []byte, fds []int) []int {
+			if h.Op != attach.OpCreateQP || h.Status != 0 || len(fds) != 1 {
+				return fds
+			}
+			var st unix.Stat_t
+			fd, err := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC)
+			if err == nil && unix.Fstat(fds[0], &st) == nil && unix.Ftruncate(fd, st.Size) == nil {
+				return []int{fd} // the proxy closes it once sent
+			}
+			t.Errorf("an unsealed memfd: %v", err)
+			return fds
+		})}
+		prog := xrnicExec(t, &p.A, proxy, lib, bin, "qp")
+		if err := prog.wait(30 * time.Second); err != nil || !strings.Contains(prog.out.String(), "ok") {
+			t.Fatalf("badlayout with an unsealed memfd: %v\n%s", err, prog.out.String())
+		}
+	})
 }
 
 func decodeRep[T any](t *testing.T, p []byte) T {
@@ -79,11 +107,14 @@ func encodeRep(p []byte, r any) {
 	copy(p, b.Bytes())
 }
 
+// mangler may change a reply's payload in place and returns the descriptors
+// to pass on with it (fds, or others of its own, which are closed once sent).
+type mangler func(h attach.Header, payload []byte, fds []int) []int
+
 // manglingProxy listens on a socket of its own and passes each connection's
 // messages, with their descriptors, to and from the daemon at daemon;
-// mangle may change the payload of a reply in place. It stops at the test's
-// end.
-func manglingProxy(t *testing.T, daemon string, mangle func(attach.Header, []byte)) string {
+// mangle sees each reply first. It stops at the test's end.
+func manglingProxy(t *testing.T, daemon string, mangle mangler) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "proxy.attach")
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
@@ -134,7 +165,7 @@ func manglingProxy(t *testing.T, daemon string, mangle func(attach.Header, []byt
 
 // passMessages copies messages and their descriptors from one side to the
 // other until either closes, then closes both.
-func passMessages(from, to *net.UnixConn, mangle func(attach.Header, []byte)) {
+func passMessages(from, to *net.UnixConn, mangle mangler) {
 	defer from.Close()
 	defer to.Close()
 	buf, oob := make([]byte, attach.MaxMessage), make([]byte, attach.OOBSpace)
@@ -143,11 +174,15 @@ func passMessages(from, to *net.UnixConn, mangle func(attach.Header, []byte)) {
 		if err != nil {
 			return
 		}
+		out := fds
 		if h, p, err := attach.DecodeHeader(msg); err == nil && mangle != nil {
-			mangle(h, p)
+			out = mangle(h, p, fds)
 		}
-		err = attach.Send(to, msg, fds...)
+		err = attach.Send(to, msg, out...)
 		attach.CloseFDs(fds)
+		if !slices.Equal(out, fds) {
+			attach.CloseFDs(out)
+		}
 		if err != nil {
 			return
 		}
