@@ -329,6 +329,11 @@ func TestResponderInvalidRequests(t *testing.T) {
 				r.req(wire.RCRDMAWriteLast, 1001, wire.IBFields{Payload: make([]byte, 1024)}),
 			}
 		}, 1001, wire.NAKInvalidRequest, 0},
+		// The payload fits the DMA, but with its pad it does not fill whole
+		// 4-byte words (rxe's check_rkey: pad != -resid & 3).
+		{"WRITE ONLY with a wrong pad", connOpts{}, func(r *rawPeer, n *node) [][]byte {
+			return [][]byte{unpadded(r.t, r.req(wire.RCRDMAWriteOnly, 1000, wire.IBFields{RETH: wire.RETHFields{VA: n.mr.Addr(), RKey: n.mr.RKey(), DMALen: 5}, Payload: []byte("abcde")}))}
+		}, 1000, wire.NAKInvalidRequest, 0},
 		// A LAST carries 1 to PMTU bytes (C9-92; rxe: "last packet zero or
 		// too long"): a malformed request, the remote's invalid request at
 		// this end too, as rxe's RESPST_ERR_LENGTH; only a message longer
@@ -381,6 +386,38 @@ func TestResponderInvalidRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unpadded cuts an IPv4 frame's pad bytes off and sets its pad count to 0: the
+// payload stays, but payload and pad no longer fill whole 4-byte words. The
+// lengths, checksum and ICRC are made right again.
+func unpadded(t testing.TB, f []byte) []byte {
+	t.Helper()
+	var p wire.Packet
+	if err := wire.Parse(f, &p); err != nil {
+		t.Fatal(err)
+	}
+	pad := p.BTH.PadCount()
+	if pad == 0 {
+		t.Fatal("the frame has no pad to cut")
+	}
+	icrc := len(f) - wire.ICRCLen
+	f = append(f[:icrc-pad:icrc-pad], f[icrc:]...)
+	if err := wire.Parse(f, &p); err == nil {
+		t.Fatal("the cut frame still parses with its old lengths")
+	}
+	ip := wire.IPv4(f[wire.EthernetLen:])
+	ip.SetTotalLength(ip.TotalLength() - pad)
+	ip.UpdateChecksum()
+	udp := wire.UDP(f[wire.EthernetLen+wire.IPv4Len:])
+	udp.SetLength(udp.Length() - pad)
+	udp.SetChecksum(0)
+	if err := wire.Parse(f, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.BTH.SetPadCount(0)
+	p.UpdateICRC()
+	return f
 }
 
 // TestHostileFrames: garbage, truncated and mutated frames, wrong keys and

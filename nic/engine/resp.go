@@ -365,8 +365,8 @@ func (e *engine) checkRequest(qp *QP, p *wire.Packet, mask wire.OpMask) (respErr
 				if n != mtu || p.BTH.PadCount() != 0 {
 					return errLength, nil
 				}
-			} else if uint32(n) != r.resid {
-				return errLength, nil
+			} else if uint32(n) != r.resid || p.BTH.PadCount() != int(-r.resid&3) {
+				return errLength, nil // the pad too, as rxe: payload and pad fill whole words
 			}
 			wmem = m
 		}
