@@ -255,8 +255,9 @@ func TestTransitionREJConsumerWithPrivateData(t *testing.T) {
 	wantState(t, p.passive, StateIdle)
 	p.f.deliver()
 	rej := p.ra.expect(EventREJReceived).Msg.(*mad.REJ)
+	// cm_format_rej from REQ_RCVD: the REQ rejected, no Local Comm ID.
 	if rej.Reason != RejConsumerDefined || string(rej.PrivateData[:7]) != "go away" ||
-		rej.LocalCommID != p.passive.LocalCommID() {
+		rej.LocalCommID != 0 || rej.MessageRejected != MsgREQ {
 		t.Fatalf("REJ %+v", rej)
 	}
 	wantState(t, p.active, StateIdle)
@@ -282,6 +283,38 @@ func TestTransitionActiveRejectsREP(t *testing.T) {
 	}
 	wantState(t, p.passive, StateIdle)
 	wantState(t, p.active, StateIdle)
+}
+
+// A REJ after our REP names "other" and our comm ID, as cm_format_rej: a
+// Linux peer looks a REJ that names its REQ up by its comm ID alone
+// (cm_acquire_rejected_id), which misses a connection that has our REP's comm
+// ID, and the peer stayed connected. Our ID waits in TimeWait
+// (ib_send_cm_rej from REP_SENT), as does the peer's (cm_rej_handler).
+func TestTransitionREJAfterREPNamesOther(t *testing.T) {
+	p := newPair(t, nil)
+	p.sendREQ(t)
+	p.f.deliver()
+	p.passive = p.rb.expect(EventREQReceived).ID
+	if err := p.passive.SendREP(&mad.REP{LocalQPN: 0x22}); err != nil {
+		t.Fatal(err)
+	}
+	p.f.drop = func(fr frame) bool { return fr.src == gidA } // the RTU is lost
+	p.f.deliver()
+	p.ra.expect(EventREPReceived)
+	p.f.sent()
+	p.f.drop = nil
+	if err := p.passive.SendREJ(RejConsumerDefined, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, p.passive, StateTimeWait)
+	got := p.f.frames()
+	if len(got) != 1 || got[0].attr != mad.AttrREJ {
+		t.Fatalf("sent %v, want a REJ", got)
+	}
+	if rej := got[0].msg.(*mad.REJ); rej.MessageRejected != MsgOther || rej.LocalCommID != p.passive.LocalCommID() ||
+		rej.RemoteCommID != p.active.LocalCommID() {
+		t.Fatalf("REJ %+v, want MessageRejected other (2) and our comm ID", rej)
+	}
 }
 
 func TestTransitionDREQDREPTimeWait(t *testing.T) {

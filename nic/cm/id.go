@@ -319,7 +319,7 @@ func (id *ID) armHalfOpen(d time.Duration) {
 			return
 		}
 		c.inc(CntTimeouts)
-		id.rejectLocked(RejTimeout, MsgREQ, guidARI(c.cfg.CAGUID), nil)
+		id.rejectLocked(RejTimeout, guidARI(c.cfg.CAGUID), nil)
 		id.post(Event{Type: EventREQError})
 	})
 }
@@ -398,11 +398,36 @@ func (id *ID) enterTimeWaitLocked() {
 	})
 }
 
-// rejectLocked sends a REJ for the connection and leaves it Idle (or in
-// TimeWait for a stale one).
-func (id *ID) rejectLocked(reason uint16, msgRej uint8, ari, private []byte) {
-	r := &mad.REJ{LocalCommID: id.localID, RemoteCommID: id.remoteID, MessageRejected: msgRej,
-		Reason: reason}
+// rejectLocked sends a REJ for the connection, which names the message it
+// rejects and our comm ID as cm_format_rej does from our state: the REQ, from
+// REQ_RCVD without our comm ID; the REP, from REP_RCVD; "other" from the rest.
+// A Linux peer looks a REJ of its REQ up by its comm ID alone, so one that
+// named the REQ after our REP never found a connection that had our REP's
+// comm ID (cm_acquire_rejected_id). Then the ID goes Idle, or to TimeWait
+// after our REP, or for a stale connection (ib_send_cm_rej).
+func (id *ID) rejectLocked(reason uint16, ari, private []byte) {
+	local, msg := id.localID, uint8(MsgOther)
+	switch id.state {
+	case StateREQRcvd:
+		local, msg = 0, MsgREQ
+	case StateMRAREQSent:
+		msg = MsgREQ
+	case StateREPRcvd, StateMRAREPSent:
+		msg = MsgREP
+	}
+	afterREP := id.state == StateREPSent || id.state == StateMRAREPRcvd
+	id.sendREJLocked(reason, msg, local, ari, private)
+	if reason == RejStaleConn || afterREP {
+		id.enterTimeWaitLocked()
+		return
+	}
+	id.toIdleLocked()
+}
+
+// sendREJLocked sends a REJ for the connection, rejecting message msg, with
+// local as its Local Comm ID.
+func (id *ID) sendREJLocked(reason uint16, msg uint8, local uint32, ari, private []byte) {
+	r := &mad.REJ{LocalCommID: local, RemoteCommID: id.remoteID, MessageRejected: msg, Reason: reason}
 	r.RejectedInfoLength = uint8(copy(r.ARI[:], ari))
 	copy(r.PrivateData[:], private)
 	tid := id.peerTID
@@ -412,11 +437,6 @@ func (id *ID) rejectLocked(reason uint16, msgRej uint8, ari, private []byte) {
 	}
 	var buf [mad.Size]byte
 	id.cm.sendLocked(id.src, id.dst, tid, r, &buf)
-	if reason == RejStaleConn {
-		id.enterTimeWaitLocked()
-		return
-	}
-	id.toIdleLocked()
 }
 
 // SendMRA asks the peer to wait serviceTimeout (an exponent) longer for our REP
@@ -535,10 +555,9 @@ func (id *ID) SendREJ(reason uint16, ari, private []byte) error {
 		return errPrivate
 	}
 	switch id.state {
-	case StateREQRcvd, StateMRAREQSent, StateREPSent, StateMRAREPRcvd:
-		id.rejectLocked(reason, MsgREQ, ari, private)
-	case StateREQSent, StateMRAREQRcvd, StateREPRcvd, StateMRAREPSent:
-		id.rejectLocked(reason, MsgREP, ari, private)
+	case StateREQRcvd, StateMRAREQSent, StateREPSent, StateMRAREPRcvd,
+		StateREQSent, StateMRAREQRcvd, StateREPRcvd, StateMRAREPSent:
+		id.rejectLocked(reason, ari, private)
 	default:
 		return ErrState
 	}
@@ -695,11 +714,9 @@ func (id *ID) destroyLocked() {
 	case StateSIDRREQRcvd:
 		id.sidrRepLocked(SIDRReject, 0, 0, nil)
 	case StateREQSent, StateMRAREQRcvd:
-		id.rejectLocked(RejTimeout, MsgREQ, guidARI(c.cfg.CAGUID), nil)
-	case StateREQRcvd, StateMRAREQSent, StateREPSent, StateMRAREPRcvd:
-		id.rejectLocked(RejConsumerDefined, MsgREQ, nil, nil)
-	case StateREPRcvd, StateMRAREPSent:
-		id.rejectLocked(RejConsumerDefined, MsgREP, nil, nil)
+		id.rejectLocked(RejTimeout, guidARI(c.cfg.CAGUID), nil)
+	case StateREQRcvd, StateMRAREQSent, StateREPSent, StateMRAREPRcvd, StateREPRcvd, StateMRAREPSent:
+		id.rejectLocked(RejConsumerDefined, nil, nil)
 	case StateEstablished:
 		id.dreqLocked(nil)
 		id.enterTimeWaitLocked()

@@ -241,7 +241,8 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 		// The peer's comm ID is another connection's: stale (cm_rep_handler).
 		c.inc(CntStale)
 		id.remoteID = m.LocalCommID
-		id.rejectLocked(RejStaleConn, MsgREP, nil, nil)
+		id.sendREJLocked(RejStaleConn, MsgREP, id.localID, nil, nil) // cm_issue_rej
+		id.enterTimeWaitLocked()
 		id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
 		return
 	}
@@ -250,7 +251,8 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 		// cm_insert_remote_qpn, then ib_send_cm_dreq), as for a REQ.
 		c.inc(CntStale)
 		id.remoteID = m.LocalCommID
-		id.rejectLocked(RejStaleConn, MsgREP, nil, nil)
+		id.sendREJLocked(RejStaleConn, MsgREP, id.localID, nil, nil) // cm_issue_rej
+		id.enterTimeWaitLocked()
 		id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
 		if other.state == StateEstablished {
 			_ = other.dreqLocked(nil)
