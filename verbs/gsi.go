@@ -249,7 +249,15 @@ func (g *gsi) complete(wc *WC) {
 	b := g.buf[i*gsiRecvLen : (i+1)*gsiRecvLen]
 	if wc.ByteLen >= gsiRecvLen {
 		src, dst := grhAddrs(b[:40])
-		g.cm.Receive(src, dst, b[40:])
+		var resp [mad.Size]byte
+		if mad.UnmatchedResponse(b[40:], resp[:]) {
+			// A Get or Set no agent takes: ib_mad answers it, so that the
+			// asker hears "unsupported" rather than waiting out its timeout.
+			// Lost if no send slot is free, as on the wire.
+			_ = g.SendMAD(dst, src, resp[:])
+		} else {
+			g.cm.Receive(src, dst, b[40:])
+		}
 	} else {
 		g.cm.Receive(GID{}, GID{}, b[40:40+max(0, int(wc.ByteLen)-40)]) // counted as malformed
 	}
