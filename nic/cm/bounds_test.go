@@ -203,6 +203,33 @@ func TestMRAOfREPWaitsREQsACKTimeout(t *testing.T) {
 	}
 }
 
+// A delayed MRA (IB_CM_MRA_FLAG_DELAY, which rdma_cm asks for every RC
+// request it hands over) sends nothing; the peer's retried REQ draws it, and
+// the peer then waits the MRA's time (cm_dup_req_handler in MRA_REQ_SENT).
+// Before, the flag was taken as part of the time and the MRA went at once.
+func TestDelayedMRAAnswersTheRetry(t *testing.T) {
+	p := newPair(t, nil)
+	p.sendREQ(t)
+	p.f.deliver()
+	p.passive = p.rb.expect(EventREQReceived).ID
+	p.f.sent()
+	if err := p.passive.SendMRA(MRAFlagDelay|24, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, p.passive, StateMRAREQSent)
+	wantSent(t, p.f)                  // nothing yet
+	p.f.advance(responseWait(18, 20)) // the REQ's timeout: it goes again
+	p.ra.expect(EventMRAReceived)
+	got := p.f.frames()
+	if len(got) != 2 || got[0].attr != mad.AttrREQ || got[1].attr != mad.AttrMRA {
+		t.Fatalf("after the REQ's timeout: %v, want the REQ again and the MRA", got)
+	}
+	if m := got[1].msg.(*mad.MRA); m.ServiceTimeout != 24 || m.MessageMRAed != MsgREQ {
+		t.Fatalf("MRA %+v, want service timeout 24 of the REQ", m)
+	}
+	wantState(t, p.active, StateMRAREQRcvd)
+}
+
 // The passive side's half-open expiry waits as long as the MRA its consumer
 // sent asked the peer to: it does not reject the REQ it asked to be waited for.
 func TestHalfOpenWaitsForOwnMRA(t *testing.T) {

@@ -226,7 +226,14 @@ func (id *ID) request(tid uint64, m mad.Message) {
 // respond sends m, an answer that is not retransmitted, and keeps it for the
 // duplicates of the request it answers.
 func (id *ID) respond(tid uint64, m mad.Message) {
-	id.cm.sendLocked(id.src, id.dst, tid, m, &id.resp)
+	id.keepResp(tid, m)
+	id.cm.transmit(id.src, id.dst, id.resp[:])
+}
+
+// keepResp keeps m as the response a duplicate request draws (resendResp),
+// without sending it now.
+func (id *ID) keepResp(tid uint64, m mad.Message) {
+	mad.Marshal(id.resp[:], tid, m)
 	id.respValid, id.respAttr = true, m.Attr()
 }
 
@@ -439,9 +446,16 @@ func (id *ID) sendREJLocked(reason uint16, msg uint8, local uint32, ari, private
 	id.cm.sendLocked(id.src, id.dst, tid, r, &buf)
 }
 
-// SendMRA asks the peer to wait serviceTimeout (an exponent) longer for our REP
-// or RTU (ib_send_cm_mra): from REQ_RCVD (we will send the REP late) or REP_RCVD.
-// It is sent again for each duplicate of the request.
+// MRAFlagDelay in SendMRA's serviceTimeout is ib_cm's IB_CM_MRA_FLAG_DELAY:
+// no MRA goes now; the ID enters MRA_REQ_SENT or MRA_REP_SENT, and the first
+// duplicate of the peer's request draws the MRA (rdma_cm asks so of every RC
+// request and reply it hands to its consumer, CMA_CM_MRA_SETTING).
+const MRAFlagDelay = 0x80
+
+// SendMRA asks the peer to wait serviceTimeout (an exponent, with MRAFlagDelay
+// perhaps) longer for our REP or RTU (ib_send_cm_mra): from REQ_RCVD (we will
+// send the REP late) or REP_RCVD. It is sent again for each duplicate of the
+// request.
 func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
 	c := id.cm
 	c.mu.Lock()
@@ -452,6 +466,8 @@ func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
 	if len(private) > mad.MRAPrivateLen {
 		return errPrivate
 	}
+	delay := serviceTimeout&MRAFlagDelay != 0
+	serviceTimeout &^= MRAFlagDelay
 	var what uint8
 	switch id.state {
 	case StateREQRcvd:
@@ -471,7 +487,11 @@ func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
 	if what == MsgREP {
 		tid = id.tid
 	}
-	id.respond(tid, m)
+	if delay {
+		id.keepResp(tid, m)
+	} else {
+		id.respond(tid, m)
+	}
 	return nil
 }
 

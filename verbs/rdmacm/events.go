@@ -28,6 +28,9 @@ func (id *ID) onCM(ev cm.Event) {
 		id.link = &connAttr{remoteQPN: rep.LocalQPN, sendPSN: rep.StartingPSN, ackTimeout: id.cmgr.LocalACKTimeout(),
 			retry: id.param.RetryCount, rnrRetry: rep.RNRRetryCount, respRes: rep.InitiatorDepth, initDepth: rep.ResponderResources}
 		out.complete = id.qp != nil
+		// rdma_cm's delayed MRA (cma_ib_handler): a retried REP draws
+		// MRA(24) while the consumer takes its time with this one.
+		_ = id.cmid.SendMRA(cm.MRAFlagDelay|mraServiceTimeout, nil)
 	case cm.EventRTUReceived:
 		out.Type = EventEstablished
 		id.st = stEstablished
@@ -333,10 +336,23 @@ func onListen(k lkey, d *verbs.Device, ev cm.Event) {
 	case *mad.SIDRREQ:
 		out.UD = UDParam{PrivateData: append([]byte(nil), m.PrivateData[mad.CMAHeaderLen:]...)}
 	}
-	if !l.queueRequest(out, func() { track(nid); ev.ID.SetHandler(nid.onCM) }) {
+	_, rc := ev.Msg.(*mad.REQ)
+	if !l.queueRequest(out, func() {
+		track(nid)
+		ev.ID.SetHandler(nid.onCM)
+		if rc {
+			// rdma_cm's delayed MRA (cma_ib_req_handler): a retried REQ
+			// draws MRA(24) while the consumer takes its time to accept.
+			_ = ev.ID.SendMRA(cm.MRAFlagDelay|mraServiceTimeout, nil)
+		}
+	}) {
 		ev.ID.Destroy()
 	}
 }
+
+// mraServiceTimeout is rdma_cm's (CMA_CM_MRA_SETTING): 2^24 x 4.096 us, about
+// 69 s more for a peer whose request the consumer has not answered yet.
+const mraServiceTimeout = 24
 
 // queueRequest queues a connection request on the listener's channel, which
 // becomes the new ID's; ready runs just before. Under the listener's lock, so

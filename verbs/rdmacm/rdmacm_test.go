@@ -469,6 +469,11 @@ func TestConnectResponseEstablishWithoutQP(t *testing.T) {
 	}
 	conn := ev.ID
 	t.Cleanup(func() { conn.Destroy() })
+	// rdma_cm's delayed MRA: handed over, the request has its MRA ready for
+	// a retry of the peer's (cma_ib_req_handler); the same for the reply below.
+	if st := conn.cmid.State(); st != cm.StateMRAREQSent {
+		t.Fatalf("the request's CM state %v, want MRA_REQ_SENT", st)
+	}
 	sqp := srv.plainQP(t, conn)
 	if err := conn.Accept(ConnParam{QPN: sqp.QPN(), PrivateData: []byte("ho"), RNRRetryCount: 7,
 		ResponderResources: 1, InitiatorDepth: 1}); err != nil {
@@ -483,6 +488,9 @@ func TestConnectResponseEstablishWithoutQP(t *testing.T) {
 	resp := getEvent(t, cli.ch, EventConnectResponse)
 	if resp.Param.QPN != sqp.QPN() || !bytes.HasPrefix(resp.Param.PrivateData, []byte("ho")) {
 		t.Fatalf("CONNECT_RESPONSE %+v", resp.Param)
+	}
+	if st := cli.id.cmid.State(); st != cm.StateMRAREPSent {
+		t.Fatalf("the reply's CM state %v, want MRA_REP_SENT", st)
 	}
 	if err := conn.Establish(); !errors.Is(err, ErrState) {
 		t.Fatalf("Establish on the passive side: %v", err)
