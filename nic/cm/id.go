@@ -101,9 +101,11 @@ type ID struct {
 	inRemote   bool // in cm.remote
 	sidrKey    *sidrKey
 	cmTimeout  time.Duration // the base timeout of our requests
-	// avTimeout is ib_cm's av.timeout, the path's round trip, which an MRA
-	// adds to its service timeout: twice the packet life time on the active
-	// side, the REQ's Local ACK Timeout on the passive (cm_format_paths_from_req).
+	// avTimeout is ib_cm's av.timeout: the path's round trip, which an MRA
+	// adds to its service timeout, and then how long TimeWait lasts. Twice the
+	// packet life time on the active side until the REP, then the ACK timeout
+	// of the REP's Target ACK Delay (cm_rep_handler); the REQ's Local ACK
+	// Timeout on the passive (cm_format_paths_from_req). 0: not known yet.
 	avTimeout  time.Duration
 	maxRetries int
 
@@ -388,7 +390,10 @@ func (id *ID) dropRemoteLocked() {
 func (id *ID) enterTimeWaitLocked() {
 	id.stopTimer()
 	id.state = StateTimeWait
-	wait := IBTime(ackTimeout(id.cm.cfg.TargetACKDelay, id.cm.cfg.PacketLifeTime))
+	wait := id.avTimeout // cm_enter_timewait: av.timeout
+	if wait == 0 {
+		wait = IBTime(ackTimeout(id.cm.cfg.TargetACKDelay, id.cm.cfg.PacketLifeTime))
+	}
 	id.arm(wait, func() {
 		c := id.cm
 		if id.state != StateTimeWait {

@@ -167,9 +167,9 @@ func (c *CM) onMRA(src, dst GID, m *mad.MRA) {
 	// request's own timeout again (Linux's "apply timeout modification (CM
 	// MRA) only once", IBTA 12.6.6). Kept for every retry, an MRA of 31 held
 	// our request 16 times 2.4 hours.
-	rtt := id.avTimeout
+	rtt := id.avTimeout // the passive side's; the active side's until the REP:
 	if rtt == 0 {
-		rtt = 2 * IBTime(c.cfg.PacketLifeTime) // av.timeout = packet life + 1
+		rtt = 2 * IBTime(c.cfg.PacketLifeTime) // packet life + 1
 	}
 	id.arm(IBTime(m.ServiceTimeout)+rtt, id.expireLocked)
 	cp := *m
@@ -260,6 +260,7 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 		return
 	}
 	id.stopTimer()
+	id.avTimeout = IBTime(ackTimeout(m.TargetACKDelay, c.cfg.PacketLifeTime))
 	id.remoteID, id.remoteGUID = m.LocalCommID, m.LocalCAGUID
 	c.remote[key] = id
 	id.inRemote = true
