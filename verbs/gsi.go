@@ -170,7 +170,10 @@ func (g *gsi) postRecv(i int) error {
 // SendMAD implements cm.Transport: a UD SEND to QP1 of the port at dst, with
 // QP1's Q_Key (IBTA 13.5.3). A MAD that finds no free slot or no route is lost,
 // as on the wire; the CM's retransmission covers it.
-func (g *gsi) SendMAD(src, dst GID, b []byte) error {
+func (g *gsi) SendMAD(src, dst GID, b []byte) error { return g.send(src, dst, 1, b) }
+
+// send is SendMAD to QP qpn of the port at dst.
+func (g *gsi) send(src, dst GID, qpn uint32, b []byte) error {
 	sgid := -1
 	for i, gid := range g.d.GIDs() {
 		if gid == src {
@@ -206,7 +209,7 @@ func (g *gsi) SendMAD(src, dst GID, b []byte) error {
 	copy(g.buf[off:off+mad.Size], b)
 	sge := [1]SGE{g.mr.SGE(uint64(off), mad.Size)}
 	wr := [1]SendWR{{WRID: gsiSendTag | uint64(slot), Opcode: WRSend, Flags: SendSignaled, SGL: sge[:],
-		AH: ah, RemoteQPN: 1, RemoteQKey: mad.QP1QKey}}
+		AH: ah, RemoteQPN: qpn, RemoteQKey: mad.QP1QKey}}
 	if _, err := g.qp.PostSend(wr[:]); err != nil {
 		return err
 	}
@@ -251,10 +254,11 @@ func (g *gsi) complete(wc *WC) {
 		src, dst := grhAddrs(b[:40])
 		var resp [mad.Size]byte
 		if mad.UnmatchedResponse(b[40:], resp[:]) {
-			// A Get or Set no agent takes: ib_mad answers it, so that the
-			// asker hears "unsupported" rather than waiting out its timeout.
-			// Lost if no send slot is free, as on the wire.
-			_ = g.SendMAD(dst, src, resp[:])
+			// A Get or Set no agent takes: ib_mad answers it, to the QP it
+			// came from (agent_send_response), so that the asker hears
+			// "unsupported" rather than waiting out its timeout. Lost if no
+			// send slot is free, as on the wire.
+			_ = g.send(dst, src, wc.SrcQP, resp[:])
 		} else {
 			g.cm.Receive(src, dst, b[40:])
 		}

@@ -230,6 +230,59 @@ func TestDelayedMRAAnswersTheRetry(t *testing.T) {
 	wantState(t, p.active, StateMRAREQRcvd)
 }
 
+// TimeWait lasts the peer's ACK timeout, but an ID in TimeWait holds its place
+// under MaxIDs: a peer's Local ACK Timeout of 31 (2.4 hours) holds it no longer
+// than MaxPassiveWait, or a few connections would keep every later REQ out.
+func TestTimeWaitBoundedWhateverThePeerSays(t *testing.T) {
+	p := newPair(t, nil)
+	p.req = testREQ(svc)
+	p.req.Primary.LocalACKTimeout = 31
+	p.connect(t)
+	if err := p.active.SendDREQ(nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.rb.expect(EventDREQReceived)
+	if err := p.passive.SendDREP(nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.ra.expect(EventDREPReceived)
+	p.f.advance(p.b.cfg.MaxPassiveWait)
+	p.ra.expect(EventTimeWaitExit)
+	p.rb.expect(EventTimeWaitExit)
+}
+
+// A delayed MRA grows the half-open expiry only once a duplicate REQ has drawn
+// it: until then the peer was asked nothing, and an unanswered REQ held its ID
+// 69 s longer for nothing.
+func TestDelayedMRAHalfOpen(t *testing.T) {
+	for _, dup := range []bool{false, true} {
+		p := newPair(t, nil)
+		p.req = testREQ(svc)
+		p.req.MaxCMRetries = 1 // the REQ alone says 13 s
+		p.sendREQ(t)
+		p.f.deliver()
+		p.passive = p.rb.expect(EventREQReceived).ID
+		if err := p.passive.SendMRA(MRAFlagDelay|24, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !dup {
+			p.f.drop = func(fr frame) bool { return fr.src == gidA } // no retry arrives
+		}
+		p.f.advance(responseWait(18, 20)) // the REQ goes again
+		if dup {
+			p.ra.expect(EventMRAReceived)
+		}
+		p.f.advance(15 * time.Second) // past the REQ's own 13 s
+		if dup {
+			wantState(t, p.passive, StateMRAREQSent) // the MRA's 69 s hold it
+		} else {
+			p.rb.expect(EventREQError)
+		}
+	}
+}
+
 // The passive side's half-open expiry waits as long as the MRA its consumer
 // sent asked the peer to: it does not reject the REQ it asked to be waited for.
 func TestHalfOpenWaitsForOwnMRA(t *testing.T) {

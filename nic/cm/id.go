@@ -86,6 +86,9 @@ type ID struct {
 	fromWire  bool // a REQ or SIDR_REQ made it (CM.wireIDs)
 	// halfOpen is how long the REQ it took says its sender waits (REQRcvd).
 	halfOpen time.Duration
+	// mraWait is the service timeout of a delayed MRA not sent yet: the
+	// half-open expiry grows by it when a duplicate REQ draws the MRA.
+	mraWait time.Duration
 
 	// Under cm.mu.
 	state      State
@@ -212,6 +215,7 @@ func (id *ID) SendREQ(req *mad.REQ, p REQParam) error {
 	id.localQPN = m.LocalQPN
 	id.cmTimeout = responseWait(c.cfg.PacketLifeTime, m.RemoteCMResponseTimeout)
 	id.maxRetries = int(m.MaxCMRetries)
+	id.avTimeout = 0 // twice the packet life time until the REP
 	id.state = StateREQSent
 	id.request(id.tid, &m)
 	return nil
@@ -394,6 +398,9 @@ func (id *ID) enterTimeWaitLocked() {
 	if wait == 0 {
 		wait = IBTime(ackTimeout(id.cm.cfg.TargetACKDelay, id.cm.cfg.PacketLifeTime))
 	}
+	// The peer's field sets it, and an ID in TimeWait holds its place under
+	// MaxIDs: bounded as a passive wait is (an ACK timeout of 31 says 2.4 h).
+	wait = min(wait, id.cm.cfg.MaxPassiveWait)
 	id.arm(wait, func() {
 		c := id.cm
 		if id.state != StateTimeWait {
@@ -478,8 +485,12 @@ func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
 	case StateREQRcvd:
 		id.state, what = StateMRAREQSent, MsgREQ
 		// The consumer asked the peer to wait serviceTimeout longer: so does
-		// the half-open expiry (up to MaxPassiveWait).
-		id.armHalfOpen(IBTime(serviceTimeout) + id.halfOpen)
+		// the half-open expiry (up to MaxPassiveWait), once the MRA goes.
+		if delay {
+			id.mraWait = IBTime(serviceTimeout)
+		} else {
+			id.armHalfOpen(IBTime(serviceTimeout) + id.halfOpen)
+		}
 	case StateREPRcvd:
 		id.state, what = StateMRAREPSent, MsgREP
 	default:

@@ -87,11 +87,16 @@ func (c *CM) onREQ(src, dst GID, tid uint64, req *mad.REQ) {
 		c.inc(CntDuplicates)
 		switch id.state {
 		case StateMRAREQSent:
-			id.resendResp(mad.AttrMRA)
+			if id.resendResp(mad.AttrMRA) && id.mraWait != 0 {
+				// A delayed MRA goes now: the peer waits its time.
+				id.armHalfOpen(id.mraWait + id.halfOpen)
+				id.mraWait = 0
+			}
 		case StateTimeWait:
+			// cm_format_rej from TimeWait: "other", our comm ID.
 			c.inc(CntStale)
-			c.reply(dst, src, tid, &mad.REJ{RemoteCommID: req.LocalCommID, MessageRejected: MsgREQ,
-				Reason: RejStaleConn})
+			c.reply(dst, src, tid, &mad.REJ{LocalCommID: id.localID, RemoteCommID: req.LocalCommID,
+				MessageRejected: MsgOther, Reason: RejStaleConn})
 		}
 		return
 	}

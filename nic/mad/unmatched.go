@@ -13,6 +13,7 @@ const (
 
 	classSubnLIDRouted      = 0x01 // SMPs: QP0's, never answered on QP1
 	classSubnDirectedRouted = 0x81
+	attrClassPortInfo       = 0x0001
 )
 
 // UnmatchedResponse writes into resp the answer the MAD layer gives a Get or
@@ -25,6 +26,11 @@ func UnmatchedResponse(req, resp []byte) bool {
 	if len(req) != Size || len(resp) < Size || req[0] != BaseVersion ||
 		req[1] == classSubnLIDRouted || req[1] == classSubnDirectedRouted ||
 		(req[3] != MethodGet && req[3] != MethodSet) {
+		return false
+	}
+	// validate_mad: a CM MAD of another attribute than ClassPortInfo
+	// that is not a Send is dropped, never answered.
+	if req[1] == ClassCM && AttrID(binary.BigEndian.Uint16(req[16:])) != attrClassPortInfo {
 		return false
 	}
 	copy(resp, req)

@@ -34,6 +34,7 @@ func TestUnmatchedResponse(t *testing.T) {
 		"an SMP":         func(b []byte) { b[1] = classSubnLIDRouted },
 		"a directed SMP": func(b []byte) { b[1] = classSubnDirectedRouted },
 		"base version 2": func(b []byte) { b[0] = 2 },
+		"a CM REQ":       func(b []byte) { b[16], b[17] = 0, byte(AttrREQ) }, // validate_mad drops it
 	} {
 		b := append([]byte(nil), req...)
 		mod(b)

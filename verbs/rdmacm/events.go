@@ -28,9 +28,12 @@ func (id *ID) onCM(ev cm.Event) {
 		id.link = &connAttr{remoteQPN: rep.LocalQPN, sendPSN: rep.StartingPSN, ackTimeout: id.cmgr.LocalACKTimeout(),
 			retry: id.param.RetryCount, rnrRetry: rep.RNRRetryCount, respRes: rep.InitiatorDepth, initDepth: rep.ResponderResources}
 		out.complete = id.qp != nil
-		// rdma_cm's delayed MRA (cma_ib_handler): a retried REP draws
-		// MRA(24) while the consumer takes its time with this one.
-		_ = id.cmid.SendMRA(cm.MRAFlagDelay|mraServiceTimeout, nil)
+		// rdma_cm's delayed MRA (cma_ib_handler), in RDMA_CM_CONNECT only:
+		// a retried REP draws MRA(24) while the consumer takes its time with
+		// this one. A device removal has taken cmid away meanwhile.
+		if id.st == stConnect && id.cmid != nil {
+			_ = id.cmid.SendMRA(cm.MRAFlagDelay|mraServiceTimeout, nil)
+		}
 	case cm.EventRTUReceived:
 		out.Type = EventEstablished
 		id.st = stEstablished

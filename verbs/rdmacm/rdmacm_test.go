@@ -13,6 +13,7 @@ import (
 	"github.com/xrnic/xrnic/nic/cm"
 	"github.com/xrnic/xrnic/nic/errs"
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/mad"
 	"github.com/xrnic/xrnic/verbs"
 )
 
@@ -685,4 +686,19 @@ func TestDestroyListenerRefusesItsRequests(t *testing.T) {
 	if rej := getEvent(t, cli.ch, EventRejected); rej.Status != cm.RejConsumerDefined {
 		t.Fatalf("REJECTED, status %d", rej.Status)
 	}
+}
+
+// A REP the CM's event goroutine had taken when the device went away reaches
+// an ID whose CM ID deviceRemoved has taken: it is posted, and the delayed MRA
+// is not asked of a CM ID that is no longer there. Before, onCM dereferenced
+// the nil CM ID and the process died.
+func TestREPAfterDeviceRemovalNoPanic(t *testing.T) {
+	a, _ := memDevices(t, cm.Config{})
+	cli := resolved(t, a, PSTCP, 7300)
+	cli.id.mu.Lock()
+	cli.id.cmid = nil // as deviceRemoved leaves it
+	cli.id.st = stConnect
+	cli.id.mu.Unlock()
+	cli.id.onCM(cm.Event{Type: cm.EventREPReceived, Msg: &mad.REP{LocalQPN: 0x22}})
+	getEvent(t, cli.ch, EventConnectResponse)
 }
