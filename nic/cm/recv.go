@@ -172,9 +172,9 @@ func (c *CM) onMRA(src, dst GID, m *mad.MRA) {
 	// request's own timeout again (Linux's "apply timeout modification (CM
 	// MRA) only once", IBTA 12.6.6). Kept for every retry, an MRA of 31 held
 	// our request 16 times 2.4 hours.
-	rtt := id.avTimeout // the passive side's; the active side's until the REP:
-	if rtt == 0 {
-		rtt = 2 * IBTime(c.cfg.PacketLifeTime) // packet life + 1
+	rtt := id.avTimeout
+	if rtt == 0 { // the active side before the REP: the packet life time + 1
+		rtt = 2 * IBTime(c.cfg.PacketLifeTime)
 	}
 	id.arm(IBTime(m.ServiceTimeout)+rtt, id.expireLocked)
 	cp := *m
