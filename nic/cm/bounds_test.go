@@ -238,16 +238,7 @@ func TestTimeWaitBoundedWhateverThePeerSays(t *testing.T) {
 	p.req = testREQ(svc)
 	p.req.Primary.LocalACKTimeout = 31
 	p.connect(t)
-	if err := p.active.SendDREQ(nil); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	p.rb.expect(EventDREQReceived)
-	if err := p.passive.SendDREP(nil); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	p.ra.expect(EventDREPReceived)
+	p.disconnect(t)
 	p.f.advance(p.b.cfg.MaxPassiveWait)
 	p.ra.expect(EventTimeWaitExit)
 	p.rb.expect(EventTimeWaitExit)

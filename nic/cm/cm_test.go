@@ -405,37 +405,15 @@ func TestTransitionDREQLostRetransmitDREPDuplicate(t *testing.T) {
 
 // TimeWait lasts ib_cm's av.timeout (cm_enter_timewait): on the passive side
 // the REQ's Local ACK Timeout, on the active side the ACK timeout of the
-// REP's Target ACK Delay; not this CM's own packet life time and ACK delay
-// (which give 2^22 here, the same on both sides).
+// REP's Target ACK Delay; not this CM's own packet life time and ACK delay.
 func TestTransitionTimeWaitLastsThePeersACKTimeout(t *testing.T) {
 	p := newPair(t, nil)
-	p.a.cfg.TargetACKDelay, p.b.cfg.TargetACKDelay = 22, 22
+	p.a.cfg.TargetACKDelay = 22 // the active side's own: 2^22 without the REP's
+	p.b.cfg.TargetACKDelay = 21 // in the REP: the active side's, cm_ack_timeout(21, 18) = 21
 	p.req = testREQ(svc)
 	p.req.Primary.LocalACKTimeout = 23 // the passive side's TimeWait, 34 s
-	p.sendREQ(t)
-	p.f.deliver()
-	p.passive = p.rb.expect(EventREQReceived).ID
-	p.b.cfg.TargetACKDelay = 21 // in the REP: the active side's, cm_ack_timeout(21, 18) = 21
-	if err := p.passive.SendREP(&mad.REP{LocalQPN: 0x22}); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	p.ra.expect(EventREPReceived)
-	if err := p.active.SendRTU(nil); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	p.rb.expect(EventRTUReceived)
-	if err := p.active.SendDREQ(nil); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	p.rb.expect(EventDREQReceived)
-	if err := p.passive.SendDREP(nil); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	p.ra.expect(EventDREPReceived)
+	p.connect(t)
+	p.disconnect(t)
 	p.f.advance(IBTime(21) - time.Millisecond)
 	wantState(t, p.active, StateTimeWait)
 	p.f.advance(time.Millisecond)

@@ -252,6 +252,22 @@ func (p *pair) connect(t *testing.T) {
 	p.f.sent()
 }
 
+// disconnect ends a connected pair: the active side's DREQ, the passive
+// side's DREP; both are in TimeWait after.
+func (p *pair) disconnect(t *testing.T) {
+	t.Helper()
+	if err := p.active.SendDREQ(nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.rb.expect(EventDREQReceived)
+	if err := p.passive.SendDREP(nil); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	p.ra.expect(EventDREPReceived)
+}
+
 func (p *pair) sendREQ(t *testing.T) {
 	t.Helper()
 	req := p.req
