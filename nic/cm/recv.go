@@ -244,21 +244,13 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 	key := remoteKey{m.LocalCommID, m.LocalCAGUID}
 	if other := c.remote[key]; other != nil && other != id {
 		// The peer's comm ID is another connection's: stale (cm_rep_handler).
-		c.inc(CntStale)
-		id.remoteID = m.LocalCommID
-		id.sendREJLocked(RejStaleConn, MsgREP, id.localID, nil, nil) // cm_issue_rej
-		id.enterTimeWaitLocked()
-		id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
+		id.refuseStaleREPLocked(m)
 		return
 	}
 	if other := c.connectedQP(m.LocalQPN, m.LocalCAGUID, id); other != nil {
 		// Stale, and the old connection ends too (cm_rep_handler's
 		// cm_insert_remote_qpn, then ib_send_cm_dreq), as for a REQ.
-		c.inc(CntStale)
-		id.remoteID = m.LocalCommID
-		id.sendREJLocked(RejStaleConn, MsgREP, id.localID, nil, nil) // cm_issue_rej
-		id.enterTimeWaitLocked()
-		id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
+		id.refuseStaleREPLocked(m)
 		if other.state == StateEstablished {
 			_ = other.dreqLocked(nil)
 		}
@@ -273,6 +265,16 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 	id.state = StateREPRcvd
 	cp := *m
 	id.post(Event{Type: EventREPReceived, Msg: &cp})
+}
+
+// refuseStaleREPLocked refuses a stale REP with a REJ naming it (cm_issue_rej,
+// STALE_CONN) and ends our attempt in TimeWait, telling the consumer.
+func (id *ID) refuseStaleREPLocked(m *mad.REP) {
+	id.cm.inc(CntStale)
+	id.remoteID = m.LocalCommID
+	id.sendREJLocked(RejStaleConn, MsgREP, id.localID, nil, nil)
+	id.enterTimeWaitLocked()
+	id.post(Event{Type: EventREJReceived, Msg: &mad.REJ{Reason: RejStaleConn}})
 }
 
 func (c *CM) onRTU(src, dst GID, m *mad.RTU) {
