@@ -234,6 +234,49 @@ func TestCLibrary(t *testing.T) {
 		cli := xrnicExec(t, &p.A, a, lib, "rdma_client", "-s", p.B.IPv4.String(), "-p", "7175")
 		checkBoth(t, srv, cli, "end 0", true)
 	})
+	// rdmacm-utils' ucmatose: several connections from one channel, SENDs
+	// each way on each, and with -m every ID migrated to another channel
+	// for its disconnect.
+	for _, mig := range []bool{false, true} {
+		name := "ucmatose"
+		if mig {
+			name += "-m"
+		}
+		t.Run(name, func(t *testing.T) {
+			waitDetached(t, a)
+			waitDetached(t, b)
+			args := []string{"-c", "8", "-C", "100", "-S", "4000"}
+			if mig {
+				args = append(args, "-m")
+			}
+			srv := xrnicExec(t, &p.B, b, lib, append([]string{"ucmatose", "-b", p.B.IPv4.String()}, args...)...)
+			waitCMListener(t, b, srv)
+			cli := xrnicExec(t, &p.A, a, lib, append([]string{"ucmatose", "-s", p.B.IPv4.String()}, args...)...)
+			checkBoth(t, srv, cli, "return status 0", true)
+		})
+	}
+	// rdmacm-utils' cmtime: many IDs resolved, connected, disconnected and
+	// destroyed at once, each step's events taken in any order.
+	t.Run("cmtime", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		srv := xrnicExec(t, &p.B, b, lib, "cmtime", "-b", p.B.IPv4.String(), "-c", "50", "-p", "7176")
+		waitCMListener(t, b, srv)
+		cli := xrnicExec(t, &p.A, a, lib, "cmtime", "-s", p.B.IPv4.String(), "-c", "50", "-p", "7176")
+		// The client exits 0 once all its IDs have come through every
+		// step; the server serves until it is stopped.
+		if err := cli.wait(60 * time.Second); err != nil || !strings.Contains(cli.out.String(), "destroy      :") {
+			t.Fatalf("cmtime: %v\n%s", err, cli.out.String())
+		}
+		select {
+		case err := <-srv.done:
+			srv.done <- err
+			t.Fatalf("the server ended: %v\n%s", err, srv.out.String())
+		default:
+		}
+		srv.cmd.Process.Kill()
+		srv.wait(10 * time.Second)
+	})
 	for _, d := range []*testDaemon{a, b} {
 		waitDetached(t, d)
 	}
