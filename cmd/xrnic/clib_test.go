@@ -255,6 +255,15 @@ func TestCLibrary(t *testing.T) {
 			checkBoth(t, srv, cli, "return status 0", true)
 		})
 	}
+	// rdmacm-utils' udaddy: UD QPs found by SIDR, a SEND each way on each.
+	t.Run("udaddy", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		srv := xrnicExec(t, &p.B, b, lib, "udaddy", "-b", p.B.IPv4.String(), "-c", "4", "-C", "20")
+		waitCMListener(t, b, srv)
+		cli := xrnicExec(t, &p.A, a, lib, "udaddy", "-s", p.B.IPv4.String(), "-c", "4", "-C", "20")
+		checkBoth(t, srv, cli, "return status 0", true)
+	})
 	// rdmacm-utils' cmtime: many IDs resolved, connected, disconnected and
 	// destroyed at once, each step's events taken in any order.
 	t.Run("cmtime", func(t *testing.T) {
