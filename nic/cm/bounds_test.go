@@ -320,3 +320,47 @@ func TestStaleREPQPNRefused(t *testing.T) {
 	}
 	wantState(t, p.active, StateDREQSent)
 }
+
+// A REP whose comm ID and CA GUID another connection here already holds is
+// refused STALE_CONN and our attempt ends, as for a stale QPN; the connection
+// that holds the comm ID stays. (Linux's cm_rep_handler drops such a REP, and
+// its REQ is retried until it times out: a REJ ends both sides' attempts at
+// once, and a Linux peer takes a stale REJ of its REP.)
+func TestStaleREPCommIDRefused(t *testing.T) {
+	p := newPair(t, nil)
+	p.connect(t)
+	id2, err := p.a.NewID(p.ra.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := testREQ(svc)
+	req.LocalQPN = 0x33
+	if err := id2.SendREQ(req, REQParam{Src: gidA, Dst: gidB}); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	pas2 := p.rb.expect(EventREQReceived).ID
+	p.f.drop = func(frame) bool { return true }
+	if err := pas2.SendREP(&mad.REP{LocalQPN: 0x44}); err != nil {
+		t.Fatal(err)
+	}
+	p.f.drop = nil
+	var rep mad.REP
+	for _, fr := range p.f.frames() {
+		if r, ok := fr.msg.(*mad.REP); ok {
+			rep = *r
+		}
+	}
+	rep.LocalCommID = p.passive.LocalCommID() // the first connection's
+	var buf [mad.Size]byte
+	mad.Marshal(buf[:], 7, &rep)
+	p.a.Receive(gidB, gidA, buf[:])
+	if ev := p.ra.next(); ev.Type != EventREJReceived || ev.Msg.(*mad.REJ).Reason != RejStaleConn {
+		t.Fatalf("a REP naming another connection's comm ID: %v, want a stale REJ", ev.Type)
+	}
+	if got := p.f.frames(); len(got) != 1 || got[0].attr != mad.AttrREJ || got[0].msg.(*mad.REJ).Reason != RejStaleConn {
+		t.Fatalf("sent %v, want one stale REJ", got)
+	}
+	wantState(t, id2, StateTimeWait)
+	wantState(t, p.active, StateEstablished)
+}

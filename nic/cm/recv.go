@@ -243,7 +243,9 @@ func (c *CM) onREP(src, dst GID, m *mad.REP) {
 	}
 	key := remoteKey{m.LocalCommID, m.LocalCAGUID}
 	if other := c.remote[key]; other != nil && other != id {
-		// The peer's comm ID is another connection's: stale (cm_rep_handler).
+		// The peer's comm ID is another connection's: stale. cm_rep_handler
+		// drops such a REP and lets our REQ time out; a REJ ends both
+		// attempts at once.
 		id.refuseStaleREPLocked(m)
 		return
 	}
