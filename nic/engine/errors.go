@@ -73,7 +73,6 @@ var (
 	errPostNoAH        = errorf(ErrInvalid, "UD send without an AH")
 	errPostAHPD        = errorf(ErrWrongPD, "the AH belongs to another PD")
 	errPostAHClosed    = errorf(ErrClosed, "the AH is destroyed")
-	errPostUDMTU       = errorf(ErrInvalid, "UD message longer than the port MTU")
 	errPostRemoteQPN   = errorf(ErrInvalid, "remote QPN wider than 24 bits")
 	errPostMsgSize     = errorf(ErrInvalid, "message longer than 8 MiB (max_msg_sz)")
 	errPostBadLKey     = errorf(ErrBadLKey, "an SGE's L_Key names no memory region")

@@ -202,9 +202,6 @@ func (qp *QP) fillSendWQE(w *sendWQE, wr *SendWR, bind1 bool) error {
 		if wr.AH.dead.Load() {
 			return errPostAHClosed
 		}
-		if int(length) > qp.d.mtu.Bytes() {
-			return errPostUDMTU
-		}
 		if wr.RemoteQPN > wire.PSNMask {
 			return errPostRemoteQPN
 		}

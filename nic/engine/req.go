@@ -60,6 +60,10 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 			}
 			continue
 		}
+		if !qp.typ.Connected() && w.length > uint32(qp.d.mtu.Bytes()) {
+			e.reqSkipLong(qp, w)
+			continue
+		}
 		if w.ah != nil && w.rt == nil {
 			rt, failed := e.ahRoute(w.ah, qp)
 			if failed {
@@ -380,6 +384,21 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 		e.timers.set(&qp.retrans, e.now+qp.timeout)
 	}
 	return true
+}
+
+// reqSkipLong completes a UD message longer than the port MTU without sending
+// it: "the CI shall not emit any packets for this message. Further, the CI
+// shall not generate an error due to this condition" (C10-93.1.1). As rxe, it
+// takes its PSN and completes successfully.
+func (e *engine) reqSkipLong(qp *QP, w *sendWQE) {
+	req := &qp.req
+	w.firstPSN, w.lastPSN = req.psn, req.psn
+	req.psn = req.psn.Next()
+	req.opcode = -1
+	req.wqeIndex++
+	w.state = wqeDone
+	w.status = cq.Success
+	e.completer(qp, nil)
 }
 
 // reqFail ends w with a local error: the completer reports it in order and moves

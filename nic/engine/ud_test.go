@@ -96,9 +96,18 @@ func TestUD(t *testing.T) {
 			send(t, a, SendWR{WRID: 14, Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("lost"), AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
 			pollOne(t, a.cq)
 			noMore(t, b.cq)
-			// Longer than the path MTU: refused at post time.
-			if _, err := a.qp.PostSend([]SendWR{{Opcode: WRSend, SGL: []SGE{a.mr.SGE(0, 4097)}, AH: ah, RemoteQPN: 1}}); err == nil {
-				t.Fatalf("UD send over the MTU accepted")
+			// Longer than the port MTU: no packet and no error, a successful
+			// completion (C10-93.1.1, as rxe). The message after it arrives.
+			recv(t, b, 3, 0, 8192)
+			sent := p.a.Counters()[CntSentPkts]
+			long := uint32(p.a.QueryPort().ActiveMTU.Bytes() + 1)
+			send(t, a, SendWR{WRID: 15, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, long)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
+			checkWC(t, pollOne(t, a.cq), cq.WC{WRID: 15, Opcode: cq.Send, ByteLen: long, QPN: a.qp.QPN()})
+			send(t, a, SendWR{WRID: 16, Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("after"), AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
+			pollOne(t, a.cq)
+			checkWC(t, pollOne(t, b.cq), cq.WC{WRID: 3, Opcode: cq.Recv, ByteLen: 45, QPN: b.qp.QPN(), SrcQP: a.qp.QPN(), Flags: cq.GRH})
+			if n := p.a.Counters()[CntSentPkts] - sent; n != 1 {
+				t.Fatalf("sent %d packets for the long message and the next, want 1", n)
 			}
 		})
 	}
