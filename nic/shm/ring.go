@@ -145,6 +145,13 @@ func (r *Ring) Peek(k int) ([]byte, error) {
 	return r.entry(r.own + uint32(k)), nil
 }
 
+// Entry is the k-th entry after this side's index, for a k below what one
+// call of Available (a consumer) or Free (a producer) reported. A side that
+// does not trust the other counts once and fetches what it counted with
+// Entry: Peek and Reserve load the other side's index again, which may have
+// moved back meanwhile, and then find no entry.
+func (r *Ring) Entry(k int) []byte { return r.entry(r.own + uint32(k)) }
+
 // Release gives k read entries back to the producer.
 func (r *Ring) Release(k int) {
 	r.own += uint32(k)

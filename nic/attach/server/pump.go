@@ -85,7 +85,7 @@ func (ss *session) postSends(q *qpObj) bool {
 	}
 	n := min(avail, batch)
 	for k := range n {
-		e, _ := q.sq.Peek(k)
+		e := q.sq.Entry(k) // within avail: the client's index is read once
 		if err := ss.sendWR(q, e, k); err != nil {
 			if k == 0 {
 				ss.refuse(q, e, err)
@@ -103,8 +103,7 @@ func (ss *session) postSends(q *qpObj) bool {
 	// ErrQueueFull leaves the rest on the ring until completions make room
 	// (the engine retries in its loops as completions come).
 	if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
-		e, _ := q.sq.Peek(0)
-		ss.refuse(q, e, err)
+		ss.refuse(q, q.sq.Entry(0), err) // posted < n: still within avail
 	}
 	return posted > 0
 }
@@ -261,7 +260,7 @@ func (r *recvRing) drain(post func([]verbs.RecvWR) (int, error)) (bool, error) {
 		}
 		n := min(avail, batch)
 		for k := range n {
-			e, _ := r.ring.Peek(k)
+			e := r.ring.Entry(k)
 			wrid, nsge := shm.GetRecvWQE(e)
 			sgl, err := readSGL(shm.RecvTail(e), nsge, r.scratch, r.sgls[k])
 			if err != nil {
@@ -325,7 +324,7 @@ func (ss *session) complete(c *cqObj) bool {
 	}
 	k := 0
 	for c.pendHead < len(c.pending) && k < free {
-		e, _ := c.ring.Reserve(k)
+		e := c.ring.Entry(k) // within free: the client's index is read once
 		shm.PutCQE(e, &c.pending[c.pendHead])
 		c.pendHead++
 		k++
@@ -338,8 +337,7 @@ func (ss *session) complete(c *cqObj) bool {
 		n = c.cq.Poll(c.wcs[:min(free-k, len(c.wcs))])
 	}
 	for i := range n {
-		e, _ := c.ring.Reserve(k + i)
-		putWC(e, &c.wcs[i])
+		putWC(c.ring.Entry(k+i), &c.wcs[i])
 	}
 	if k+n == 0 {
 		return false
