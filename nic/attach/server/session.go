@@ -239,8 +239,11 @@ func (ss *session) control() error {
 			_ = ss.c.SetReadDeadline(time.Time{})
 		}
 		if err != nil {
-			// The reply carries only the errno, as libibverbs' calls return.
+			// The reply carries only the errno, as libibverbs' calls return:
+			// no payload, not even a handler's typed nil (which Encode
+			// refuses, and its nil message reads as the socket's end).
 			ss.logf("%v: %v", h.Op, err)
+			rep = nil
 		}
 		out, _ = attach.Encode(out[:0], h.Op, h.Seq, attach.Errno(err), rep)
 		var werr error
