@@ -142,6 +142,14 @@ func Attach(ifname string, opts AttachOptions) (*Attachment, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Steer only frames to the interface's MAC (xrnic.c, self_mac); a device
+	// without an Ethernet address has no other MACs to tell apart.
+	if mac := l.Attrs().HardwareAddr; len(mac) == 6 {
+		if err := p.SetMAC(mac); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
 	prog, progName := p.XDP(), "multi-buffer"
 	if opts.SingleBuffer {
 		prog, progName = p.XDPSingleBuffer(), "single-buffer"

@@ -412,3 +412,32 @@ func countFDs(t *testing.T) int {
 	}
 	return len(ents)
 }
+
+// The kernel drops a unicast frame addressed to another MAC (PACKET_OTHERHOST:
+// a macvlan's, a frame flooded by a switch, promiscuous mode), or hands it to
+// the device that owns that MAC; rxe never sees it. The program steers only
+// RoCEv2 frames to the interface's own MAC, and leaves the others to the kernel.
+func TestAttachLiveOtherHostMAC(t *testing.T) {
+	for _, mode := range []AttachMode{AttachGeneric, AttachNative} {
+		p := newVeth(t, testenv.PairOptions{})
+		att, err := attach(t, &p.A, AttachOptions{Mode: mode})
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		t.Cleanup(func() { att.Close() })
+		x := newTestXSK(t, &p.A, 0)
+		if err := att.RegisterSocket(0, x.fd); err != nil {
+			t.Fatalf("%s: RegisterSocket: %v", mode, err)
+		}
+		other := []byte{0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee}
+		sendRaw(t, &p.B, other, [][]byte{
+			eth(etherIPv4, ipv4(protoUDP, roce(64))),
+			eth(etherIPv6, ipv6(protoUDP, roce(64))),
+		})
+		sendRaw(t, &p.B, p.A.MAC, [][]byte{eth(etherIPv4, ipv4(protoUDP, roce(64)))})
+		got := waitCounters(t, att, 3)
+		if want := (Counters{Seen: 3, Redirected: 1, Passed: 2}); got != want {
+			t.Errorf("%s: got counters %+v, want %+v (frames to another MAC are the kernel's)", mode, got, want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -120,10 +121,11 @@ type steeringObjects struct {
 	Counters       *ebpf.Map     `ebpf:"counters"`
 	Faults         *ebpf.Map     `ebpf:"faults"`
 	Xsks           *ebpf.Map     `ebpf:"xsks"`
+	SelfMac        *ebpf.Map     `ebpf:"self_mac"`
 }
 
 func (o *steeringObjects) Close() error {
-	return closeAll(o.XrnicXdp, o.XrnicXdpSingle, o.Counters, o.Faults, o.Xsks)
+	return closeAll(o.XrnicXdp, o.XrnicXdpSingle, o.Counters, o.Faults, o.Xsks, o.SelfMac)
 }
 
 // closeAll closes every object, nil ones included, and joins the errors.
@@ -166,6 +168,26 @@ func (p *Program) XDP() *ebpf.Program { return p.objs.XrnicXdp }
 // XDPSingleBuffer returns the single-buffer entry point (SEC("xdp")). It stays
 // valid until Close.
 func (p *Program) XDPSingleBuffer() *ebpf.Program { return p.objs.XrnicXdpSingle }
+
+// SetMAC makes the program steer only RoCEv2 frames addressed to mac, the
+// interface's own (Attach sets it): the kernel drops a unicast frame to another
+// MAC, or gives it to the device that owns it (a macvlan). Until it is set,
+// every destination is steered.
+func (p *Program) SetMAC(mac net.HardwareAddr) error {
+	if len(mac) != 6 {
+		return fmt.Errorf("bpf: set MAC %v: not a 6-byte Ethernet address", mac)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return fmt.Errorf("bpf: set MAC: %w", ErrClosed)
+	}
+	v := xrnicSelfMac{Addr: [6]uint8(mac)}
+	if err := p.objs.SelfMac.Update(uint32(0), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("bpf: set MAC: %w", err)
+	}
+	return nil
+}
 
 // Queues returns how many receive queues the XSKMAP can steer: queues 0 to
 // Queues()-1. Frames from higher queues go to the kernel.

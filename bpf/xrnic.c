@@ -4,8 +4,8 @@
 
 // xrnic's XDP program: steers RoCEv2 frames (UDP destination port 4791 over IPv4
 // or IPv6, optionally behind one 802.1Q or 802.1ad tag) to the AF_XDP socket bound
-// to the receive queue, and passes everything else to the kernel (ARP, ND, ICMP,
-// TCP, other UDP), so the kernel keeps resolving neighbours for us (DESIGN.md,
+// to the receive queue when addressed to the interface's MAC, and passes everything
+// else to the kernel (ARP, ND, ICMP, TCP, other UDP, other MACs), so the kernel keeps resolving neighbours for us (DESIGN.md,
 // "Addresses"). Built with bpf2go (gen.go); the object is committed.
 //
 // Steered frames have a fixed layout the engine can rely on: Ethernet, at most one
@@ -102,6 +102,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct faults);
 } faults SEC(".maps");
+
+// The interface's own MAC, set from Go when the program is attached
+// (bpf.Attach). The kernel drops a unicast frame to another MAC as
+// PACKET_OTHERHOST, or gives it to the device that owns that MAC (a macvlan),
+// so rxe never sees it: the program steers only RoCEv2 frames to this MAC and
+// passes the others. Until it is set (all zeros: a program not attached, as in
+// BPF_PROG_TEST_RUN) every destination is steered.
+struct self_mac {
+	__u8 addr[ETH_ALEN];
+	__u8 pad[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct self_mac);
+} self_mac SEC(".maps");
 
 enum frame_kind {
 	KIND_OTHER,	 // not RoCEv2: the kernel's
@@ -303,6 +321,31 @@ static __always_inline enum fault inject(struct xdp_md *ctx, __u64 *rng, __u64 *
 	return FAULT_CORRUPT;
 }
 
+// to_other_mac reports whether the frame is addressed to a MAC other than the
+// interface's (self_mac), when that is set.
+static __always_inline int to_other_mac(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct self_mac *m;
+	__u32 zero = 0;
+	__u8 set = 0, diff = 0;
+	int i;
+
+	if ((void *)(eth + 1) > data_end)
+		return 0;
+	m = bpf_map_lookup_elem(&self_mac, &zero);
+	if (!m)
+		return 0;
+#pragma unroll
+	for (i = 0; i < ETH_ALEN; i++) {
+		set |= m->addr[i];
+		diff |= m->addr[i] ^ eth->h_dest[i];
+	}
+	return set && diff;
+}
+
 static __always_inline int xrnic(struct xdp_md *ctx)
 {
 	struct roce_loc loc = {};
@@ -311,6 +354,9 @@ static __always_inline int xrnic(struct xdp_md *ctx)
 	__u32 zero = 0;
 	struct counters *c;
 	int verdict = XDP_PASS;
+
+	if (kind == KIND_ROCE && to_other_mac(ctx))
+		kind = KIND_OTHER; // another device's or host's: the kernel's
 
 	// Per-CPU slot: plain increments, no atomics.
 	c = bpf_map_lookup_elem(&counters, &zero);

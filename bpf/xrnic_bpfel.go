@@ -53,6 +53,12 @@ type xrnicImpairFaults struct {
 	Duplicate uint64
 }
 
+type xrnicSelfMac struct {
+	_    structs.HostLayout
+	Addr [6]uint8
+	Pad  [2]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -64,6 +70,7 @@ const (
 	xrnicMapImpairFaults      = "impair_faults"
 	xrnicMapImpairFwd         = "impair_fwd"
 	xrnicMapImpairPorts       = "impair_ports"
+	xrnicMapSelfMac           = "self_mac"
 	xrnicMapXsks              = "xsks"
 	xrnicProgXrnicImpair      = "xrnic_impair"
 	xrnicProgXrnicImpairFrags = "xrnic_impair_frags"
@@ -130,6 +137,7 @@ type xrnicMapSpecs struct {
 	ImpairFaults   *ebpf.MapSpec `ebpf:"impair_faults"`
 	ImpairFwd      *ebpf.MapSpec `ebpf:"impair_fwd"`
 	ImpairPorts    *ebpf.MapSpec `ebpf:"impair_ports"`
+	SelfMac        *ebpf.MapSpec `ebpf:"self_mac"`
 	Xsks           *ebpf.MapSpec `ebpf:"xsks"`
 }
 
@@ -166,6 +174,7 @@ type xrnicMaps struct {
 	ImpairFaults   *ebpf.Map `ebpf:"impair_faults"`
 	ImpairFwd      *ebpf.Map `ebpf:"impair_fwd"`
 	ImpairPorts    *ebpf.Map `ebpf:"impair_ports"`
+	SelfMac        *ebpf.Map `ebpf:"self_mac"`
 	Xsks           *ebpf.Map `ebpf:"xsks"`
 }
 
@@ -178,6 +187,7 @@ func (m *xrnicMaps) Close() error {
 		m.ImpairFaults,
 		m.ImpairFwd,
 		m.ImpairPorts,
+		m.SelfMac,
 		m.Xsks,
 	)
 }
