@@ -393,8 +393,10 @@ func TestFaultsSeeded(t *testing.T) {
 			case o.off >= 0:
 				wantC.CorruptedInjected++
 				wantC.Passed++
+				wantC.Unsteered++ // no socket
 			default:
 				wantC.Passed++
+				wantC.Unsteered++
 			}
 		}
 		if gotC := delta(after, before); gotC != wantC {

@@ -44,6 +44,9 @@ var (
 // program's verdict: a frame the socket then drops (ring full) shows in the
 // socket's XDP_STATISTICS. DroppedInjected and CorruptedInjected count the faults
 // SetFaults asked for; a corrupted frame is also redirected or passed.
+// Unsteered counts RoCEv2 frames passed because no socket is registered at their
+// receive queue: the kernel drops them (no listener on port 4791), so they are
+// lost to xrnic.
 //
 // Concurrency: a plain value, safe to copy and share.
 type Counters struct {
@@ -53,6 +56,7 @@ type Counters struct {
 	Malformed         uint64
 	DroppedInjected   uint64
 	CorruptedInjected uint64
+	Unsteered         uint64
 }
 
 // Faults are the program's injected faults, for testing recovery on the real
@@ -252,6 +256,7 @@ func (p *Program) Counters() (Counters, error) {
 		c.Malformed += v.Malformed
 		c.DroppedInjected += v.DroppedInjected
 		c.CorruptedInjected += v.CorruptedInjected
+		c.Unsteered += v.Unsteered
 	}
 	return c, nil
 }

@@ -56,7 +56,9 @@ struct vlan_tag {
 
 // Counters of one CPU, kept in one PERCPU_ARRAY slot so a frame costs one map
 // lookup. Invariant: seen == redirected + passed + dropped_injected; malformed
-// frames are also passed, corrupted ones also redirected or passed. The slot also
+// frames are also passed, corrupted ones also redirected or passed, and so are
+// unsteered ones: RoCEv2 frames passed because no socket is registered at their
+// receive queue (the kernel drops them: no listener on 4791). The slot also
 // holds the CPU's fault PRNG, so one lookup serves both.
 struct counters {
 	__u64 seen;
@@ -65,6 +67,7 @@ struct counters {
 	__u64 malformed;
 	__u64 dropped_injected;
 	__u64 corrupted_injected;
+	__u64 unsteered;
 	__u64 rng;	// xorshift64 state, never 0 once seeded
 	__u64 rng_gen; // faults.gen the state was seeded from
 };
@@ -385,6 +388,8 @@ static __always_inline int xrnic(struct xdp_md *ctx)
 			c->malformed++;
 		if (fault == FAULT_CORRUPT)
 			c->corrupted_injected++;
+		if (kind == KIND_ROCE && verdict == XDP_PASS)
+			c->unsteered++;
 	}
 	return verdict;
 }

@@ -21,6 +21,7 @@ type xrnicCounters struct {
 	Malformed         uint64
 	DroppedInjected   uint64
 	CorruptedInjected uint64
+	Unsteered         uint64
 	Rng               uint64
 	RngGen            uint64
 }

@@ -36,7 +36,7 @@ func formatStatistic(w io.Writer, s *snapshot, details bool) {
 		}
 		fmt.Fprintf(&b, " rx_dropped %d tx_dropped %d tx_errors %d\n", ls.RxDropped, ls.TxDropped, ls.TxErrors)
 		if x := s.XDP; x != nil {
-			fmt.Fprintf(&b, "    xdp seen %d redirected %d passed %d malformed %d\n", x.Seen, x.Redirected, x.Passed, x.Malformed)
+			fmt.Fprintf(&b, "    xdp seen %d redirected %d passed %d malformed %d unsteered %d\n", x.Seen, x.Redirected, x.Passed, x.Malformed, x.Unsteered)
 		}
 		if len(s.Engine) > 0 {
 			// Not rxe counters: the engine goroutine's own, without their prefix.

@@ -85,6 +85,7 @@ type collector struct {
 	linkRx, linkRxBytes, linkTx, linkTxBytes *prometheus.Desc
 	linkRxDrop, linkTxDrop, linkTxErr        *prometheus.Desc
 	xdpSeen, xdpRedir, xdpPass, xdpBad       *prometheus.Desc
+	xdpUnsteered                             *prometheus.Desc
 	objects, qps                             *prometheus.Desc
 	sqOut, rqPosted                          *prometheus.Desc
 	cqQueued, cqComp, cqPolled, cqLost       *prometheus.Desc
@@ -125,6 +126,7 @@ func newCollector(d *daemon) *collector {
 	c.xdpRedir = desc("xdp_redirected_total", "RoCEv2 frames the XDP program redirected to the AF_XDP socket.", xl...)
 	c.xdpPass = desc("xdp_passed_total", "Frames the XDP program passed to the kernel.", xl...)
 	c.xdpBad = desc("xdp_malformed_total", "Frames the XDP program found malformed.", xl...)
+	c.xdpUnsteered = desc("xdp_unsteered_total", "RoCEv2 frames passed to the kernel, lost, for want of an AF_XDP socket at their receive queue.", xl...)
 	c.objects = desc("objects", "Objects on the device by kind (pd, mr, cq, qp, srq, ah).", "device", "kind")
 	c.qps = desc("qps", "QPs by type and state.", "device", "type", "state")
 	c.sqOut = desc("qp_sq_outstanding", "Send work requests posted and not yet completed.", "device", "qpn")
@@ -147,7 +149,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{c.info, c.portState, c.up, c.linkRx, c.linkRxBytes, c.linkTx, c.linkTxBytes,
-		c.linkRxDrop, c.linkTxDrop, c.linkTxErr, c.xdpSeen, c.xdpRedir, c.xdpPass, c.xdpBad, c.objects, c.qps,
+		c.linkRxDrop, c.linkTxDrop, c.linkTxErr, c.xdpSeen, c.xdpRedir, c.xdpPass, c.xdpBad, c.xdpUnsteered, c.objects, c.qps,
 		c.sqOut, c.rqPosted, c.cqQueued, c.cqComp, c.cqPolled, c.cqLost, c.sessions, c.sessionsEnded} {
 		ch <- d
 	}
@@ -195,6 +197,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.xdpRedir, x.Redirected, dev, s.Interface)
 		counter(c.xdpPass, x.Passed, dev, s.Interface)
 		counter(c.xdpBad, x.Malformed, dev, s.Interface)
+		counter(c.xdpUnsteered, x.Unsteered, dev, s.Interface)
 	}
 
 	r := &s.Resources
