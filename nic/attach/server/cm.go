@@ -311,6 +311,11 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 			return nil, fmt.Errorf("%w: address family", verbs.ErrInvalid)
 		}
 		if op == attach.OpCMBindAddr {
+			if p := src.Port(); p != 0 && p < 1024 && !capable(ss.cred.Pid, unix.CAP_NET_BIND_SERVICE) {
+				// The daemon binds as root: the process's own right counts
+				// (cma_use_port: EACCES below PROT_SOCK without it).
+				return nil, fmt.Errorf("%w: port %d needs CAP_NET_BIND_SERVICE", verbs.ErrAccess, p)
+			}
 			return nil, o.id.BindAddr(src)
 		}
 		return nil, o.id.ResolveAddr(src.Addr(), dst)

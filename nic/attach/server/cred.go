@@ -1,0 +1,26 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// capable reports whether process pid holds capability c in its effective set
+// (CapEff in /proc/PID/status): what the kernel asks of the caller where the
+// daemon acts for it with its own, greater, rights. A process that cannot be
+// read has none.
+func capable(pid int32, c int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for l := range bytes.Lines(b) {
+		if rest, ok := bytes.CutPrefix(l, []byte("CapEff:")); ok {
+			v, err := strconv.ParseUint(string(bytes.TrimSpace(rest)), 16, 64)
+			return err == nil && c < 64 && v&(1<<c) != 0
+		}
+	}
+	return false
+}
