@@ -293,8 +293,127 @@ func (a *Adapter) CreateQueuePair(o ndk.QPOptions, rcq, icq *CompletionQueue) (*
 	return &QueuePair{r.q}, nil
 }
 
+// CreateQueuePairWithSrq is IND2Adapter::CreateQueuePairWithSrq: as
+// CreateQueuePair, its receives taken from srq.
+func (a *Adapter) CreateQueuePairWithSrq(o ndk.QPOptions, rcq, icq *CompletionQueue, srq *SharedReceiveQueue) (*QueuePair, error) {
+	if srq == nil {
+		return nil, fmt.Errorf("nd: no shared receive queue: %w", verbs.ErrInvalid)
+	}
+	pd, err := a.pd()
+	if err != nil {
+		return nil, err
+	}
+	o.ReceiveCQ, o.InitiatorCQ = rcq.cq, icq.cq
+	type res struct {
+		q   *ndk.QP
+		err error
+	}
+	ch := make(chan res, 1)
+	if err := pd.CreateQPWithSRQ(o, srq.srq, func(q *ndk.QP, err error) { ch <- res{q, err} }); !errors.Is(err, ErrPending) {
+		return nil, err
+	}
+	r := <-ch
+	if r.err != nil {
+		return nil, r.err
+	}
+	return &QueuePair{r.q}, nil
+}
+
 // Close releases the QP once its requests are flushed.
 func (q *QueuePair) Close() error { return ndk.Await(q.QP.Close) }
+
+// SharedReceiveQueue is IND2SharedReceiveQueue (ND1): receive buffers shared
+// by the queue pairs made with CreateQueuePairWithSrq. Its notification, as
+// every one here, is asked for with an Overlapped (Notify, ND4): the limit is
+// armed only while a Notify is pending.
+type SharedReceiveQueue struct {
+	srq *ndk.SRQ
+
+	mu        sync.Mutex
+	threshold int
+	ov        *Overlapped // the pending Notify
+}
+
+// CreateSharedReceiveQueue is IND2Adapter::CreateSharedReceiveQueue:
+// synchronous (ND6). Notify completes once fewer than threshold receives are
+// posted.
+func (a *Adapter) CreateSharedReceiveQueue(depth, maxSGE, threshold int) (*SharedReceiveQueue, error) {
+	if threshold < 0 || threshold > depth {
+		return nil, fmt.Errorf("nd: notify threshold %d: %w", threshold, verbs.ErrInvalid)
+	}
+	pd, err := a.pd()
+	if err != nil {
+		return nil, err
+	}
+	s := &SharedReceiveQueue{threshold: threshold}
+	srq, err := pd.CreateSRQ(depth, maxSGE, 0, s.fired, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.srq = srq
+	return s, nil
+}
+
+func (s *SharedReceiveQueue) fired(err error) {
+	s.mu.Lock()
+	ov := s.ov
+	s.ov = nil
+	s.mu.Unlock()
+	if ov != nil {
+		ov.complete(err)
+	}
+}
+
+// Notify is IND2SharedReceiveQueue::Notify: ov completes once fewer receives
+// than the threshold are posted. It returns ErrPending.
+func (s *SharedReceiveQueue) Notify(ov *Overlapped) error {
+	if ov == nil {
+		return ErrNoOverlapped
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ov != nil {
+		return fmt.Errorf("nd: a Notify is pending: %w", verbs.ErrBusy)
+	}
+	if s.threshold == 0 {
+		return fmt.Errorf("nd: no notify threshold: %w", verbs.ErrInvalid)
+	}
+	if err := s.srq.Modify(0, s.threshold, nil); err != nil {
+		return err
+	}
+	s.ov = ov
+	return ErrPending
+}
+
+// Modify is IND2SharedReceiveQueue::Modify: a new depth (0 keeps it) and
+// notify threshold, armed at once when a Notify is pending.
+func (s *SharedReceiveQueue) Modify(depth, threshold int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if threshold < 0 {
+		return fmt.Errorf("nd: notify threshold %d: %w", threshold, verbs.ErrInvalid)
+	}
+	limit := 0
+	if s.ov != nil {
+		limit = threshold
+	}
+	if err := s.srq.Modify(depth, limit, nil); err != nil {
+		return err
+	}
+	s.threshold = threshold
+	return nil
+}
+
+// Receive is IND2SharedReceiveQueue::Receive.
+func (s *SharedReceiveQueue) Receive(ctx uint64, sgl []ndk.SGE) error { return s.srq.Receive(ctx, sgl) }
+
+// Close releases the SRQ once its queue pairs are closed; a pending Notify
+// completes with ErrCanceled.
+func (s *SharedReceiveQueue) Close() error {
+	err := ndk.Await(s.srq.Close)
+	s.fired(ndk.ErrCanceled)
+	return err
+}
 
 // Connector is IND2Connector. A connector from CreateConnector is used either
 // for Connect or, through Listener.GetConnectionRequest, for an incoming one.
