@@ -76,6 +76,7 @@ type tx struct {
 	// makes sure it ends once.
 	posted  int
 	aborted bool
+	why     error // why it was aborted: the close's reason, or the peer's NAK
 	ended   bool
 }
 
@@ -266,7 +267,7 @@ func (c *Conn) abortLocked() []*tx {
 		t.ended = true
 	}
 	for _, t := range c.waiting {
-		t.aborted = true
+		t.aborted, t.why = true, c.why
 		if c.endLocked(t) {
 			q = append(q, t)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,6 +92,62 @@ func TestO2_4QueuedSendsHoldRefs(t *testing.T) {
 	waitReaped(t, a)
 	_ = credits
 	_ = b
+}
+
+// O2-4: a send already posted when the connection closes is not dropped
+// with the queued ones: it waits for its completion (its message buffer and
+// RDMA slot are the hardware's until then), and ends, dropping its
+// reference, only once the flush or the send completes, and then with the
+// close's error: the PUT did not happen. The scheduler is held so that the
+// PUT's message stays in flight across the close. (It used to end with the
+// send's success: done(nil) for a PUT whose data never went.)
+func TestO2_4PostedSendWaitsForCompletion(t *testing.T) {
+	a, _ := pair(t, 4717, Config{})
+	c := dial(t, a, 4717)
+	block, entered := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var armed atomic.Bool
+	a.testHookSched = func(x *Conn) {
+		if x == c && armed.Load() {
+			once.Do(func() { close(entered); <-block })
+		}
+	}
+	unblock := sync.OnceFunc(func() { close(block) })
+	defer unblock() // a failure below must not leave the scheduler held
+	ends := make(chan error, 1)
+	armed.Store(true)
+	// Larger than a message: a PUT_REQ, posted at once, then waiting for the
+	// peer's answer with its RDMA slot taken.
+	if err := c.Put(make([]byte, 3*a.cfg.MsgSize), func(err error) { ends <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(hang):
+		t.Fatal("the scheduler never took the connection after the post")
+	}
+	c.mu.Lock()
+	var posted int
+	for _, x := range c.sent {
+		if x != nil {
+			posted += x.posted
+		}
+	}
+	c.mu.Unlock()
+	if posted == 0 {
+		t.Fatal("no send in flight: the test did not hold the PUT's message")
+	}
+	c.Close()
+	select {
+	case err := <-ends:
+		t.Fatalf("a posted send ended (%v) at the close, before its completion", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	unblock()
+	if err := waitErr(t, "posted send", ends); err == nil {
+		t.Fatal("a PUT of a closed connection ended with success")
+	}
+	waitReaped(t, a)
 }
 
 // O2-5: a CQ event holds a reference while its connection waits for the

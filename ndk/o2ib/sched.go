@@ -170,7 +170,7 @@ func (c *Conn) handle(h hdr, payload []byte) error {
 			return nil
 		}
 		if h.typ == msgNak {
-			t.aborted = true
+			t.aborted, t.why = true, ErrRefused
 			end := c.endLocked(t)
 			c.mu.Unlock()
 			if end {
@@ -257,6 +257,11 @@ func (c *Conn) txDone(i int, r *ndk.Result) {
 		if t.h.typ == msgGetDone && err == nil {
 			data = t.data
 		}
+		if t.aborted {
+			// Its message went out, but a close or a NAK aborted it
+			// meanwhile: it did not happen (O2-4).
+			err = cmpErr(err, cmpErr(t.why, ErrClosed))
+		}
 		c.endTx(t, data, err)
 	}
 }
@@ -281,7 +286,7 @@ func (c *Conn) rdmaDone(cookie uint64, r *ndk.Result) {
 			c.closeFor(fmt.Errorf("o2ib: RDMA: %w", err), func(s *Stats) { s.RDMA++ })
 		}
 		if end {
-			c.endTx(t, nil, cmpErr(err, ErrClosed))
+			c.endTx(t, nil, cmpErr(err, cmpErr(t.why, ErrClosed)))
 		}
 		return
 	}
