@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/cm"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/nic/netdev"
 )
@@ -256,5 +258,68 @@ func TestRegistryMisuse(t *testing.T) {
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMID9DriverCallsAcrossRegistration: Open and Close hold nothing a client
+// could deadlock on by calling into the driver from Add and Remove (MID9, the
+// hot-plug text: "It must not hold any semaphores that could cause deadlock if
+// a consumer calls back into the driver across these calls"). The client is
+// registered first, so that its Add runs inside Open and its Remove inside
+// Close; each uses the device through the calls a consumer makes: query, PD,
+// CQ, QP, an event handler, the CM (as ndk.OpenAdapter does), and a wait for
+// the destroys.
+func TestMID9DriverCallsAcrossRegistration(t *testing.T) {
+	var mu sync.Mutex
+	var errs []error
+	use := func(when string, d *Device) {
+		fail := func(err error) {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("%s %s: %w", when, d.Name(), err))
+			mu.Unlock()
+		}
+		_ = d.Query()
+		_ = d.GIDs()
+		unreg := d.RegisterEventHandler(func(AsyncEvent) {})
+		defer unreg()
+		if _, err := d.CM(cm.Config{}); err != nil && !errors.Is(err, ErrClosed) {
+			fail(err)
+		}
+		pd, err := d.AllocPD()
+		if err != nil {
+			fail(err)
+			return
+		}
+		cq, err := d.CreateCQ(16, CQOptions{Handler: func(*CQ) {}})
+		if err != nil {
+			fail(err)
+			return
+		}
+		qp, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			fail(err)
+			return
+		}
+		for _, op := range []func() *Op{qp.Destroy, cq.Destroy, pd.Dealloc} {
+			if err := op().Wait(); err != nil {
+				fail(err)
+			}
+		}
+	}
+	c := &Client{Name: "mid9-driver",
+		Add:    func(d *Device) { use("Add", d) },
+		Remove: func(d *Device) { use("Remove", d) },
+	}
+	if err := RegisterClient(c); err != nil {
+		t.Fatal(err)
+	}
+	defer UnregisterClient(c)
+	var a, b *Device
+	watchdog(t, "Open with a client that uses the device in Add", func() { a, b = memDevices(t) })
+	watchdog(t, "Close with a client that uses the device in Remove", func() { a.Close(); b.Close() })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range errs {
+		t.Error(err)
 	}
 }
