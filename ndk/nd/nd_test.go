@@ -117,6 +117,13 @@ func TestND1to7(t *testing.T) {
 		},
 		"GetConnectionRequest": func() error { return (&Listener{}).GetConnectionRequest(&Connector{}, nil) },
 		"Disconnect":           func() error { return (&Connector{}).Disconnect(nil) },
+		// The rest of the overlapped operations: each refuses the nil at once,
+		// whatever its object's state (ND5).
+		"Deregister":       func() error { return cli.mr.Deregister(nil) },
+		"CompleteConnect":  func() error { return (&Connector{a: cli.ad}).CompleteConnect(nil) },
+		"Accept":           func() error { return (&Connector{a: cli.ad}).Accept(cli.qp, 0, 0, nil, nil) },
+		"NotifyDisconnect": func() error { return (&Connector{a: cli.ad}).NotifyDisconnect(nil) },
+		"SRQ Notify":       func() error { return (&SharedReceiveQueue{}).Notify(nil) },
 	} {
 		if err := call(); !errors.Is(err, ErrNoOverlapped) || !errors.Is(err, verbs.ErrInvalid) {
 			t.Errorf("%s with a nil Overlapped: %v (ND5)", name, err)
