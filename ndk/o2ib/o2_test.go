@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xrnic/xrnic/internal/goid"
+	"github.com/xrnic/xrnic/ndk"
 )
 
 // waitReaped waits until ni has freed every connection.
@@ -45,6 +46,51 @@ func TestO2_2ConnectFailure(t *testing.T) {
 	waitReaped(t, a)
 	if s := a.Stats(); s.Reaped != 1 || s.Established != 0 {
 		t.Fatalf("stats %+v, want one connection reaped, none established", s)
+	}
+}
+
+// O2-2, the passive side: an Accept that fails (here the active side refuses
+// the REP: it disconnects before CompleteConnect, a REJ) drops the maker's
+// reference too; the flushed receives drop theirs, and connd frees the
+// connection. The active side is a bare ndk connector speaking o2ib's
+// connection data.
+func TestO2_2AcceptFailure(t *testing.T) {
+	a, b := pair(t, 4718, Config{})
+	cq, err := a.ad.CreateCQ(16, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ndk.Await(cq.Close)
+	qch := make(chan error, 1)
+	var qp *ndk.QP
+	if err := a.pd.CreateQP(ndk.QPOptions{ReceiveCQ: cq, InitiatorCQ: cq, ReceiveDepth: 4, InitiatorDepth: 4},
+		func(q *ndk.QP, err error) { qp = q; qch <- err }); !errors.Is(err, ndk.ErrPending) {
+		t.Fatal(err)
+	}
+	if err := waitErr(t, "CreateQP", qch); err != nil {
+		t.Fatal(err)
+	}
+	defer ndk.Await(qp.Close)
+	cn, err := a.ad.CreateConnector(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ndk.Await(cn.Close)
+	ch := make(chan error, 1)
+	err = cn.Connect(qp, netip.AddrPortFrom(ipA, 0), netip.AddrPortFrom(ipB, 4718), 1, 1, a.private(),
+		func(err error) { ch <- err })
+	if errors.Is(err, ndk.ErrPending) {
+		err = waitErr(t, "Connect", ch)
+	}
+	if err != nil {
+		t.Fatalf("Connect to the NI: %v", err)
+	}
+	if err := cn.Disconnect(nil); err != nil {
+		t.Fatalf("Disconnect before CompleteConnect: %v", err)
+	}
+	waitReaped(t, b)
+	if s := b.Stats(); s.Reaped != 1 || s.Established != 0 {
+		t.Fatalf("passive stats %+v, want one connection reaped, none established", s)
 	}
 }
 
