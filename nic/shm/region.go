@@ -13,6 +13,11 @@ import (
 // another process must carry F_SEAL_SHRINK.
 var ErrNotSealed = errors.New("shm: memfd without F_SEAL_SHRINK")
 
+// ErrHugeTLB is a memfd on hugetlbfs from another process: a hole it punches
+// is refilled from the huge page pool at our next touch, and an empty pool
+// makes that touch SIGBUS.
+var ErrHugeTLB = errors.New("shm: memfd on hugetlbfs")
+
 // Region is shared memory: a memfd and this process's mapping of it. Not safe
 // for concurrent Close.
 type Region struct {
@@ -69,6 +74,13 @@ func mapFD(fd int, off int64, size int) (*Region, error) {
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
 		return nil, ErrNotSealed
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return nil, fmt.Errorf("shm: fstatfs: %w", err)
+	}
+	if fs.Type == unix.HUGETLBFS_MAGIC {
+		return nil, ErrHugeTLB
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

@@ -149,6 +149,20 @@ func TestMapRefuses(t *testing.T) {
 	if _, err := Map(fd, 0, 4096); !errors.Is(err, ErrNotSealed) {
 		t.Fatalf("unsealed memfd: %v", err)
 	}
+	// On hugetlbfs, sealed: refused before it is mapped, whatever the pool.
+	fd, err = unix.MemfdCreate("huge", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_HUGETLB)
+	if err != nil {
+		t.Fatalf("memfd_create(MFD_HUGETLB): %v", err)
+	}
+	if err := unix.Ftruncate(fd, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Map(fd, 0, 2<<20); !errors.Is(err, ErrHugeTLB) {
+		t.Fatalf("hugetlb memfd: %v", err)
+	}
 	r, err := Create("small", 4096)
 	if err != nil {
 		t.Fatal(err)
