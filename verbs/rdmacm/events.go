@@ -50,8 +50,10 @@ func (id *ID) onCM(ev cm.Event) {
 	case cm.EventDREQReceived:
 		out.Type = EventDisconnected
 		id.st = stDisconnect
-	case cm.EventDREPReceived, cm.EventDREQError:
+	case cm.EventDREPReceived:
 		out.Type = EventDisconnected
+	case cm.EventDREQError: // cma_ib_handler: status -ETIMEDOUT
+		out.Type, out.Status = EventDisconnected, -ETIMEDOUT
 	case cm.EventTimeWaitExit:
 		out.Type = EventTimeWaitExit
 	case cm.EventSIDRREPReceived:

@@ -702,3 +702,24 @@ func TestREPAfterDeviceRemovalNoPanic(t *testing.T) {
 	cli.id.onCM(cm.Event{Type: cm.EventREPReceived, Msg: &mad.REP{LocalQPN: 0x22}})
 	getEvent(t, cli.ch, EventConnectResponse)
 }
+
+// A DREQ of ours that runs out of retries ends the connection with
+// DISCONNECTED and status -ETIMEDOUT, as cma_ib_handler reports
+// IB_CM_DREQ_ERROR; a DREP's DISCONNECTED has status 0. Before, the timeout's
+// DISCONNECTED had status 0 as well.
+func TestDisconnectedAfterDREQTimeoutIsETIMEDOUT(t *testing.T) {
+	a, _ := memDevices(t, cm.Config{})
+	for _, c := range []struct {
+		ev   cm.EventType
+		want int
+	}{{cm.EventDREQError, -ETIMEDOUT}, {cm.EventDREPReceived, 0}} {
+		cli := resolved(t, a, PSTCP, 7301)
+		cli.id.mu.Lock()
+		cli.id.st = stDisconnect // as Disconnect leaves it, its DREQ sent
+		cli.id.mu.Unlock()
+		cli.id.onCM(cm.Event{Type: c.ev})
+		if ev := getEvent(t, cli.ch, EventDisconnected); ev.Status != c.want {
+			t.Fatalf("%v: DISCONNECTED status %d, want %d", c.ev, ev.Status, c.want)
+		}
+	}
+}
