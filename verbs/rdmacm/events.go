@@ -58,6 +58,8 @@ func (id *ID) onCM(ev cm.Event) {
 		out.Type = EventTimeWaitExit
 	case cm.EventSIDRREPReceived:
 		rep := ev.Msg.(*mad.SIDRREP)
+		// cma_sidr_rep_handler: the private data whatever the status.
+		out.UD.PrivateData = append([]byte(nil), rep.PrivateData[:]...)
 		switch {
 		case rep.Status != cm.SIDRSuccess:
 			out.Type, out.Status = EventUnreachable, int(rep.Status)
@@ -65,8 +67,7 @@ func (id *ID) onCM(ev cm.Event) {
 			out.Type, out.Status = EventUnreachable, -EINVAL
 		default:
 			out.Type = EventEstablished
-			out.UD = UDParam{PrivateData: append([]byte(nil), rep.PrivateData[:]...), QPN: rep.QPN, QKey: rep.QKey,
-				AV: id.av()}
+			out.UD.QPN, out.UD.QKey, out.UD.AV = rep.QPN, rep.QKey, id.av()
 			id.st = stEstablished
 		}
 	case cm.EventSIDRREQError:

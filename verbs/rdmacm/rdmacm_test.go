@@ -723,3 +723,26 @@ func TestDisconnectedAfterDREQTimeoutIsETIMEDOUT(t *testing.T) {
 		}
 	}
 }
+
+// A UD request refused with private data (rdma_reject: SIDR_REP, status
+// REJECT) reaches the active side as UNREACHABLE with the SIDR status and the
+// SIDR_REP's private data, as cma_sidr_rep_handler sets param.ud's private
+// data before it looks at the status. Before, the private data was lost.
+func TestSIDRRejectPrivateDataReachesUnreachable(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSUDP, 7501)
+	cli := resolved(t, a, PSUDP, 7501)
+	cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	t.Cleanup(func() { ev.ID.Destroy() })
+	if err := ev.ID.Reject([]byte("full")); err != nil {
+		t.Fatal(err)
+	}
+	un := getEvent(t, cli.ch, EventUnreachable)
+	if un.Status != int(cm.SIDRReject) || !bytes.HasPrefix(un.UD.PrivateData, []byte("full")) {
+		t.Fatalf("UNREACHABLE status %d, private data %q", un.Status, un.UD.PrivateData)
+	}
+}
