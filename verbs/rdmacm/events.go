@@ -63,8 +63,8 @@ func (id *ID) onCM(ev cm.Event) {
 		switch {
 		case rep.Status != cm.SIDRSuccess:
 			out.Type, out.Status = EventUnreachable, int(rep.Status)
-		case rep.QKey != UDPQKey:
-			out.Type, out.Status = EventUnreachable, -EINVAL
+		case rep.QKey != UDPQKey: // cma_set_qkey refuses it: ADDR_ERROR
+			out.Type, out.Status = EventAddrError, -EINVAL
 		default:
 			out.Type = EventEstablished
 			out.UD.QPN, out.UD.QKey, out.UD.AV = rep.QPN, rep.QKey, id.av()

@@ -746,3 +746,18 @@ func TestSIDRRejectPrivateDataReachesUnreachable(t *testing.T) {
 		t.Fatalf("UNREACHABLE status %d, private data %q", un.Status, un.UD.PrivateData)
 	}
 }
+
+// A SIDR_REP that accepts with a Q_Key other than the ID's (RDMA_UDP_QKEY)
+// gives ADDR_ERROR with -EINVAL: cma_sidr_rep_handler's cma_set_qkey fails.
+// Before, it was UNREACHABLE.
+func TestSIDRREPWrongQKeyAddrError(t *testing.T) {
+	a, _ := memDevices(t, cm.Config{})
+	cli := resolved(t, a, PSUDP, 7502)
+	cli.id.mu.Lock()
+	cli.id.st = stConnect // as Connect leaves it, its SIDR_REQ sent
+	cli.id.mu.Unlock()
+	cli.id.onCM(cm.Event{Type: cm.EventSIDRREPReceived, Msg: &mad.SIDRREP{Status: cm.SIDRSuccess, QPN: 0x22, QKey: 0x1111}})
+	if ev := getEvent(t, cli.ch, EventAddrError); ev.Status != -EINVAL {
+		t.Fatalf("ADDR_ERROR status %d, want %d", ev.Status, -EINVAL)
+	}
+}
