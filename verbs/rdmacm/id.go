@@ -673,7 +673,8 @@ func (id *ID) Reject(private []byte) error {
 
 // Disconnect ends a connection (rdma_disconnect): the QP goes to ERR (its posted
 // work requests complete, flushed), then a DREQ, or the DREP to the peer's.
-// DISCONNECTED follows (at once when answering).
+// DISCONNECTED follows (at once when answering). Before ESTABLISHED nothing is
+// sent.
 func (id *ID) Disconnect() error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -699,11 +700,10 @@ func (id *ID) Disconnect() error {
 		if err := id.cmid.SendDREP(nil); err != nil {
 			return err
 		}
-	case cm.StateREPSent, cm.StateMRAREPRcvd:
-		// Not yet established: as rdma_cm, a REJ.
-		id.cmid.SendREJ(cm.RejConsumerDefined, nil, nil)
 	default:
-		return ErrState
+		// rdma_disconnect: ib_send_cm_dreq and ib_send_cm_drep refuse any
+		// other state, and nothing is sent (no REJ); the state stays.
+		return nil
 	}
 	id.st = stDisconnect
 	return nil

@@ -761,3 +761,46 @@ func TestSIDRREPWrongQKeyAddrError(t *testing.T) {
 		t.Fatalf("ADDR_ERROR status %d, want %d", ev.Status, -EINVAL)
 	}
 }
+
+// rdma_disconnect sends a DREQ from ESTABLISHED and a DREP from DREQ_RCVD and
+// nothing otherwise (ib_send_cm_dreq and ib_send_cm_drep refuse other
+// states, and rdma_disconnect ignores that): before Accept, or after it
+// while the RTU is on its way, it succeeds, sends no REJ, and the connection
+// can still be established. Before, Disconnect failed before Accept, and sent
+// a REJ after it, so that the peer's CONNECT_RESPONSE was followed by
+// REJECTED.
+func TestDisconnectBeforeEstablishedSendsNothing(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSTCP, 7202)
+	cli := resolved(t, a, PSTCP, 7202)
+	cqp := cli.plainQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{QPN: cqp.QPN(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	conn := ev.ID
+	t.Cleanup(func() { conn.Destroy() })
+	sqp := srv.plainQP(t, conn)
+	if err := conn.Disconnect(); err != nil {
+		t.Fatalf("Disconnect of a CONNECT_REQUEST: %v", err)
+	}
+	if st := conn.cmid.State(); st != cm.StateMRAREQSent {
+		t.Fatalf("the request's CM state %v after Disconnect, want MRA_REQ_SENT", st)
+	}
+	if err := conn.Accept(ConnParam{QPN: sqp.QPN(), RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	srv.moveQP(t, conn, sqp, verbs.QPSRTR, verbs.QPSRTS)
+	if err := conn.Disconnect(); err != nil {
+		t.Fatalf("Disconnect before the RTU: %v", err)
+	}
+	if st := conn.cmid.State(); st != cm.StateREPSent {
+		t.Fatalf("the reply's CM state %v after Disconnect, want REP_SENT (no REJ)", st)
+	}
+	getEvent(t, cli.ch, EventConnectResponse)
+	cli.moveQP(t, cli.id, cqp, verbs.QPSRTR, verbs.QPSRTS)
+	if err := cli.id.Establish(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, srv.ch, EventEstablished)
+}
