@@ -337,6 +337,7 @@ func (id *ID) Connect(p ConnParam) error {
 	if id.st != stRouteResolved {
 		return ErrState
 	}
+	p.SRQ = id.srq(p)
 	if id.att != nil {
 		if id.ps != PSUDP {
 			qpn, err := id.qpn(p)
@@ -455,6 +456,7 @@ func (id *ID) Listen(backlog int) error {
 func (id *ID) Accept(p ConnParam) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
+	p.SRQ = id.srq(p)
 	if id.att != nil {
 		return id.acceptAttached(p)
 	}
@@ -531,6 +533,17 @@ func (id *ID) qpn(p ConnParam) (uint32, error) {
 		return 0, fmt.Errorf("rdmacm: no QP on the ID and no QPN in the parameters: %w", errs.ErrInvalid)
 	}
 	return p.QPN, nil
+}
+
+// srq is the SRQ bit a REQ or REP announces: whether the ID's QP has an SRQ,
+// or for an ID without one the consumer's p.SRQ (librdmacm's rdma_connect and
+// rdma_accept).
+func (id *ID) srq(p ConnParam) bool {
+	if id.qp != nil {
+		_, ia, err := id.qp.Query()
+		return err == nil && ia.SRQ != nil
+	}
+	return p.SRQ
 }
 
 // reqLink is the connection's attributes from the peer's REQ, with the read

@@ -804,3 +804,46 @@ func TestDisconnectBeforeEstablishedSendsNothing(t *testing.T) {
 	}
 	getEvent(t, srv.ch, EventEstablished)
 }
+
+// srqQP makes id's QP on an SRQ of s's.
+func (s *side) srqQP(t *testing.T, id *ID) {
+	t.Helper()
+	srq, err := s.pd.CreateSRQ(verbs.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srq.Destroy().Wait() })
+	if _, err := id.CreateQP(s.pd, verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, SRQ: srq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxSendSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { id.DestroyQP() })
+}
+
+// For an ID with a QP, the REQ's and the REP's SRQ bit say whether that QP
+// has an SRQ, whatever the parameters' srq (librdmacm's rdma_connect and
+// rdma_accept pass id->qp->srq != NULL to ucma_copy_conn_param_to_kern).
+// Before, the parameters' srq went out, and a consumer that left it 0 told
+// the peer its QP had no SRQ.
+func TestSRQBitFromTheIDsQP(t *testing.T) {
+	a, b := memDevices(t, cm.Config{})
+	srv := listener(t, b, PSTCP, 7203)
+	cli := resolved(t, a, PSTCP, 7203)
+	cli.srqQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	conn := ev.ID
+	t.Cleanup(func() { conn.Destroy() })
+	if !ev.Param.SRQ {
+		t.Errorf("CONNECT_REQUEST's srq 0, the peer's QP has an SRQ")
+	}
+	srv.srqQP(t, conn)
+	if err := conn.Accept(ConnParam{RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if est := getEvent(t, cli.ch, EventEstablished); !est.Param.SRQ {
+		t.Errorf("ESTABLISHED's srq 0, the peer's QP has an SRQ")
+	}
+}
