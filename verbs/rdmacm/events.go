@@ -47,13 +47,21 @@ func (id *ID) onCM(ev cm.Event) {
 		out.Type, out.Status = EventUnreachable, -ETIMEDOUT
 		id.qpToErr()
 		id.st = stIdle
-	case cm.EventDREQReceived:
+	case cm.EventDREQReceived, cm.EventDREPReceived, cm.EventDREQError:
+		// cma_ib_handler reports a connection's end once, as the ID leaves
+		// RDMA_CM_CONNECT: a crossing DREQ, or the DREP after it, is not a
+		// second DISCONNECTED.
+		if id.disconnected {
+			return
+		}
+		id.disconnected = true
 		out.Type = EventDisconnected
-		id.st = stDisconnect
-	case cm.EventDREPReceived:
-		out.Type = EventDisconnected
-	case cm.EventDREQError: // cma_ib_handler: status -ETIMEDOUT
-		out.Type, out.Status = EventDisconnected, -ETIMEDOUT
+		switch ev.Type {
+		case cm.EventDREQReceived:
+			id.st = stDisconnect
+		case cm.EventDREQError:
+			out.Status = -ETIMEDOUT
+		}
 	case cm.EventTimeWaitExit:
 		out.Type = EventTimeWaitExit
 	case cm.EventSIDRREPReceived:

@@ -53,6 +53,8 @@ type ID struct {
 	link      *connAttr // the connection's QP attributes, once the peer's are known
 	removed   bool      // the device went away
 	tos       uint8     // SetTOS; a passive ID takes its REQ's
+	// DISCONNECTED has been posted: a connection ends once (onCM).
+	disconnected bool
 
 	// An attached device's ID: the daemon's, which the calls forward to
 	// (attached.go); subs are a listener's on every device, one per attached

@@ -724,6 +724,24 @@ func TestDisconnectedAfterDREQTimeoutIsETIMEDOUT(t *testing.T) {
 	}
 }
 
+// A connection ends once for the consumer: cma_ib_handler turns the first of
+// DREQ_RECEIVED, DREP_RECEIVED and DREQ_ERROR into DISCONNECTED as the ID
+// leaves RDMA_CM_CONNECT and drops the rest. Crossing DREQs give each side a
+// DREQ, and the DREP that answers it later; before, each was a DISCONNECTED.
+func TestDisconnectedOnce(t *testing.T) {
+	a, _ := memDevices(t, cm.Config{})
+	cli := resolved(t, a, PSTCP, 7302)
+	cli.id.mu.Lock()
+	cli.id.st = stDisconnect // Disconnect's DREQ sent
+	cli.id.mu.Unlock()
+	cli.id.onCM(cm.Event{Type: cm.EventDREQReceived}) // the peer's, crossing ours
+	getEvent(t, cli.ch, EventDisconnected)
+	cli.id.onCM(cm.Event{Type: cm.EventDREPReceived})
+	cli.id.onCM(cm.Event{Type: cm.EventDREQError})
+	cli.id.onCM(cm.Event{Type: cm.EventTimeWaitExit})
+	getEvent(t, cli.ch, EventTimeWaitExit) // and no DISCONNECTED before it
+}
+
 // A UD request refused with private data (rdma_reject: SIDR_REP, status
 // REJECT) reaches the active side as UNREACHABLE with the SIDR status and the
 // SIDR_REP's private data, as cma_sidr_rep_handler sets param.ud's private
