@@ -108,6 +108,7 @@ struct xr_qp {
 	void *mem;
 	size_t memlen;
 	struct ibv_qp_cap cap;
+	int sq_sig_all; /* ibv_query_qp(3): init_attr returns it */
 };
 
 struct xr_ah {

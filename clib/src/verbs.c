@@ -708,6 +708,7 @@ XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 				     .max_send_sge = r.max_send_sge, .max_recv_sge = r.max_recv_sge,
 				     .max_inline_data = r.max_inline_data};
 	a->cap = q->cap; /* what was granted, as libibverbs returns it */
+	q->sq_sig_all = a->sq_sig_all;
 	q->qp = (struct ibv_qp){.context = pd->context, .qp_context = a->qp_context, .pd = pd, .send_cq = a->send_cq,
 				.recv_cq = a->recv_cq, .srq = a->srq, .handle = r.handle, .qp_num = r.qpn,
 				.state = IBV_QPS_RESET, .qp_type = a->qp_type};
@@ -748,6 +749,7 @@ XR_EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask
 		init->srq = qp->srq;
 		init->cap = q->cap;
 		init->qp_type = qp->qp_type;
+		init->sq_sig_all = q->sq_sig_all;
 	}
 	qp->state = attr->qp_state;
 	return 0;

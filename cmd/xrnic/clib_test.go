@@ -146,8 +146,10 @@ func TestCLibrary(t *testing.T) {
 	// IPv4 and IPv6 (clib/test/ahfromwc.c); rdma_destroy_qp frees the CQs
 	// rdma_create_qp made (clib/test/cmqp.c); librdmacm's synchronous
 	// mode (clib/test/cmsync.c); rdma_destroy_id waits for its events'
-	// acks (clib/test/cmdestroy.c).
-	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy"} {
+	// acks (clib/test/cmdestroy.c); ibv_query_qp's init_attr holds
+	// sq_sig_all (clib/test/queryqp.c).
+	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
+		"queryqp"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {
