@@ -23,6 +23,14 @@ static int set_errno(int err)
 	return err;
 }
 
+/* fail is the error of the verbs that return -1 and set errno
+ * (ibv_query_gid(3), ibv_query_pkey(3), ibv_init_ah_from_wc(3)). */
+static int fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
 /* track keeps an object for its async events; untrack forgets it. */
 static void track(struct xr_context *x, uint32_t kind, uint32_t handle, void *ptr)
 {
@@ -277,7 +285,7 @@ XR_EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, un
 	struct xrnic_gid_req req = {.index = (uint32_t)index};
 	struct xrnic_gid_rep r;
 	if (port != 1 || index < 0)
-		return set_errno(EINVAL);
+		return fail(EINVAL);
 	int err = xr_call(&xr_ctx(ctx)->conn, XRNIC_OP_QUERY_GID, &req, sizeof(req), &r, sizeof(r), -1, NULL, 0, NULL);
 	if (err) {
 		/* An index the port has no address for reads as zeros, as the
@@ -321,7 +329,7 @@ XR_EXPORT int ibv_query_pkey(struct ibv_context *ctx, uint8_t port, int index, _
 {
 	(void)ctx;
 	if (port != 1 || index != 0)
-		return set_errno(EINVAL);
+		return fail(EINVAL);
 	*pkey = htobe16(0xffff);
 	return 0;
 }
@@ -887,7 +895,7 @@ XR_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct 
 			attr->grh.sgid_index = i;
 			return 0;
 		}
-	return set_errno(EINVAL);
+	return fail(EINVAL);
 }
 
 XR_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh, uint8_t port)

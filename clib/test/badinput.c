@@ -3,6 +3,7 @@
  * call must fail with the errno libibverbs returns, and the program must
  * neither crash nor hang; the daemon must go on serving it. Prints "ok". */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -78,6 +79,21 @@ int main(void)
 	/* A port that does not exist. */
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(ctx, 2, &pa) != 0);
+	/* ibv_query_gid(3), ibv_query_pkey(3) and ibv_init_ah_from_wc(3) return
+	 * -1 on error, errno set (not an errno, as most verbs). */
+	union ibv_gid gid;
+	__be16 pkey;
+	errno = 0;
+	CHECK(ibv_query_gid(ctx, 2, 0, &gid) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_query_pkey(ctx, 1, 1, &pkey) == -1 && errno == EINVAL);
+	static const uint8_t other[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 1, [15] = 1}; /* 2001:db8:1::1: none of ours */
+	struct ibv_grh grh = {.version_tclass_flow = htobe32(6u << 28)};
+	memcpy(grh.dgid.raw, other, sizeof(other));
+	struct ibv_wc wc = {.wc_flags = IBV_WC_GRH};
+	struct ibv_ah_attr aa;
+	errno = 0;
+	CHECK(ibv_init_ah_from_wc(ctx, 1, &wc, &grh, &aa) == -1 && errno == EINVAL);
 
 	/* The daemon still serves: objects go in order. */
 	CHECK(ibv_destroy_qp(qp) == 0);

@@ -138,8 +138,9 @@ func TestCLibrary(t *testing.T) {
 		})
 	}
 	// A program that passes bad pointers, wrong handles and too many SGEs
-	// gets libibverbs' errnos (clib/test/badinput.c), and the daemon serves
-	// it on; one that polls an empty CQ yields its CPU now and then
+	// gets libibverbs' errnos, and -1 where ibv_query_gid, ibv_query_pkey
+	// and ibv_init_ah_from_wc return it (clib/test/badinput.c), and the
+	// daemon serves it on; one that polls an empty CQ yields its CPU now and then
 	// (clib/test/spin.c); ibv_destroy_cq waits for its events' acks
 	// (clib/test/cqevents.c); a channel's fd takes O_NONBLOCK as
 	// libibverbs' does (clib/test/cqnonblock.c); ibv_init_ah_from_wc reads
