@@ -534,7 +534,15 @@ XR_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 
 XR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
-	return simple(id, XRNIC_OP_CM_LISTEN, backlog < 0 ? 0 : (uint32_t)backlog);
+	struct xrnic_cm_id_req req = {.id = xid(id)->handle, .arg = backlog < 0 ? 0 : (uint32_t)backlog};
+	struct xrnic_sockaddr bound;
+	if (call(XRNIC_OP_CM_LISTEN, &req, sizeof(req), &bound, sizeof(bound), NULL))
+		return -1;
+	/* rdma_bind_addr(3): for port 0 the rdma_cm chose one (the daemon's
+	 * does at listen), which rdma_get_src_port returns. sin_port and
+	 * sin6_port lie at the same offset. */
+	id->route.addr.src_sin.sin_port = htons(bound.port);
+	return 0;
 }
 
 XR_EXPORT int rdma_establish(struct rdma_cm_id *id) { return simple(id, XRNIC_OP_CM_ESTABLISH, 0); }

@@ -148,13 +148,14 @@ func TestCLibrary(t *testing.T) {
 	// rdma_create_qp made (clib/test/cmqp.c); librdmacm's synchronous
 	// mode (clib/test/cmsync.c); rdma_destroy_id waits for its events'
 	// acks (clib/test/cmdestroy.c); ibv_query_qp's init_attr holds
-	// sq_sig_all (clib/test/queryqp.c).
+	// sq_sig_all (clib/test/queryqp.c); rdma_get_src_port names the port
+	// the rdma_cm chose for port 0 (clib/test/bindport.c).
 	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
-		"queryqp"} {
+		"queryqp", "bindport"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {
-			case "cmqp", "cmdestroy":
+			case "cmqp", "cmdestroy", "bindport":
 				args = append(args, p.A.IPv4.String())
 			case "cmsync":
 				args = append(args, p.A.IPv4.String(), p.B.IPv4.String())

@@ -22,7 +22,7 @@ import (
 )
 
 // Version is the protocol's; HELLO refuses another.
-const Version = 3
+const Version = 4
 
 // MaxMessage bounds a message, header and payload.
 const MaxMessage = 1024

@@ -83,7 +83,9 @@ func (id *CMID) ResolveRoute() error { return id.simple(attach.OpCMResolveRoute,
 
 // Listen listens on the bound address (rdma_listen).
 func (id *CMID) Listen(backlog int) error {
-	return id.simple(attach.OpCMListen, uint32(max(backlog, 0)))
+	var bound attach.SockAddr
+	_, err := id.d.call(attach.OpCMListen, &attach.CMIDReq{ID: id.h, Arg: uint32(max(backlog, 0))}, &bound)
+	return err
 }
 
 // Disconnect sends a DREQ (rdma_disconnect); the process moves its QP to

@@ -1,4 +1,4 @@
-/* The attach protocol of the xrnic daemon, version 3: docs/attach.md in C.
+/* The attach protocol of the xrnic daemon, version 4: docs/attach.md in C.
  * Little-endian, natural alignment (no packed structs). Written from the
  * protocol's document; nic/shm's TestCLayout holds it to the Go side. */
 #ifndef XRNIC_ATTACH_H
@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define XRNIC_ATTACH_VERSION 3
+#define XRNIC_ATTACH_VERSION 4
 #define XRNIC_MAX_MESSAGE 1024
 #define XRNIC_MAX_FDS 2
 

@@ -366,7 +366,11 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 	case attach.OpCMResolveRoute:
 		return nil, o.id.ResolveRoute()
 	case attach.OpCMListen:
-		return nil, o.id.Listen(int(req.Arg))
+		if err := o.id.Listen(int(req.Arg)); err != nil {
+			return nil, err
+		}
+		a := attach.MakeSockAddr(o.id.LocalAddr()) // port 0's port is chosen now (rdma_get_src_port)
+		return &a, nil
 	case attach.OpCMDisconnect:
 		return nil, o.id.Disconnect()
 	case attach.OpCMEstablish:
