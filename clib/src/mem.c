@@ -6,9 +6,9 @@
  * there: their contents are copied into the arena and the arena is mapped
  * over the same addresses (MAP_FIXED, same protection), which the program
  * goes on using as before. Every region is then the arena at offset = its
- * address, whatever other regions it overlaps. A page moved stays moved
- * (shared, not copy-on-write, across fork), and its arena page lives until
- * the process exits. */
+ * address, whatever other regions it overlaps. A page moved stays moved, and
+ * its arena page lives until the process exits. A fork's child gets private
+ * copies of them (fork_child), as of any memory. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +26,51 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int arena = -1;
 static ino_t arena_ino;
 
+/* fork_child gives the child of a fork private copies of the pages moved into
+ * the arena: shared, the parent would see the child's writes to its heap and
+ * stack there (ibv_fork_init(3): fork must not corrupt data). One mapping at
+ * a time, /proc/self/maps read again after each change. Registered at the
+ * arena's opening, under mu. */
+static void fork_child(void)
+{
+	for (;;) {
+		FILE *f = fopen("/proc/self/maps", "re");
+		if (!f)
+			break;
+		unsigned long lo = 0, hi = 0, off, ino;
+		char perms[8], line[512];
+		int found = 0;
+		while (!found && fgets(line, sizeof(line), f))
+			found = sscanf(line, "%lx-%lx %7s %lx %*s %lu", &lo, &hi, perms, &off, &ino) == 5 &&
+				ino == (unsigned long)arena_ino && off == lo;
+		fclose(f);
+		if (!found)
+			break;
+		int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+			   (perms[2] == 'x' ? PROT_EXEC : 0);
+		size_t n = hi - lo;
+		void *tmp = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (tmp == MAP_FAILED)
+			break;
+		mprotect((void *)lo, n, prot | PROT_READ);
+		memcpy(tmp, (void *)lo, n);
+		mprotect(tmp, n, prot);
+		if (mremap(tmp, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)lo) == MAP_FAILED) {
+			munmap(tmp, n);
+			break;
+		}
+	}
+	/* The child's registrations go to an arena of its own, not into the
+	 * parent's pages at the same addresses. */
+	close(arena);
+	arena = -1;
+	pthread_mutex_unlock(&mu);
+}
+
+static void fork_prepare(void) { pthread_mutex_lock(&mu); }
+
+static void fork_parent(void) { pthread_mutex_unlock(&mu); }
+
 static int open_arena(void)
 {
 	struct stat st;
@@ -42,6 +87,7 @@ static int open_arena(void)
 	}
 	arena = f;
 	arena_ino = st.st_ino;
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	return 0;
 }
 

@@ -149,9 +149,11 @@ func TestCLibrary(t *testing.T) {
 	// mode (clib/test/cmsync.c); rdma_destroy_id waits for its events'
 	// acks (clib/test/cmdestroy.c); ibv_query_qp's init_attr holds
 	// sq_sig_all (clib/test/queryqp.c); rdma_get_src_port names the port
-	// the rdma_cm chose for port 0 (clib/test/bindport.c).
+	// the rdma_cm chose for port 0 (clib/test/bindport.c); a fork's child
+	// writes to registered memory and the parent does not see it
+	// (clib/test/forkmem.c).
 	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
-		"queryqp", "bindport"} {
+		"queryqp", "bindport", "forkmem"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {
