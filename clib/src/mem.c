@@ -30,7 +30,7 @@ static ino_t arena_ino;
  * the arena: shared, the parent would see the child's writes to its heap and
  * stack there (ibv_fork_init(3): fork must not corrupt data). One mapping at
  * a time, /proc/self/maps read again after each change. Registered at the
- * arena's opening, under mu. */
+ * arena's first opening, under mu. */
 static void fork_child(void)
 {
 	for (;;) {
@@ -87,7 +87,12 @@ static int open_arena(void)
 	}
 	arena = f;
 	arena_ino = st.st_ino;
-	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	/* Once: a child inherits the handlers, and reopens an arena after
+	 * fork_child closed its parent's; twice registered, fork_prepare
+	 * would lock mu twice at its next fork. */
+	static int handlers;
+	if (!handlers && !pthread_atfork(fork_prepare, fork_parent, fork_child))
+		handlers = 1;
 	return 0;
 }
 
