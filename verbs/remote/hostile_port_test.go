@@ -2,11 +2,13 @@ package remote
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,8 +24,9 @@ import (
 // below 1024 themselves (--attach-group): the kernel's rdma_cm refuses them
 // EACCES without CAP_NET_BIND_SERVICE (cma_use_port), and so does the daemon,
 // asking of the process's own rights. A process without it (uid 65534, here
-// this test binary run again) is refused port 80 and gets 7400; this one, root,
-// gets port 80.
+// this test binary run again) is refused port 80 and gets 7400, as is one
+// that is root only in a user namespace of its own; this one, root, gets port
+// 80.
 func TestHostileLowPortNeedsCapability(t *testing.T) {
 	r := newRig(t, server.Config{Allow: func(unix.Ucred) bool { return true }})
 	d := r.dial(t)
@@ -47,12 +50,21 @@ func TestHostileLowPortNeedsCapability(t *testing.T) {
 	if err := os.Chmod(r.sock, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run", "^TestLowPortChild$")
-	cmd.Env = append(os.Environ(), "XRNIC_LOWPORT_SOCK="+r.sock)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "lowport: ok") {
-		t.Fatalf("the unprivileged process: %v\n%s", err, out)
+	// The second is root of a user namespace of its own: every capability
+	// there, none in the daemon's (the kernel asks capable(), of the initial
+	// namespace).
+	nobody := []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}}
+	for i, attr := range []*syscall.SysProcAttr{
+		{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}},
+		{Cloneflags: syscall.CLONE_NEWUSER, UidMappings: nobody, GidMappings: nobody, Credential: &syscall.Credential{}},
+	} {
+		cmd := exec.Command(bin, "-test.run", "^TestLowPortChild$")
+		cmd.Env = append(os.Environ(), "XRNIC_LOWPORT_SOCK="+r.sock, fmt.Sprintf("XRNIC_LOWPORT_PORT=%d", 7400+i))
+		cmd.SysProcAttr = attr
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "lowport: ok") {
+			t.Fatalf("the unprivileged process %d: %v\n%s", i, err, out)
+		}
 	}
 }
 
@@ -62,6 +74,10 @@ func TestLowPortChild(t *testing.T) {
 	if sock == "" {
 		t.Skip("run by TestHostileLowPortNeedsCapability")
 	}
+	port, err := strconv.Atoi(os.Getenv("XRNIC_LOWPORT_PORT"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := Dial(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +86,7 @@ func TestLowPortChild(t *testing.T) {
 	for _, c := range []struct {
 		port uint16
 		want error
-	}{{80, verbs.ErrAccess}, {7400, nil}} {
+	}{{80, verbs.ErrAccess}, {uint16(port), nil}} {
 		id, err := d.CreateCMID(rdmacm.PSTCP)
 		if err != nil {
 			t.Fatal(err)
