@@ -273,24 +273,7 @@ type QueuePair struct{ *ndk.QP }
 // CreateQueuePair is IND2Adapter::CreateQueuePair: synchronous (ND6), the QP
 // ready for receives when it returns.
 func (a *Adapter) CreateQueuePair(o ndk.QPOptions, rcq, icq *CompletionQueue) (*QueuePair, error) {
-	pd, err := a.pd()
-	if err != nil {
-		return nil, err
-	}
-	o.ReceiveCQ, o.InitiatorCQ = rcq.cq, icq.cq
-	type res struct {
-		q   *ndk.QP
-		err error
-	}
-	ch := make(chan res, 1)
-	if err := pd.CreateQP(o, func(q *ndk.QP, err error) { ch <- res{q, err} }); !errors.Is(err, ErrPending) {
-		return nil, err
-	}
-	r := <-ch
-	if r.err != nil {
-		return nil, r.err
-	}
-	return &QueuePair{r.q}, nil
+	return a.createQueuePair(o, rcq, icq, nil)
 }
 
 // CreateQueuePairWithSrq is IND2Adapter::CreateQueuePairWithSrq: as
@@ -299,6 +282,10 @@ func (a *Adapter) CreateQueuePairWithSrq(o ndk.QPOptions, rcq, icq *CompletionQu
 	if srq == nil {
 		return nil, fmt.Errorf("nd: no shared receive queue: %w", verbs.ErrInvalid)
 	}
+	return a.createQueuePair(o, rcq, icq, srq.srq)
+}
+
+func (a *Adapter) createQueuePair(o ndk.QPOptions, rcq, icq *CompletionQueue, srq *ndk.SRQ) (*QueuePair, error) {
 	pd, err := a.pd()
 	if err != nil {
 		return nil, err
@@ -309,7 +296,13 @@ func (a *Adapter) CreateQueuePairWithSrq(o ndk.QPOptions, rcq, icq *CompletionQu
 		err error
 	}
 	ch := make(chan res, 1)
-	if err := pd.CreateQPWithSRQ(o, srq.srq, func(q *ndk.QP, err error) { ch <- res{q, err} }); !errors.Is(err, ErrPending) {
+	done := func(q *ndk.QP, err error) { ch <- res{q, err} }
+	if srq != nil {
+		err = pd.CreateQPWithSRQ(o, srq, done)
+	} else {
+		err = pd.CreateQP(o, done)
+	}
+	if !errors.Is(err, ErrPending) {
 		return nil, err
 	}
 	r := <-ch
