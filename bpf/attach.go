@@ -147,7 +147,7 @@ func Attach(ifname string, opts AttachOptions) (*Attachment, error) {
 	if mac := l.Attrs().HardwareAddr; len(mac) == 6 {
 		if err := p.SetMAC(mac); err != nil {
 			p.Close()
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrAttach, err)
 		}
 	}
 	prog, progName := p.XDP(), "multi-buffer"

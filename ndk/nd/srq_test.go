@@ -97,12 +97,15 @@ func TestND1SharedReceiveQueue(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		for drained := 0; drained < n; {
+		for drained, end := 0, time.Now().Add(20*time.Second); drained < n; {
 			if cli.cq.GetResults(rs[:]) == 1 {
 				drained++
-			} else {
-				time.Sleep(time.Millisecond)
+				continue
 			}
+			if time.Now().After(end) {
+				t.Fatalf("%d of %d send completions", drained, n)
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
 	consume(2) // two left: not below the threshold

@@ -60,7 +60,7 @@ func (e *engine) runRequester(qp *QP, budget int) bool {
 			}
 			continue
 		}
-		if !qp.typ.Connected() && w.length > uint32(qp.d.mtu.Bytes()) {
+		if !qp.typ.Connected() && w.length > uint32(qp.mtu) { // the port MTU for UD and GSI
 			e.reqSkipLong(qp, w)
 			continue
 		}
