@@ -439,5 +439,15 @@ func TestAttachLiveOtherHostMAC(t *testing.T) {
 		if want := (Counters{Seen: 3, Redirected: 1, Passed: 2}); got != want {
 			t.Errorf("%s: got counters %+v, want %+v (frames to another MAC are the kernel's)", mode, got, want)
 		}
+		// A test wire's faults still reach them: interop drops the frames a
+		// bridge port passes on to the guest.
+		if err := att.SetFaults(Faults{Drop: 1, Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+		sendRaw(t, &p.B, other, [][]byte{eth(etherIPv4, ipv4(protoUDP, roce(64)))})
+		got = waitCounters(t, att, 4)
+		if want := (Counters{Seen: 4, Redirected: 1, Passed: 2, DroppedInjected: 1}); got != want {
+			t.Errorf("%s: with faults, got counters %+v, want %+v", mode, got, want)
+		}
 	}
 }

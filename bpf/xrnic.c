@@ -357,9 +357,9 @@ static __always_inline int xrnic(struct xdp_md *ctx)
 	__u32 zero = 0;
 	struct counters *c;
 	int verdict = XDP_PASS;
-
-	if (kind == KIND_ROCE && to_other_mac(ctx))
-		kind = KIND_OTHER; // another device's or host's: the kernel's
+	// Another device's or host's frame is the kernel's, once any fault is
+	// injected: a test wire impairs all it sees (interop's drop on a bridge port).
+	int other = kind == KIND_ROCE && to_other_mac(ctx);
 
 	// Per-CPU slot: plain increments, no atomics.
 	c = bpf_map_lookup_elem(&counters, &zero);
@@ -370,7 +370,7 @@ static __always_inline int xrnic(struct xdp_md *ctx)
 			fault = inject(ctx, &c->rng, &c->rng_gen, f, &loc);
 		if (fault == FAULT_DROP)
 			verdict = XDP_DROP;
-		else
+		else if (!other)
 			// The low bits of the flags are the verdict when no socket is at
 			// this queue.
 			verdict = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
@@ -388,7 +388,7 @@ static __always_inline int xrnic(struct xdp_md *ctx)
 			c->malformed++;
 		if (fault == FAULT_CORRUPT)
 			c->corrupted_injected++;
-		if (kind == KIND_ROCE && verdict == XDP_PASS)
+		if (kind == KIND_ROCE && !other && verdict == XDP_PASS)
 			c->unsteered++;
 	}
 	return verdict;
