@@ -152,7 +152,7 @@ func TestCLibrary(t *testing.T) {
 	// the rdma_cm chose for port 0 (clib/test/bindport.c); a fork's child
 	// writes to registered memory and the parent does not see it
 	// (clib/test/forkmem.c).
-	for _, prog := range []string{"badinput", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
+	for _, prog := range []string{"badinput", "extras", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
 		"queryqp", "bindport", "forkmem"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
