@@ -697,8 +697,12 @@ static int conn(struct rdma_cm_id *id, uint32_t op, struct rdma_conn_param *p)
 		req.param.responder_resources = req.param.initiator_depth = 1;
 		req.param.retry_count = req.param.rnr_retry_count = 7;
 	}
-	if (id->qp)
+	if (id->qp) {
 		req.param.qp_num = id->qp->qp_num; /* the daemon checks it is ours */
+		/* The QP says whether it has an SRQ, not the caller's param
+		 * (librdmacm's rdma_connect and rdma_accept). */
+		req.param.srq = id->qp->srq != NULL;
+	}
 	if (id->qp_type == IBV_QPT_UD)
 		req.param.qkey = UDP_QKEY;
 	return call(op, &req, sizeof(req), NULL, 0, NULL);

@@ -229,6 +229,16 @@ func TestCLibrary(t *testing.T) {
 		gone = xrnicExec(t, &p.A, a, lib, bin, "gone", p.B.IPv4.String())
 		checkBoth(t, srv, gone, "ok", true)
 	})
+	// The REQ's SRQ bit is the QP's (clib/test/srqbit.c).
+	t.Run("srqbit", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		bin := buildCProg(t, "srqbit")
+		srv := xrnicExec(t, &p.B, b, lib, bin, "server", p.B.IPv4.String())
+		waitCMListener(t, b, srv)
+		cli := xrnicExec(t, &p.A, a, lib, bin, "client", p.B.IPv4.String())
+		checkBoth(t, srv, cli, "ok", true)
+	})
 	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
 	// a SEND each way; each prints "end 0" when all of it worked.
