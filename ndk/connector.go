@@ -175,7 +175,17 @@ func (c *Connector) connect(qp *QP, s *SharedEndpoint, src, dst netip.AddrPort, 
 	id, err := c.a.ch.CreateID(c, rdmacm.PSTCP)
 	if err == nil {
 		c.a.track(id, c)
-		if err = id.BindAddr(ep.ap); err != nil {
+		if s != nil {
+			// A shared endpoint's connectors bind one address and port
+			// (EP3), which the rdma_cm allows IDs that all set reuseaddr
+			// and do not listen (cma_check_port); the endpoint's own
+			// count keeps others off it (EP9).
+			err = id.SetReuseAddr(true)
+		}
+		if err == nil {
+			err = id.BindAddr(ep.ap)
+		}
+		if err != nil {
 			c.a.untrack(id)
 		}
 	}

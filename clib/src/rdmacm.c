@@ -497,9 +497,14 @@ XR_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	int err = wire_addr(&req.src, addr);
 	if (err)
 		return fail(err);
-	if (call(XRNIC_OP_CM_BIND_ADDR, &req, sizeof(req), NULL, 0, NULL))
+	struct xrnic_sockaddr bound;
+	if (call(XRNIC_OP_CM_BIND_ADDR, &req, sizeof(req), &bound, sizeof(bound), NULL))
 		return -1;
 	memcpy(&id->route.addr.src_storage, addr, addr_len(addr));
+	/* rdma_bind_addr(3): for port 0 the rdma_cm chose one, at bind
+	 * (cma_alloc_any_port), which rdma_get_src_port returns. sin_port and
+	 * sin6_port lie at the same offset. */
+	id->route.addr.src_sin.sin_port = htons(bound.port);
 	return 0;
 }
 
@@ -538,9 +543,7 @@ XR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	struct xrnic_sockaddr bound;
 	if (call(XRNIC_OP_CM_LISTEN, &req, sizeof(req), &bound, sizeof(bound), NULL))
 		return -1;
-	/* rdma_bind_addr(3): for port 0 the rdma_cm chose one (the daemon's
-	 * does at listen), which rdma_get_src_port returns. sin_port and
-	 * sin6_port lie at the same offset. */
+	/* The port bound (rdma_bind_addr's), as the daemon has it. */
 	id->route.addr.src_sin.sin_port = htons(bound.port);
 	return 0;
 }

@@ -69,13 +69,16 @@ const (
 	// librdmacm's channel fd. CM_CREATE_ID names it (0: the control socket).
 	OpCMCreateChannel
 	OpCMMigrateID
+	// rdma_set_option at level RDMA_OPTION_ID (CMOptionReq).
+	OpCMSetOption
 	numOps
 )
 
 var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID", "ALLOC_PD", "REG_MR",
 	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ",
 	"CM_CREATE_ID", "CM_BIND_ADDR", "CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT",
-	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT", "CM_CREATE_CHANNEL", "CM_MIGRATE_ID"}
+	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT", "CM_CREATE_CHANNEL", "CM_MIGRATE_ID",
+	"CM_SET_OPTION"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -339,6 +342,15 @@ type (
 		ID    uint32
 		QP    uint32
 		Param CMParam
+	}
+	// CMOptionReq is CM_SET_OPTION's: Option is RDMA_OPTION_ID_TOS,
+	// _REUSEADDR or _AFONLY (librdmacm's numbers), Value the TOS byte or
+	// the flag.
+	CMOptionReq struct {
+		ID     uint32
+		Option uint32
+		Value  uint32
+		_      uint32
 	}
 	CMInitQPAttrRep struct {
 		Mask uint32

@@ -21,7 +21,7 @@ func TestPayloadSizes(t *testing.T) {
 		{CreateQPReq{}, 48}, {CreateQPRep{}, 56}, {AV{}, 24}, {QPAttr{}, 80}, {ModifyQPReq{}, 88},
 		{CreateAHReq{}, 32}, {DestroyReq{}, 8}, {EventMsg{}, 16}, {CreateSRQReq{}, 16}, {CreateSRQRep{}, 24},
 		{ModifySRQReq{}, 16}, {SockAddr{}, 24}, {CMParam{}, 216}, {CMIDReq{}, 8}, {CMAddrReq{}, 56},
-		{CMConnReq{}, 224}, {CMInitQPAttrRep{}, 88}, {CMEventMsg{}, 304},
+		{CMConnReq{}, 224}, {CMOptionReq{}, 16}, {CMInitQPAttrRep{}, 88}, {CMEventMsg{}, 304},
 	} {
 		if n := binary.Size(c.p); n != c.size {
 			t.Errorf("%T: %d bytes, docs/attach.md says %d", c.p, n, c.size)

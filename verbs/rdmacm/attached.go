@@ -29,7 +29,10 @@ type AttachedCM interface {
 // AttachedID is an ID of the daemon's. ConnParam.QPN names the process's QP
 // (the daemon refuses another process's). Comparable: events name IDs by it.
 type AttachedID interface {
-	BindAddr(a netip.AddrPort) error
+	// BindAddr returns the address bound: port 0's port is the daemon's
+	// choice.
+	BindAddr(a netip.AddrPort) (netip.AddrPort, error)
+	SetOption(opt Option, value uint32) error
 	ResolveAddr(src netip.Addr, dst netip.AddrPort) error
 	ResolveRoute() error
 	Listen(backlog int) error
@@ -194,7 +197,10 @@ func (id *ID) listenAttached(d *verbs.Device, c AttachedCM, backlog int) error {
 	if err != nil {
 		return err
 	}
-	err = a.BindAddr(id.src)
+	err = id.setAttachedOptions(a)
+	if err == nil {
+		_, err = a.BindAddr(id.src)
+	}
 	if err == nil {
 		err = a.Listen(backlog)
 	}

@@ -142,7 +142,8 @@ var reg = struct {
 	client    *verbs.Client
 	ids       map[*verbs.Device]map[*ID]struct{}
 	listeners map[lkey]*listenEntry
-}{ids: map[*verbs.Device]map[*ID]struct{}{}, listeners: map[lkey]*listenEntry{}}
+	ports     map[portKey]*bindList // ports.go
+}{ids: map[*verbs.Device]map[*ID]struct{}{}, listeners: map[lkey]*listenEntry{}, ports: map[portKey]*bindList{}}
 
 type lkey struct {
 	c   *cm.CM
@@ -226,19 +227,11 @@ func listen(id *ID) error {
 		devs = slices.DeleteFunc(verbs.Devices(), func(d *verbs.Device) bool { return attachedCM(d) != nil })
 	}
 	sid := id.serviceID(id.src.Port())
+	// Whether the port is ours to listen on, the bind list said (BindAddr,
+	// then the ID's portOwner.listen): listeners of addresses that do not
+	// overlap share the device's IB CM listener.
 	reg.Lock()
 	defer reg.Unlock()
-	// A port is in use if another listener on it overlaps this address.
-	for k, l := range reg.listeners {
-		if k.sid != sid {
-			continue
-		}
-		for _, o := range l.ids {
-			if o.src.Addr() == id.src.Addr() || o.src.Addr().IsUnspecified() || id.src.Addr().IsUnspecified() {
-				return ErrInUse
-			}
-		}
-	}
 	for _, d := range devs {
 		c, err := d.CM(cm.Config{})
 		if err != nil {

@@ -3,7 +3,6 @@ package rdmacm
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -53,6 +52,14 @@ type ID struct {
 	link      *connAttr // the connection's QP attributes, once the peer's are known
 	removed   bool      // the device went away
 	tos       uint8     // SetTOS; a passive ID takes its REQ's
+	reuse     bool      // SetReuseAddr
+	afonly    bool      // SetAFOnly, when afonlySet
+	afonlySet bool
+	// port is the ID's place on its port's bind list (ports.go), from bind
+	// to Destroy; nil for an attached device's ID, whose port the daemon's
+	// rdma_cm holds, and for a passive ID, which binds none (cma's
+	// connection IDs share their listener's port).
+	port *portOwner
 	// DISCONNECTED has been posted: a connection ends once (onCM).
 	disconnected bool
 
@@ -117,8 +124,11 @@ func findDevice(a netip.Addr) (*verbs.Device, uint8, bool) {
 
 // BindAddr binds the ID to a local address and port (rdma_bind_addr). An
 // unspecified address (0.0.0.0, ::) binds no device: a listener on it takes
-// connections on every device. Port 0 picks an ephemeral port at Listen or
-// Connect.
+// connections on every device. The port is reserved in the ID's port space
+// until Destroy (cma_get_port): a second bind of an overlapping address on it
+// fails with ErrInUse or ErrAddrNotAvail unless both IDs set SetReuseAddr
+// and the first does not listen. Port 0 draws an ephemeral port here, which
+// LocalAddr names.
 func (id *ID) BindAddr(a netip.AddrPort) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -136,31 +146,26 @@ func (id *ID) BindAddr(a netip.AddrPort) error {
 	}
 	a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 	if id.att != nil {
-		var err error
-		if a, err = id.bindAttached(a); err != nil {
+		// The daemon's rdma_cm reserves the port, and picks port 0's.
+		b, err := id.att.BindAddr(a)
+		if err != nil {
 			id.detach()
 			return err
 		}
+		a = b
+	} else {
+		o, p, err := getPort(id.ps, a, id.reuse, id.afonly, id.afonlySet)
+		if err != nil {
+			if id.dev != nil {
+				id.detach()
+			}
+			return err
+		}
+		id.port, a = o, netip.AddrPortFrom(a.Addr(), p)
 	}
 	id.src = a
 	id.st = stAddrBound
 	return nil
-}
-
-// bindAttached binds the daemon's ID. Port 0 is given an ephemeral port here,
-// as Linux's rdma_bind_addr does, so that LocalAddr names it.
-func (id *ID) bindAttached(a netip.AddrPort) (netip.AddrPort, error) {
-	if a.Port() != 0 {
-		return a, id.att.BindAddr(a)
-	}
-	var err error
-	for range 8 {
-		p := netip.AddrPortFrom(a.Addr(), ephemeralPort())
-		if err = id.att.BindAddr(p); !errors.Is(err, errs.ErrExists) {
-			return p, err
-		}
-	}
-	return a, err
 }
 
 func (id *ID) attach(d *verbs.Device, sgid uint8) error {
@@ -169,7 +174,13 @@ func (id *ID) attach(d *verbs.Device, sgid uint8) error {
 	}
 	if c := attachedCM(d); c != nil {
 		a, err := newAttached(c, id)
+		if err == nil {
+			err = id.setAttachedOptions(a)
+		}
 		if err != nil {
+			if a != nil {
+				destroyAttached(c, a)
+			}
 			return err
 		}
 		id.att, id.attCM = a, c
@@ -229,12 +240,29 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 			return fmt.Errorf("rdmacm: %d devices can reach %v: name a source address: %w", n, dst.Addr(), verbs.ErrInvalid)
 		}
 	}
+	if id.st == stIdle && attachedCM(d) == nil {
+		// rdma_resolve_addr binds an idle ID first (cma_bind_addr): to
+		// the source address given, else to the unspecified address of
+		// dst's family, and port 0, so an ephemeral port, reserved.
+		b := netip.IPv4Unspecified()
+		if src.IsValid() && !src.IsUnspecified() {
+			b = src.Unmap()
+		} else if !dst.Addr().Is4() {
+			b = netip.IPv6Unspecified()
+		}
+		o, p, err := getPort(id.ps, netip.AddrPortFrom(b, 0), id.reuse, id.afonly, id.afonlySet)
+		if err != nil {
+			return err
+		}
+		id.port, id.src = o, netip.AddrPortFrom(id.src.Addr(), p)
+	}
 	if id.dev == nil {
 		if err := id.attach(d, sgid); err != nil {
+			id.releasePort()
 			return err
 		}
 		if id.att != nil && id.st == stAddrBound { // to every device: bind the daemon's ID the same
-			if err := id.att.BindAddr(id.src); err != nil {
+			if _, err := id.att.BindAddr(id.src); err != nil {
 				id.detach()
 				return err
 			}
@@ -315,13 +343,6 @@ func randPSN() uint32 {
 	return binary.LittleEndian.Uint32(b[:]) & 0xFFFFFF
 }
 
-// ephemeralPort draws a port from Linux's default ip_local_port_range.
-func ephemeralPort() uint16 {
-	var b [2]byte
-	rand.Read(b[:])
-	return 32768 + binary.LittleEndian.Uint16(b[:])%(60999-32768+1)
-}
-
 func (id *ID) serviceID(port uint16) uint64 { return mad.ServiceID(uint16(id.ps), port) }
 
 // cmaHeader is the rdma_cm header of our REQ or SIDR_REQ.
@@ -353,9 +374,6 @@ func (id *ID) Connect(p ConnParam) error {
 		}
 		id.param, id.st = p, stConnect
 		return nil
-	}
-	if id.src.Port() == 0 {
-		id.src = netip.AddrPortFrom(id.src.Addr(), ephemeralPort())
 	}
 	cmid, err := id.cmgr.NewID(id.onCM)
 	if err != nil {
@@ -426,10 +444,11 @@ func (id *ID) Listen(backlog int) error {
 		id.st = stListen
 		return nil
 	}
-	if id.src.Port() == 0 {
-		id.src = netip.AddrPortFrom(id.src.Addr(), ephemeralPort())
+	if err := id.port.listen(); err != nil {
+		return err
 	}
 	if err := listen(id); err != nil {
+		id.port.unlisten()
 		return err
 	}
 	if id.dev == nil { // every device: the attached ones' daemons listen too
@@ -437,6 +456,7 @@ func (id *ID) Listen(backlog int) error {
 			if c := attachedCM(d); c != nil {
 				if err := id.listenAttached(d, c, backlog); err != nil {
 					unlisten(id)
+					id.port.unlisten()
 					id.listening = false
 					for _, s := range id.subs {
 						destroyAttached(s.cm, s.id)
@@ -660,8 +680,109 @@ func (id *ID) av() verbs.AV {
 // QP's packets (the IPv4 TOS). Set it before Connect.
 func (id *ID) SetTOS(tos uint8) {
 	id.mu.Lock()
+	defer id.mu.Unlock()
 	id.tos = tos
-	id.mu.Unlock()
+	if id.att != nil {
+		_ = id.att.SetOption(OptionTOS, uint32(tos)) // rdma_set_service_type cannot fail
+	}
+}
+
+// SetReuseAddr is rdma_set_reuseaddr (rdma_set_option with
+// RDMA_OPTION_ID_REUSEADDR): IDs that both set it may bind one address and
+// port, as long as none of them listens (cma_check_port). Setting it is
+// allowed in any state, clearing it only before bind: the ID might share
+// its port already.
+func (id *ID) SetReuseAddr(reuse bool) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if !reuse && id.st != stIdle {
+		return ErrState
+	}
+	if id.att != nil {
+		if err := id.att.SetOption(OptionReuseAddr, b2u(reuse)); err != nil {
+			return err
+		}
+	}
+	id.reuse = reuse
+	if id.port != nil {
+		id.port.set(id.reuse, id.port.afonly)
+	}
+	return nil
+}
+
+// SetAFOnly is rdma_set_afonly (RDMA_OPTION_ID_AFONLY), before bind or while
+// bound: an IPv6 ID that sets it shares a port with IPv4 IDs that bound it
+// (IPv4 IDs are AF-only by default, IPv6 ones not, as bindv6only's default
+// 0 makes them in Linux). xrnic has no dual-stack listener, whose IPv4
+// requests an IPv6 one would take: a listener on :: takes IPv6 requests
+// only, whatever the option; the option changes only which binds conflict
+// (cma_check_port).
+func (id *ID) SetAFOnly(afonly bool) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.st != stIdle && id.st != stAddrBound {
+		return ErrState
+	}
+	if id.att != nil {
+		if err := id.att.SetOption(OptionAFOnly, b2u(afonly)); err != nil {
+			return err
+		}
+	}
+	id.afonly, id.afonlySet = afonly, true
+	if id.port != nil {
+		id.port.set(id.reuse, afonly)
+	}
+	return nil
+}
+
+// SetOption is rdma_set_option at level RDMA_OPTION_ID, for the daemon's
+// CM_SET_OPTION: TOS, REUSEADDR and AFONLY (ucma_set_option_id); others are
+// ErrUnsupported (ENOSYS there).
+func (id *ID) SetOption(opt Option, value uint32) error {
+	switch opt {
+	case OptionTOS:
+		id.SetTOS(uint8(value))
+		return nil
+	case OptionReuseAddr:
+		return id.SetReuseAddr(value != 0)
+	case OptionAFOnly:
+		return id.SetAFOnly(value != 0)
+	}
+	return fmt.Errorf("rdmacm: option %d: %w", opt, errs.ErrUnsupported)
+}
+
+// setAttachedOptions gives a new daemon ID of this one (its own, or a
+// listener's on one attached device) the options set so far.
+func (id *ID) setAttachedOptions(a AttachedID) error {
+	if id.tos != 0 {
+		if err := a.SetOption(OptionTOS, uint32(id.tos)); err != nil {
+			return err
+		}
+	}
+	if id.reuse {
+		if err := a.SetOption(OptionReuseAddr, 1); err != nil {
+			return err
+		}
+	}
+	if id.afonlySet {
+		return a.SetOption(OptionAFOnly, b2u(id.afonly))
+	}
+	return nil
+}
+
+// releasePort frees the ID's port (cma_release_port, in rdma_destroy_id).
+func (id *ID) releasePort() {
+	if id.port != nil {
+		id.port.release()
+		id.port = nil
+	}
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Reject refuses a CONNECT_REQUEST (rdma_reject): a REJ (consumer defined) with
@@ -737,6 +858,7 @@ func (id *ID) Destroy() error {
 	id.st = stDestroying
 	cmid, listening, att, subs := id.cmid, id.listening, id.att, id.subs
 	id.subs = nil
+	id.releasePort()
 	id.mu.Unlock()
 	if listening {
 		unlisten(id)

@@ -16,6 +16,7 @@ package rdmacm
 
 import (
 	"fmt"
+	"syscall"
 
 	"github.com/xrnic/xrnic/nic/errs"
 	"github.com/xrnic/xrnic/nic/mad"
@@ -29,6 +30,16 @@ const (
 	PSTCP PortSpace = mad.PortSpaceTCP // RC, connected with REQ/REP/RTU
 	PSUDP PortSpace = mad.PortSpaceUDP // UD, resolved with SIDR
 	PSIB  PortSpace = mad.PortSpaceIB  // RC, as librdmacm's rdma_create_id makes it; service IDs of its own
+)
+
+// Option is an rdma_set_option option of level RDMA_OPTION_ID, with
+// librdmacm's numbers (RDMA_OPTION_ID_*).
+type Option uint32
+
+const (
+	OptionTOS       Option = 0 // RDMA_OPTION_ID_TOS: the ID's type of service
+	OptionReuseAddr Option = 1 // RDMA_OPTION_ID_REUSEADDR: SetReuseAddr
+	OptionAFOnly    Option = 2 // RDMA_OPTION_ID_AFONLY: SetAFOnly
 )
 
 // UDPQKey is the Q_Key rdma_cm gives UD QPs of the UDP port space (RDMA_UDP_QKEY).
@@ -105,10 +116,18 @@ type UDParam struct {
 var (
 	ErrState   = fmt.Errorf("rdmacm: not allowed in the ID's state: %w", errs.ErrWrongState)
 	ErrAddr    = fmt.Errorf("rdmacm: no device has that address: %w", errs.ErrNotFound)
-	ErrInUse   = fmt.Errorf("rdmacm: address and port in use: %w", errs.ErrExists)
 	ErrPrivate = fmt.Errorf("rdmacm: private data too long: %w", errs.ErrInvalid)
 	ErrClosed  = fmt.Errorf("rdmacm: closed: %w", errs.ErrClosed)
 	ErrBusy    = fmt.Errorf("rdmacm: IDs remain on the channel: %w", errs.ErrBusy)
+)
+
+// The bind errors are cma_check_port's, and carry its errno for the daemon's
+// replies: the same address and port bound already (EADDRINUSE); an overlap
+// with an unspecified address on the port, or no free port to draw
+// (EADDRNOTAVAIL).
+var (
+	ErrInUse        = fmt.Errorf("rdmacm: address and port in use: %w (%w)", errs.ErrExists, syscall.EADDRINUSE)
+	ErrAddrNotAvail = fmt.Errorf("rdmacm: port taken on an overlapping address: %w (%w)", errs.ErrExists, syscall.EADDRNOTAVAIL)
 )
 
 // Private data room for the consumer (librdmacm's limits).

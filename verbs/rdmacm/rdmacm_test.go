@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -331,6 +332,8 @@ func TestUDThroughSIDR(t *testing.T) {
 	}
 }
 
+// TestListenAddressInUse: a listener's address and port are taken from its
+// bind on (cma_get_port), so another ID's bind fails, before any listen.
 func TestListenAddressInUse(t *testing.T) {
 	_, b := memDevices(t, cm.Config{})
 	listener(t, b, PSTCP, 7000)
@@ -338,9 +341,8 @@ func TestListenAddressInUse(t *testing.T) {
 	defer ch.Close()
 	id, _ := ch.CreateID(nil, PSTCP)
 	defer id.Destroy()
-	id.BindAddr(netip.AddrPortFrom(addrB, 7000))
-	if err := id.Listen(1); !errors.Is(err, verbs.ErrExists) {
-		t.Fatalf("second listen: %v", err)
+	if err := id.BindAddr(netip.AddrPortFrom(addrB, 7000)); !errors.Is(err, verbs.ErrExists) || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("second bind: %v, want EADDRINUSE", err)
 	}
 }
 

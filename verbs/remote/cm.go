@@ -64,9 +64,22 @@ func (id *CMID) simple(op attach.Op, arg uint32) error {
 	return err
 }
 
-// BindAddr binds the ID to a local address (rdma_bind_addr).
-func (id *CMID) BindAddr(a netip.AddrPort) error {
-	_, err := id.d.call(attach.OpCMBindAddr, &attach.CMAddrReq{ID: id.h, Src: attach.MakeSockAddr(a)}, nil)
+// BindAddr binds the ID to a local address (rdma_bind_addr) and returns it:
+// for port 0, with the port the daemon's rdma_cm reserved (rdma_get_src_port).
+// A port bound already fails with EADDRINUSE (EADDRNOTAVAIL when either
+// address is unspecified) unless both IDs set OptionReuseAddr.
+func (id *CMID) BindAddr(a netip.AddrPort) (netip.AddrPort, error) {
+	var bound attach.SockAddr
+	if _, err := id.d.call(attach.OpCMBindAddr, &attach.CMAddrReq{ID: id.h, Src: attach.MakeSockAddr(a)}, &bound); err != nil {
+		return netip.AddrPort{}, err
+	}
+	return bound.AddrPort()
+}
+
+// SetOption is rdma_set_option at level RDMA_OPTION_ID: the daemon's ID
+// takes the TOS, REUSEADDR or AFONLY (rdmacm.ID.SetOption's rules).
+func (id *CMID) SetOption(opt rdmacm.Option, value uint32) error {
+	_, err := id.d.call(attach.OpCMSetOption, &attach.CMOptionReq{ID: id.h, Option: uint32(opt), Value: value}, nil)
 	return err
 }
 

@@ -84,7 +84,7 @@ func TestRemoteCM(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lid.Destroy()
-		if err := lid.BindAddr(netip.AddrPortFrom(addrA, 7300)); err != nil {
+		if _, err := lid.BindAddr(netip.AddrPortFrom(addrA, 7300)); err != nil {
 			t.Fatal(err)
 		}
 		if err := lid.Listen(4); err != nil {
@@ -493,7 +493,7 @@ func udListener(t *testing.T, d *Device, ch uint32, port uint16) {
 		t.Fatal(err)
 	}
 	lid := d.cmID(idr.Handle)
-	if err := lid.BindAddr(netip.AddrPortFrom(addrA, port)); err != nil {
+	if _, err := lid.BindAddr(netip.AddrPortFrom(addrA, port)); err != nil {
 		t.Fatal(err)
 	}
 	if err := lid.Listen(1); err != nil {

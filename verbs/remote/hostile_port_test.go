@@ -34,7 +34,7 @@ func TestHostileLowPortNeedsCapability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := id.BindAddr(netip.AddrPortFrom(addrA, 80)); err != nil {
+	if _, err := id.BindAddr(netip.AddrPortFrom(addrA, 80)); err != nil {
 		t.Fatalf("root binding port 80: %v", err)
 	}
 	// The unprivileged process reaches the socket and runs a copy of this
@@ -91,7 +91,7 @@ func TestLowPortChild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := id.BindAddr(netip.AddrPortFrom(addrA, c.port)); !errors.Is(err, c.want) || (err == nil) != (c.want == nil) {
+		if _, err := id.BindAddr(netip.AddrPortFrom(addrA, c.port)); !errors.Is(err, c.want) || (err == nil) != (c.want == nil) {
 			t.Fatalf("binding port %d: %v, want %v", c.port, err, c.want)
 		}
 	}

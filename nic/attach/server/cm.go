@@ -316,7 +316,11 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 				// (cma_use_port: EACCES below PROT_SOCK without it).
 				return nil, fmt.Errorf("%w: port %d needs CAP_NET_BIND_SERVICE", verbs.ErrAccess, p)
 			}
-			return nil, o.id.BindAddr(src)
+			if err := o.id.BindAddr(src); err != nil {
+				return nil, err
+			}
+			a := attach.MakeSockAddr(o.id.LocalAddr()) // port 0's port is chosen at bind (cma_get_port)
+			return &a, nil
 		}
 		return nil, o.id.ResolveAddr(src.Addr(), dst)
 	case attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject:
@@ -339,6 +343,16 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 			return nil, o.id.Accept(c)
 		}
 		return nil, o.id.Reject(c.PrivateData)
+	case attach.OpCMSetOption:
+		var req attach.CMOptionReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, err
+		}
+		o, err := get[*cmObj](ss, attach.KindCMID, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		return nil, o.id.SetOption(rdmacm.Option(req.Option), req.Value)
 	}
 	var req attach.CMIDReq
 	if err := attach.DecodePayload(p, &req); err != nil {
@@ -369,7 +383,7 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 		if err := o.id.Listen(int(req.Arg)); err != nil {
 			return nil, err
 		}
-		a := attach.MakeSockAddr(o.id.LocalAddr()) // port 0's port is chosen now (rdma_get_src_port)
+		a := attach.MakeSockAddr(o.id.LocalAddr()) // as CM_BIND_ADDR's (rdma_get_src_port)
 		return &a, nil
 	case attach.OpCMDisconnect:
 		return nil, o.id.Disconnect()
