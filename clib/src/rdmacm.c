@@ -762,13 +762,32 @@ XR_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	return complete(id); /* DISCONNECTED */
 }
 
+/* rdma_set_option: the daemon's ID takes TOS, REUSEADDR and AFONLY, with the
+ * kernel's sizes (ucma_set_option_id: a u8 TOS, an int flag, else EINVAL);
+ * other options are ENOSYS, as the kernel has them for a device it does not
+ * know them for. */
 XR_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
-	(void)id, (void)optval, (void)optlen;
-	if (level == RDMA_OPTION_ID &&
-	    (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR || optname == RDMA_OPTION_ID_AFONLY))
-		return 0; /* accepted; the daemon's defaults stand (TOS 0, addresses reusable after TIME_WAIT) */
-	return fail(ENOSYS);
+	uint32_t v;
+	if (level != RDMA_OPTION_ID)
+		return fail(ENOSYS);
+	switch (optname) {
+	case RDMA_OPTION_ID_TOS:
+		if (!optval || optlen != sizeof(uint8_t))
+			return fail(EINVAL);
+		v = *(uint8_t *)optval;
+		break;
+	case RDMA_OPTION_ID_REUSEADDR:
+	case RDMA_OPTION_ID_AFONLY:
+		if (!optval || optlen != sizeof(int))
+			return fail(EINVAL);
+		v = *(int *)optval ? 1 : 0;
+		break;
+	default:
+		return fail(ENOSYS);
+	}
+	struct xrnic_cm_option req = {.id = xid(id)->handle, .option = (uint32_t)optname, .value = v};
+	return call(XRNIC_OP_CM_SET_OPTION, &req, sizeof(req), NULL, 0, NULL);
 }
 
 XR_EXPORT uint16_t rdma_get_src_port(struct rdma_cm_id *id)

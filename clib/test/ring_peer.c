@@ -46,6 +46,7 @@ static void layout(void)
 	S(xrnic_cm_id_req);
 	S(xrnic_cm_addr);
 	S(xrnic_cm_conn);
+	S(xrnic_cm_option);
 	S(xrnic_cm_init_qp_attr_rep);
 	S(xrnic_cm_event);
 	S(xrnic_ring_hdr);

@@ -239,6 +239,23 @@ func TestCLibrary(t *testing.T) {
 		cli := xrnicExec(t, &p.A, a, lib, bin, "client", p.B.IPv4.String())
 		checkBoth(t, srv, cli, "ok", true)
 	})
+	// rdma_set_option reaches the daemon's ID (clib/test/cmoption.c):
+	// REUSEADDR lets two IDs bind one port, which without it the second
+	// bind refuses (EADDRINUSE); a client's TOS is its QP's traffic class,
+	// and the server's QP has it from the REQ that crossed the wire.
+	t.Run("cmoption", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		bin := buildCProg(t, "cmoption")
+		c := xrnicExec(t, &p.A, a, lib, bin, "ports", p.A.IPv4.String())
+		if err := c.wait(30 * time.Second); err != nil || !strings.Contains(c.out.String(), "ok") {
+			t.Fatalf("ports: %v\n%s", err, c.out.String())
+		}
+		srv := xrnicExec(t, &p.B, b, lib, bin, "server", p.B.IPv4.String(), "96")
+		waitCMListener(t, b, srv)
+		cli := xrnicExec(t, &p.A, a, lib, bin, "client", p.B.IPv4.String(), "96")
+		checkBoth(t, srv, cli, "ok", true)
+	})
 	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
 	// a SEND each way; each prints "end 0" when all of it worked.

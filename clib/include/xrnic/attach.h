@@ -41,6 +41,7 @@ enum xrnic_op {
 	XRNIC_OP_CM_EVENT,
 	XRNIC_OP_CM_CREATE_CHANNEL,
 	XRNIC_OP_CM_MIGRATE_ID,
+	XRNIC_OP_CM_SET_OPTION,
 };
 
 enum xrnic_kind {
@@ -116,6 +117,7 @@ struct xrnic_conn_param {
 struct xrnic_cm_id_req { uint32_t id, arg; };
 struct xrnic_cm_addr { uint32_t id, pad; struct xrnic_sockaddr src, dst; };
 struct xrnic_cm_conn { uint32_t id, qp; struct xrnic_conn_param param; };
+struct xrnic_cm_option { uint32_t id, option /* RDMA_OPTION_ID_* */, value, pad; };
 struct xrnic_cm_init_qp_attr_rep { uint32_t mask, pad; struct xrnic_qp_attr attr; };
 struct xrnic_cm_event {
 	uint32_t event, id, listen_id;
