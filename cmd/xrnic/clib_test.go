@@ -200,14 +200,21 @@ func TestCLibrary(t *testing.T) {
 			waitDetached(t, d)
 		}
 	})
-	t.Run("rping", func(t *testing.T) {
+	// serve runs a server program at B and, once it listens on the CM, its
+	// client at A; both must print row.
+	serve := func(t *testing.T, srv, cli []string, row string) {
+		t.Helper()
 		waitDetached(t, a)
 		waitDetached(t, b)
-		srv := xrnicExec(t, &p.B, b, lib, "rping", "-s", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v")
-		waitCMListener(t, b, srv)
-		cli := xrnicExec(t, &p.A, a, lib, "rping", "-c", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v")
+		s := xrnicExec(t, &p.B, b, lib, srv...)
+		waitCMListener(t, b, s)
+		checkBoth(t, s, xrnicExec(t, &p.A, a, lib, cli...), row, true)
+	}
+	t.Run("rping", func(t *testing.T) {
 		// rping -v prints each ping's data, which it checks (-V would too).
-		checkBoth(t, srv, cli, "ping data: rdma-ping-9: JKLMNOPQRSTUVWXYZ", true)
+		serve(t, []string{"rping", "-s", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v"},
+			[]string{"rping", "-c", "-a", p.B.IPv4.String(), "-p", "7174", "-C", "10", "-v"},
+			"ping data: rdma-ping-9: JKLMNOPQRSTUVWXYZ")
 	})
 	// A migrated ID's events sent already go with it (clib/test/cmmigrate.c).
 	t.Run("cmmigrate", func(t *testing.T) {
@@ -231,13 +238,8 @@ func TestCLibrary(t *testing.T) {
 	})
 	// The REQ's SRQ bit is the QP's (clib/test/srqbit.c).
 	t.Run("srqbit", func(t *testing.T) {
-		waitDetached(t, a)
-		waitDetached(t, b)
 		bin := buildCProg(t, "srqbit")
-		srv := xrnicExec(t, &p.B, b, lib, bin, "server", p.B.IPv4.String())
-		waitCMListener(t, b, srv)
-		cli := xrnicExec(t, &p.A, a, lib, bin, "client", p.B.IPv4.String())
-		checkBoth(t, srv, cli, "ok", true)
+		serve(t, []string{bin, "server", p.B.IPv4.String()}, []string{bin, "client", p.B.IPv4.String()}, "ok")
 	})
 	// rdma_set_option reaches the daemon's ID (clib/test/cmoption.c):
 	// REUSEADDR lets two IDs bind one port, which without it the second
@@ -260,12 +262,8 @@ func TestCLibrary(t *testing.T) {
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
 	// a SEND each way; each prints "end 0" when all of it worked.
 	t.Run("rdma_server", func(t *testing.T) {
-		waitDetached(t, a)
-		waitDetached(t, b)
-		srv := xrnicExec(t, &p.B, b, lib, "rdma_server", "-s", p.B.IPv4.String(), "-p", "7175")
-		waitCMListener(t, b, srv)
-		cli := xrnicExec(t, &p.A, a, lib, "rdma_client", "-s", p.B.IPv4.String(), "-p", "7175")
-		checkBoth(t, srv, cli, "end 0", true)
+		serve(t, []string{"rdma_server", "-s", p.B.IPv4.String(), "-p", "7175"},
+			[]string{"rdma_client", "-s", p.B.IPv4.String(), "-p", "7175"}, "end 0")
 	})
 	// rdmacm-utils' ucmatose: several connections from one channel, SENDs
 	// each way on each, and with -m every ID migrated to another channel
@@ -276,26 +274,18 @@ func TestCLibrary(t *testing.T) {
 			name += "-m"
 		}
 		t.Run(name, func(t *testing.T) {
-			waitDetached(t, a)
-			waitDetached(t, b)
 			args := []string{"-c", "8", "-C", "100", "-S", "4000"}
 			if mig {
 				args = append(args, "-m")
 			}
-			srv := xrnicExec(t, &p.B, b, lib, append([]string{"ucmatose", "-b", p.B.IPv4.String()}, args...)...)
-			waitCMListener(t, b, srv)
-			cli := xrnicExec(t, &p.A, a, lib, append([]string{"ucmatose", "-s", p.B.IPv4.String()}, args...)...)
-			checkBoth(t, srv, cli, "return status 0", true)
+			serve(t, append([]string{"ucmatose", "-b", p.B.IPv4.String()}, args...),
+				append([]string{"ucmatose", "-s", p.B.IPv4.String()}, args...), "return status 0")
 		})
 	}
 	// rdmacm-utils' udaddy: UD QPs found by SIDR, a SEND each way on each.
 	t.Run("udaddy", func(t *testing.T) {
-		waitDetached(t, a)
-		waitDetached(t, b)
-		srv := xrnicExec(t, &p.B, b, lib, "udaddy", "-b", p.B.IPv4.String(), "-c", "4", "-C", "20")
-		waitCMListener(t, b, srv)
-		cli := xrnicExec(t, &p.A, a, lib, "udaddy", "-s", p.B.IPv4.String(), "-c", "4", "-C", "20")
-		checkBoth(t, srv, cli, "return status 0", true)
+		serve(t, []string{"udaddy", "-b", p.B.IPv4.String(), "-c", "4", "-C", "20"},
+			[]string{"udaddy", "-s", p.B.IPv4.String(), "-c", "4", "-C", "20"}, "return status 0")
 	})
 	// rdmacm-utils' cmtime: many IDs resolved, connected, disconnected and
 	// destroyed at once, each step's events taken in any order.

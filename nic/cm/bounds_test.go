@@ -300,17 +300,7 @@ func TestHalfOpenWaitsForOwnMRA(t *testing.T) {
 func TestStaleREPQPNRefused(t *testing.T) {
 	p := newPair(t, nil)
 	p.connect(t) // the passive side's QP 0x22
-	id2, err := p.a.NewID(p.ra.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := testREQ(svc)
-	req.LocalQPN = 0x33
-	if err := id2.SendREQ(req, REQParam{Src: gidA, Dst: gidB}); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	pas2 := p.rb.expect(EventREQReceived).ID
+	_, pas2 := p.secondREQ(t)
 	if err := pas2.SendREP(&mad.REP{LocalQPN: 0x22}); err != nil { // 0x22 again
 		t.Fatal(err)
 	}
@@ -329,17 +319,7 @@ func TestStaleREPQPNRefused(t *testing.T) {
 func TestStaleREPCommIDRefused(t *testing.T) {
 	p := newPair(t, nil)
 	p.connect(t)
-	id2, err := p.a.NewID(p.ra.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := testREQ(svc)
-	req.LocalQPN = 0x33
-	if err := id2.SendREQ(req, REQParam{Src: gidA, Dst: gidB}); err != nil {
-		t.Fatal(err)
-	}
-	p.f.deliver()
-	pas2 := p.rb.expect(EventREQReceived).ID
+	id2, pas2 := p.secondREQ(t)
 	p.f.drop = func(frame) bool { return true }
 	if err := pas2.SendREP(&mad.REP{LocalQPN: 0x44}); err != nil {
 		t.Fatal(err)
@@ -363,4 +343,21 @@ func TestStaleREPCommIDRefused(t *testing.T) {
 	}
 	wantState(t, id2, StateTimeWait)
 	wantState(t, p.active, StateEstablished)
+}
+
+// secondREQ starts a second connection beside the pair's, from A's QP 0x33:
+// the active ID, and the passive one its REQ made at B.
+func (p *pair) secondREQ(t *testing.T) (active, passive *ID) {
+	t.Helper()
+	id, err := p.a.NewID(p.ra.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := testREQ(svc)
+	req.LocalQPN = 0x33
+	if err := id.SendREQ(req, REQParam{Src: gidA, Dst: gidB}); err != nil {
+		t.Fatal(err)
+	}
+	p.f.deliver()
+	return id, p.rb.expect(EventREQReceived).ID
 }
