@@ -413,6 +413,7 @@ type cmQPs struct {
 	ch     *rdmacm.EventChannel
 	listen *rdmacm.ID
 	ids    []*rdmacm.ID
+	up     map[*rdmacm.ID]bool // the client's IDs that reached ESTABLISHED
 }
 
 // portSpace is the data QPs' rdma_cm port space: UDP (SIDR) for UD.
@@ -466,7 +467,7 @@ func (s *session) connectCM() error {
 // server's address and route, gets its QP and connects; all must reach
 // ESTABLISHED.
 func (s *session) dialQPs() error {
-	c := &cmQPs{ch: rdmacm.NewEventChannel()}
+	c := &cmQPs{ch: rdmacm.NewEventChannel(), up: map[*rdmacm.ID]bool{}}
 	s.cm = c
 	src, dst := s.conn.cm.id.LocalAddr().Addr(), s.conn.cm.peer
 	s.qps = make([]*verbs.QP, s.p.QPs)
@@ -501,6 +502,7 @@ func (s *session) dialQPs() error {
 			}
 		case rdmacm.EventEstablished:
 			left--
+			c.up[ev.ID] = true
 			if s.p.Conn == ConnUD { // rdma_cm_establish_ud_connection
 				var ah *verbs.AH
 				if ah, err = s.pd.CreateAH(ev.UD.AV); err != nil {
@@ -663,9 +665,11 @@ func (s *session) closeCM() {
 	}
 	s.cm = nil
 	if !s.p.Listens() && !s.peerGone.Load() && s.ctx.Err() == nil {
+		// Only a connection brings a DISCONNECTED: rdma_disconnect of an
+		// ID that was refused or never got there succeeds and sends nothing.
 		n := 0
 		for _, id := range c.ids {
-			if id.Disconnect() == nil {
+			if id.Disconnect() == nil && c.up[id] {
 				n++
 			}
 		}
