@@ -95,6 +95,8 @@ const (
 	NumCounters       = engine.NumCounters
 	NumEngineCounters = engine.NumEngineCounters
 	EngRxFrames       = engine.EngRxFrames // EngineCounters()[EngRxFrames]: frames the engine received
+	EngTxFrames       = engine.EngTxFrames // frames the link took
+	EngLoopback       = engine.EngLoopback // frames to the device's own address, taken to its receive path
 )
 
 // QP types.

@@ -73,6 +73,7 @@ var engineHelp = map[string]string{
 	"engine_tx_frames":    "Frames the link took.",
 	"engine_idle_waits":   "Waits of the idle engine for frames, a doorbell, a control operation or a timer.",
 	"engine_timers_fired": "Retransmit and RNR timers that fired.",
+	"engine_loopback":     "Frames to the device's own address, taken to its receive path, not the link.",
 }
 
 // collector reads the daemon at each scrape. Safe for concurrent scrapes.

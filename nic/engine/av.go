@@ -50,11 +50,16 @@ func (d *Device) checkAV(av *AV) (p routeParams, needMAC bool, err error) {
 	p.tclass = av.TrafficClass
 	p.flowLabel = av.FlowLabel & 0xFFFFF
 	p.hopLimit = av.HopLimit
+	local := d.portAddr(p.dst)
 	switch {
 	case len(av.DMAC) == 6:
 		p.dmac = wire.MAC(av.DMAC)
 	case len(av.DMAC) != 0:
 		return p, false, errorf(ErrInvalid, "destination MAC %v", av.DMAC)
+	case local:
+		// The kernel resolves one of the host's addresses to the
+		// device's own MAC (rdma_resolve_ip's is_dst_local).
+		p.dmac = d.smac
 	case d.cfg.ResolveMAC == nil:
 		// Links that address peers by IP take a zero MAC.
 	default:
@@ -64,7 +69,22 @@ func (d *Device) checkAV(av *AV) (p routeParams, needMAC bool, err error) {
 		p.dmac = m
 		needMAC = !ok
 	}
+	// rxe_prepare loops back a frame to the device's own MAC (rxe_loopback):
+	// it never reaches the wire. Here the destination must be the port's too,
+	// as rxe's receive then requires (rxe_chk_dgid); a link without MACs (UDP)
+	// loops the port's addresses.
+	p.loop = local && p.dmac == p.smac
 	return p, needMAC, nil
+}
+
+// portAddr reports whether a is the address of one of the port's GIDs.
+func (d *Device) portAddr(a netip.Addr) bool {
+	for _, g := range d.cfg.GIDs {
+		if g.Addr() == a {
+			return true
+		}
+	}
+	return false
 }
 
 // resolver runs next-hop resolutions (Config.ResolveMAC) on goroutines of its

@@ -117,7 +117,7 @@ func TestAHResolutionFailureCompletesSends(t *testing.T) {
 	p := newPair(t, pairOpts{resolveA: r.resolve})
 	a := newNode(t, p.a, nodeOpts{typ: qpattr.UD})
 	udUp(t, a, 1)
-	ah, err := a.pd.CreateAH(AV{DGID: a.gid()})
+	ah, err := a.pd.CreateAH(AV{DGID: netdev.GIDFromAddr(addrB)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestMID1ModifyWithAVNeverBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 			rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: qpattr.MTU1024, DestQPN: 0x20, MaxDestRdAtomic: 1},
-				AV: AV{DGID: a.gid()}}
+				AV: AV{DGID: netdev.GIDFromAddr(addrB)}}
 			mask := qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN |
 				qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer
 			op := returnsWhileBlocked(t, "Modify with an AV", func() *Op { return a.qp.Modify(&rtr, mask) })

@@ -106,12 +106,13 @@ const (
 	EngTimersFired                       // engine_timers_fired: retransmit and RNR timers that fired
 	EngDriven                            // engine_driven: passes a busy-polling thread ran (Drive)
 	EngHandoffs                          // engine_handoffs: frames received on one queue for another queue's QP, handed to its engine
-	EngHandoffDrops                      // engine_handoff_drops: such frames dropped, the other engine's ring full
+	EngHandoffDrops                      // engine_handoff_drops: such frames, or looped back, dropped: the engine's ring full
 	EngTxDeferred                        // engine_tx_deferred: Drive passes that left their transmit to the next, a completion or a WRITE in for the poller
 	EngWakeWaits                         // engine_wake_waits: idle waits for a doorbell alone, busy pollers taking the frames
 	EngRoomWaits                         // engine_room_waits: RC QPs that waited for the PSNs in flight to their destination to fall (cwnd.go)
 	EngRoomStale                         // engine_room_stale: RC QPs whose PSNs stopped counting there, no ACK for roomStale
 	EngIdleSpins                         // engine_idle_spins: passes that found nothing and yielded the CPU before the engine slept
+	EngLoopback                          // engine_loopback: frames to the device's own address, taken to its receive path, not the link
 	NumEngineCounters
 )
 
@@ -119,7 +120,7 @@ var engineCounterNames = [NumEngineCounters]string{
 	"engine_loops", "engine_rx_polls", "engine_rx_batches", "engine_rx_frames",
 	"engine_tx_batches", "engine_tx_frames", "engine_idle_waits", "engine_timers_fired", "engine_driven",
 	"engine_handoffs", "engine_handoff_drops", "engine_tx_deferred", "engine_wake_waits",
-	"engine_room_waits", "engine_room_stale", "engine_idle_spins",
+	"engine_room_waits", "engine_room_stale", "engine_idle_spins", "engine_loopback",
 }
 
 func (c EngineCounter) String() string {

@@ -603,7 +603,7 @@ func (e *engine) step() (stop, more, blocked bool) {
 	// (rxe's receive queue is the posted one itself); a UD or UC
 	// message otherwise finds none and is dropped.
 	busy := e.poll()
-	if e.sh.in != nil && e.takeHanded() {
+	if e.takeHanded() {
 		busy = true
 	}
 	if e.receive() {
@@ -627,6 +627,9 @@ func (e *engine) step() (stop, more, blocked bool) {
 		blocked = e.transmit()
 	}
 	if e.handed != 0 {
+		// Frames this pass looped back to its own engine are its next
+		// pass's work.
+		busy = busy || e.handed&(1<<e.sh.idx) != 0
 		e.wakeHanded()
 	}
 	for _, r := range e.syncs {

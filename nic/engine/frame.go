@@ -27,6 +27,9 @@ type route struct {
 	// from4 is, for IPv4, the source and destination words of a packet from
 	// dst to src (header bytes 12-20, little-endian): sameAddr's one compare.
 	from4 uint64
+	// loop: the destination is the device itself, and frames go back to
+	// its receive path, not the link (rxe_prepare's RXE_LOOPBACK_MASK).
+	loop bool
 }
 
 // routeParams describe a path (the address vector part of ibv_ah_attr with its GRH).
@@ -37,6 +40,7 @@ type routeParams struct {
 	tclass     uint8
 	flowLabel  uint32
 	hopLimit   uint8
+	loop       bool // route.loop
 }
 
 // newRoute builds the header template of p. The IPv4 header is sent with DF and TTL
@@ -46,7 +50,7 @@ func newRoute(p routeParams) (*route, error) {
 	if p.src.Is4() != p.dst.Is4() || !p.src.IsValid() || !p.dst.IsValid() {
 		return nil, errorf(ErrInvalid, "source %v and destination %v are not of one IP family", p.src, p.dst)
 	}
-	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac}
+	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac, loop: p.loop}
 	if !rt.v6 {
 		s, d := p.src.As4(), p.dst.As4()
 		rt.from4 = uint64(binary.LittleEndian.Uint32(d[:])) | uint64(binary.LittleEndian.Uint32(s[:]))<<32

@@ -177,6 +177,7 @@ type connOpts struct {
 	psnA, psnB wire.PSN
 	dgidA      netdev.GID // A's destination instead of B's GID (one that does not answer)
 	destQPNA   uint32     // A's destination QPN instead of B's QP's (one B does not have)
+	resolve    bool       // the AVs carry no MAC: the devices find it (Config.ResolveMAC)
 }
 
 // connect takes two RC or UC QPs through INIT, RTR and RTS to each other.
@@ -223,6 +224,9 @@ func connect(t testing.TB, a, b *node, o connOpts) {
 		rtr := QPAttr{Attr: qpattr.Attr{State: qpattr.RTR, PathMTU: o.mtu, DestQPN: destQPN, RQPSN: rq,
 			MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR},
 			AV: AV{DGID: dgid, DMAC: y.d.info.MAC}}
+		if o.resolve {
+			rtr.AV.DMAC = nil
+		}
 		mask := qpattr.AttrState | qpattr.AttrAV | qpattr.AttrPathMTU | qpattr.AttrDestQPN | qpattr.AttrRQPSN
 		if rc {
 			mask |= qpattr.AttrMaxDestRdAtomic | qpattr.AttrMinRNRTimer

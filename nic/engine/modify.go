@@ -82,7 +82,7 @@ func (e *engine) modifyQP(qp *QP, a *QPAttr, mask qpattr.AttrMask, rp routeParam
 	if mask&qpattr.AttrAV != 0 || (mask&qpattr.AttrDestQPN != 0 && qp.rt != nil) {
 		if mask&qpattr.AttrAV == 0 {
 			rp = routeParams{src: qp.rt.src, dst: qp.rt.dst, smac: e.d.smac, dmac: qp.rt.dmac,
-				tclass: qp.av.TrafficClass, flowLabel: qp.av.FlowLabel, hopLimit: qp.av.HopLimit}
+				tclass: qp.av.TrafficClass, flowLabel: qp.av.FlowLabel, hopLimit: qp.av.HopLimit, loop: qp.rt.loop}
 		}
 		dqpn := qp.attr.DestQPN
 		if mask&qpattr.AttrDestQPN != 0 {

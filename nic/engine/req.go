@@ -337,7 +337,7 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 			return false
 		}
 	}
-	e.tx.commit(rt.seal(buf, n, end+payload, crc))
+	e.commit(rt, dqpn, rt.seal(buf, n, end+payload, crc))
 	if qp.typ == qpattr.RC && req.psn.Sub(req.hiPSN) < 0 {
 		e.d.cnt.inc(CntRetransmitted)
 	} else {

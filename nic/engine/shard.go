@@ -27,16 +27,18 @@ import (
 const MaxQueues = 64
 
 // handoffDepth is the number of frames an engine can have waiting from the
-// others, in the one ring they share: a pass's worth (passBatches of
-// DefaultBatch) for each other engine, up to 4 of them, rounded up to a power
-// of two. With n queues that is n rings of up to 1024 frames of the link's
-// MTU (4.1 MiB at 4200), not n*(n-1) of 256: 64 queues take 264 MiB where
-// rings per ordered pair took 4.1 GiB. The price is at many queues: 63 engines
-// share 1024 slots, so a burst from many at once may fill a ring that rings
-// per pair would have taken. A full ring drops the frame, as a NIC's full
-// receive queue does, counts it (EngHandoffDrops), and RC resends it.
+// engines, itself included (frames to the device's own QPs, commit), in the
+// one ring they share: a pass's worth (passBatches of DefaultBatch) for each
+// engine and one more, as a pass's last turn may go past its bound, up to 4,
+// rounded up to a power of two. With n queues that is n rings of up to 1024
+// frames of the link's MTU (4.1 MiB at 4200), not n*(n-1) of 256: 64 queues
+// take 264 MiB where rings per ordered pair took 4.1 GiB. The price is at
+// many queues: 63 engines share 1024 slots, so a burst from many at once may
+// fill a ring that rings per pair would have taken. A full ring drops the
+// frame, as a NIC's full receive queue does, counts it (EngHandoffDrops), and
+// RC resends it.
 func handoffDepth(queues int) int {
-	return 256 << min(bits.Len(uint(max(queues, 2)-2)), 2)
+	return 256 << min(bits.Len(uint(max(queues, 1))), 2)
 }
 
 // shard is one engine goroutine, its link and its loop's state. The Device's
@@ -81,11 +83,9 @@ func newShard(d *Device, idx int, l link.Link) *shard {
 	return sh
 }
 
-// connectShards makes the handoff rings once every shard exists.
+// connectShards makes the handoff rings once every shard exists; one shard
+// has one too, for the frames it loops back.
 func (d *Device) connectShards() {
-	if len(d.sh) < 2 {
-		return
-	}
 	frameCap := d.info.MTU + maxEthernetLen
 	for _, sh := range d.sh {
 		sh.in = newHandoff(handoffDepth(len(d.sh)), frameCap)
@@ -400,9 +400,10 @@ func (sh *shard) drive1(c *cq.CQ) bool {
 	return true
 }
 
-// handoff is a bounded ring of frames from the other shards to one, with its
-// buffers preallocated (no allocation per frame): many producers, the shards'
-// receive passes, and one consumer, whoever drives the shard. A slot's seq
+// handoff is a bounded ring of frames from the shards to one, with its
+// buffers preallocated (no allocation per frame): many producers, the other
+// shards' receive passes and any shard's transmit (loopback, commit), and one
+// consumer, whoever drives the shard. A slot's seq
 // says whose turn it is (D. Vyukov's bounded queue): pos while it is free for
 // the producer that claims position pos, pos+1 once that producer has filled
 // it, pos+depth once the consumer has taken it. A producer claims a position
@@ -482,12 +483,37 @@ func (h *handoff) done() {
 // owns its QP, and marks that shard for wakeHanded, which wakes it once per
 // pass of the engine.
 func (e *engine) handOver(to *shard, f []byte) {
+	if e.give(to, f) {
+		e.sh.ecnt.inc(EngHandoffs)
+	}
+}
+
+// give copies f into to's ring and marks to for wakeHanded; a full ring drops
+// f, as a NIC's full receive queue does (RC resends it), and counts it.
+func (e *engine) give(to *shard, f []byte) bool {
 	if !to.in.put(f) {
 		e.sh.ecnt.inc(EngHandoffDrops)
+		return false
+	}
+	e.handed |= 1 << to.idx
+	return true
+}
+
+// commit queues the n-byte frame built in the batch's next buffer for the
+// link, or, on a route to the device itself, hands it to the engine of its
+// destination QP dqpn, as rxe_loopback gives the skb to rxe_rcv: the receive
+// path checks it (its ICRC too) as any frame, and the buffer builds the next.
+// Counted as sent and, there, as received, as rxe counts both.
+func (e *engine) commit(rt *route, dqpn uint32, n int) {
+	if !rt.loop {
+		e.tx.commit(n)
 		return
 	}
-	e.sh.ecnt.inc(EngHandoffs)
-	e.handed |= 1 << to.idx
+	e.tx.built++
+	e.d.cnt.inc(CntSentPkts)
+	if e.give(e.d.shardOf(dqpn), e.tx.next()[:n]) {
+		e.sh.ecnt.inc(EngLoopback)
+	}
 }
 
 // wakeHanded wakes the shards this pass handed frames to.
@@ -522,9 +548,6 @@ func (e *engine) takeHanded() bool {
 // producer has claimed but not yet filled does not: that producer wakes the
 // shard after it, wakeHanded).
 func (e *engine) handoffPending() bool {
-	if e.sh.in == nil {
-		return false
-	}
 	_, ok := e.sh.in.next()
 	return ok
 }

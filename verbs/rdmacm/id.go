@@ -206,7 +206,8 @@ func (id *ID) detach() {
 }
 
 // ResolveAddr picks the local device and address for dst (rdma_resolve_addr):
-// src's, if given; else the one device with an address of dst's family. The
+// src's, if given; else the device whose address dst is (a connection to
+// itself); else the one device with an address of dst's family. The
 // result comes as ADDR_RESOLVED (or ADDR_ERROR).
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 	id.mu.Lock()
@@ -225,6 +226,11 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 		if d, sgid, ok = findDevice(src.Unmap()); !ok {
 			return fmt.Errorf("%w: %v", ErrAddr, src)
 		}
+	} else if dd, i, ok := findDevice(dst.Addr()); ok {
+		// One of a device's own addresses: that device, whose frames to
+		// itself it loops back (the kernel routes a local address to
+		// its own device, rdma_resolve_ip's is_dst_local).
+		d, sgid = dd, i
 	} else {
 		n := 0
 		for _, dv := range verbs.Devices() {

@@ -867,3 +867,70 @@ func TestSRQBitFromTheIDsQP(t *testing.T) {
 		t.Errorf("ESTABLISHED's srq 0, the peer's QP has an SRQ")
 	}
 }
+
+// TestConnectToOwnAddress: an ID that connects to its own device's address
+// reaches a listener there, its CM MADs and its QP's frames looped back by
+// the device (rxe_loopback; the kernel resolves the address to the device's
+// own MAC), none on the link.
+func TestConnectToOwnAddress(t *testing.T) {
+	a, b := memDevices(t, cm.Config{PacketLifeTime: 8})
+	srv := listener(t, b, PSTCP, 7180)
+	cli := newSide(t, b)
+	var err error
+	if cli.id, err = cli.ch.CreateID("client", PSTCP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.id.Destroy() })
+	if err := cli.id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(addrB, 7180)); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventAddrResolved)
+	if err := cli.id.ResolveRoute(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventRouteResolved)
+	cqp := cli.createQP(t, cli.id)
+	if err := cli.id.Connect(ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev := getEvent(t, srv.ch, EventConnectRequest)
+	conn := ev.ID
+	t.Cleanup(func() { conn.Destroy() })
+	if conn.PeerAddr() != cli.id.LocalAddr() || conn.PeerAddr().Addr() != addrB {
+		t.Fatalf("the request came from %v (the client is %v)", conn.PeerAddr(), cli.id.LocalAddr())
+	}
+	sqp := srv.createQP(t, conn)
+	recv := [1]verbs.RecvWR{{WRID: 1, SGL: []verbs.SGE{srv.mr.SGE(0, 4096)}}}
+	if _, err := sqp.PostRecv(recv[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Accept(ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventEstablished)
+	getEvent(t, srv.ch, EventEstablished)
+	copy(cli.buf, "to myself")
+	send := [1]verbs.SendWR{{WRID: 9, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{cli.mr.SGE(0, 9)}}}
+	if _, err := cqp.PostSend(send[:]); err != nil {
+		t.Fatal(err)
+	}
+	if wc := cli.poll(t); wc.Status != verbs.WCSuccess {
+		t.Fatalf("send %v", wc.Status)
+	}
+	if wc := srv.poll(t); wc.Status != verbs.WCSuccess || string(srv.buf[:9]) != "to myself" {
+		t.Fatalf("recv %+v %q", wc, srv.buf[:9])
+	}
+	if err := cli.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, srv.ch, EventDisconnected)
+	if err := conn.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cli.ch, EventDisconnected)
+	c := b.EngineCounters()
+	if c[verbs.EngLoopback] == 0 || c[verbs.EngTxFrames] != 0 || a.EngineCounters()[verbs.EngRxFrames] != 0 {
+		t.Errorf("looped back %d, to the link %d, the link's peer received %d",
+			c[verbs.EngLoopback], c[verbs.EngTxFrames], a.EngineCounters()[verbs.EngRxFrames])
+	}
+}
