@@ -171,3 +171,30 @@ func TestControlSocketConnectionBound(t *testing.T) {
 		t.Fatalf("after a slot was freed: %v", err)
 	}
 }
+
+// TestInGroups: --attach-group's check of a process's supplementary groups
+// (SO_PEERCRED gives its primary group only), read from /proc/PID/status.
+func TestInGroups(t *testing.T) {
+	testutil.RequireRoot(t)
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{4242, 4343}}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	pid := int32(cmd.Process.Pid)
+	for _, c := range []struct {
+		gid  int
+		want bool
+	}{{4242, true}, {4343, true}, {4244, false}, {424, false}, {65534, false}} {
+		if got := inGroups(pid, c.gid); got != c.want {
+			t.Errorf("group %d: %v, want %v", c.gid, got, c.want)
+		}
+	}
+	if inGroups(-1, 4242) {
+		t.Error("a process that cannot be read is in a group")
+	}
+}

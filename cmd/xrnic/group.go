@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/user"
@@ -9,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xrnic/xrnic/nic/attach/server"
 )
 
 // openToGroup opens the attach socket at path to the processes of group
@@ -34,28 +35,18 @@ func openToGroup(path, group string) (func(unix.Ucred) bool, error) {
 	}
 	euid := uint32(os.Geteuid())
 	return func(u unix.Ucred) bool {
-		return u.Uid == 0 || u.Uid == euid || u.Gid == uint32(gid) || inGroups(int(u.Pid), gid)
+		return u.Uid == 0 || u.Uid == euid || u.Gid == uint32(gid) || inGroups(u.Pid, gid)
 	}, nil
 }
 
 // inGroups reports whether gid is among the process's supplementary groups
 // (the Groups line of /proc/PID/status: SO_PEERCRED gives the primary group
 // only).
-func inGroups(pid, gid int) bool {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "Groups:"); ok {
-			for _, f := range strings.Fields(rest) {
-				if n, err := strconv.Atoi(f); err == nil && n == gid {
-					return true
-				}
-			}
-			return false
+func inGroups(pid int32, gid int) bool {
+	v, _ := server.StatusField(pid, "Groups")
+	for _, f := range strings.Fields(v) {
+		if n, err := strconv.Atoi(f); err == nil && n == gid {
+			return true
 		}
 	}
 	return false

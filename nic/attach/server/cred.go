@@ -21,15 +21,26 @@ func capable(pid int32, c int) bool {
 	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/user", pid)); err != nil || ns != own {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+	v, ok := StatusField(pid, "CapEff")
+	if !ok {
 		return false
 	}
+	bits, err := strconv.ParseUint(v, 16, 64)
+	return err == nil && c < 64 && bits&(1<<c) != 0
+}
+
+// StatusField returns the value of the line name of /proc/PID/status
+// ("CapEff", "Groups"), trimmed; false when the process or the line cannot
+// be read.
+func StatusField(pid int32, name string) (string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "", false
+	}
 	for l := range bytes.Lines(b) {
-		if rest, ok := bytes.CutPrefix(l, []byte("CapEff:")); ok {
-			v, err := strconv.ParseUint(string(bytes.TrimSpace(rest)), 16, 64)
-			return err == nil && c < 64 && v&(1<<c) != 0
+		if rest, ok := bytes.CutPrefix(l, []byte(name+":")); ok {
+			return string(bytes.TrimSpace(rest)), true
 		}
 	}
-	return false
+	return "", false
 }
