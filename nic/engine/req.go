@@ -337,7 +337,11 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 			return false
 		}
 	}
-	e.commit(rt, dqpn, rt.seal(buf, n, end+payload, crc))
+	if n := rt.seal(buf, n, end+payload, crc); rt.loop {
+		e.loopBack(dqpn, n)
+	} else {
+		e.tx.commit(n)
+	}
 	if qp.typ == qpattr.RC && req.psn.Sub(req.hiPSN) < 0 {
 		e.d.cnt.inc(CntRetransmitted)
 	} else {

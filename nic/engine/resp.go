@@ -962,5 +962,9 @@ func (e *engine) sendAck(qp *QP, op wire.Opcode, syn wire.Syndrome, psn wire.PSN
 	var reg uint32
 	crc := rt.foldICRC(buf, end, len(data), &reg)
 	copyFold(ib[in.HeaderLen:], data, crc)
-	e.commit(rt, qp.attr.DestQPN, rt.seal(buf, n, end+len(data), crc))
+	if n := rt.seal(buf, n, end+len(data), crc); rt.loop {
+		e.loopBack(qp.attr.DestQPN, n)
+	} else {
+		e.tx.commit(n)
+	}
 }

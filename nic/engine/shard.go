@@ -27,7 +27,7 @@ import (
 const MaxQueues = 64
 
 // handoffDepth is the number of frames an engine can have waiting from the
-// engines, itself included (frames to the device's own QPs, commit), in the
+// engines, itself included (frames to the device's own QPs, loopBack), in the
 // one ring they share: a pass's worth (passBatches of DefaultBatch) for each
 // engine and one more, as a pass's last turn may go past its bound, up to 4,
 // rounded up to a power of two. With n queues that is n rings of up to 1024
@@ -400,15 +400,15 @@ func (sh *shard) drive1(c *cq.CQ) bool {
 	return true
 }
 
-// handoff is a bounded ring of frames from the shards to one, with its
-// buffers preallocated (no allocation per frame): many producers, the other
-// shards' receive passes and any shard's transmit (loopback, commit), and one
-// consumer, whoever drives the shard. A slot's seq
-// says whose turn it is (D. Vyukov's bounded queue): pos while it is free for
-// the producer that claims position pos, pos+1 once that producer has filled
-// it, pos+depth once the consumer has taken it. A producer claims a position
-// with one CAS on tail and fills its slot outside of any lock; the consumer
-// reads a slot only once its seq says it is filled.
+// handoff is a bounded ring of frames from the shards to one, with its buffers
+// preallocated (no allocation per frame): many producers, the other shards'
+// receive passes and any shard's transmit (loopBack), and one consumer,
+// whoever drives the shard. A slot's seq says whose turn it is (D. Vyukov's
+// bounded queue): pos while it is free for the producer that claims position
+// pos, pos+1 once that producer has filled it, pos+depth once the consumer has
+// taken it. A producer claims a position with one CAS on tail and fills its
+// slot outside of any lock; the consumer reads a slot only once its seq says
+// it is filled.
 type handoff struct {
 	tail atomic.Uint64 // the producers' next position
 	_    [56]byte
@@ -499,16 +499,13 @@ func (e *engine) give(to *shard, f []byte) bool {
 	return true
 }
 
-// commit queues the n-byte frame built in the batch's next buffer for the
-// link, or, on a route to the device itself, hands it to the engine of its
-// destination QP dqpn, as rxe_loopback gives the skb to rxe_rcv: the receive
+// loopBack takes the n-byte frame built in the batch's next buffer, on a
+// route to the device itself, to the engine of its destination QP dqpn
+// instead of the link, as rxe_loopback gives the skb to rxe_rcv: the receive
 // path checks it (its ICRC too) as any frame, and the buffer builds the next.
-// Counted as sent and, there, as received, as rxe counts both.
-func (e *engine) commit(rt *route, dqpn uint32, n int) {
-	if !rt.loop {
-		e.tx.commit(n)
-		return
-	}
+// Counted as sent and, there, as received, as rxe counts both. Out of line:
+// the senders test rt.loop and commit to the batch inline.
+func (e *engine) loopBack(dqpn uint32, n int) {
 	e.tx.built++
 	e.d.cnt.inc(CntSentPkts)
 	if e.give(e.d.shardOf(dqpn), e.tx.next()[:n]) {
