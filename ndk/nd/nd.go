@@ -171,15 +171,19 @@ func (a *Adapter) CreateCompletionQueue(depth int) (*CompletionQueue, error) {
 	return c, nil
 }
 
-func (c *CompletionQueue) fired(err error) {
-	c.mu.Lock()
-	ov := c.ov
-	c.ov = nil
-	c.mu.Unlock()
-	if ov != nil {
-		ov.complete(err)
+// completePending takes the Overlapped pending in *ov under mu and completes
+// it outside the lock, so that a client woken by it may call in at once.
+func completePending(mu *sync.Mutex, ov **Overlapped, err error) {
+	mu.Lock()
+	o := *ov
+	*ov = nil
+	mu.Unlock()
+	if o != nil {
+		o.complete(err)
 	}
 }
+
+func (c *CompletionQueue) fired(err error) { completePending(&c.mu, &c.ov, err) }
 
 // Notify is IND2CompletionQueue::Notify: ov completes at the next completion
 // of the kind asked for. It returns ErrPending.
@@ -347,15 +351,7 @@ func (a *Adapter) CreateSharedReceiveQueue(depth, maxSGE, threshold int) (*Share
 	return s, nil
 }
 
-func (s *SharedReceiveQueue) fired(err error) {
-	s.mu.Lock()
-	ov := s.ov
-	s.ov = nil
-	s.mu.Unlock()
-	if ov != nil {
-		ov.complete(err)
-	}
-}
+func (s *SharedReceiveQueue) fired(err error) { completePending(&s.mu, &s.ov, err) }
 
 // Notify is IND2SharedReceiveQueue::Notify: ov completes once fewer receives
 // than the threshold are posted. It returns ErrPending.
