@@ -45,6 +45,7 @@ type ID struct {
 	dst       netip.AddrPort
 	sgid      uint8
 	qp        *verbs.QP
+	qpSRQ     bool // qp was made on an SRQ, which a QP keeps for life
 	listening bool
 	req       *mad.REQ  // passive: the REQ being answered
 	psn       uint32    // the PSN our REQ or REP announces: where we receive from
@@ -327,7 +328,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
 		qp.Destroy().Wait()
 		return nil, err
 	}
-	id.qp = qp
+	id.qp, id.qpSRQ = qp, attr.SRQ != nil
 	return qp, nil
 }
 
@@ -335,7 +336,7 @@ func (id *ID) CreateQP(pd *verbs.PD, attr verbs.QPInitAttr) (*verbs.QP, error) {
 func (id *ID) DestroyQP() error {
 	id.mu.Lock()
 	qp := id.qp
-	id.qp = nil
+	id.qp, id.qpSRQ = nil, false
 	id.mu.Unlock()
 	if qp == nil {
 		return ErrState
@@ -564,12 +565,12 @@ func (id *ID) qpn(p ConnParam) (uint32, error) {
 }
 
 // srq is the SRQ bit a REQ or REP announces: whether the ID's QP has an SRQ,
-// or for an ID without one the consumer's p.SRQ (librdmacm's rdma_connect and
+// as CreateQP recorded it (no query under the ID's lock), or for an ID
+// without one the consumer's p.SRQ (librdmacm's rdma_connect and
 // rdma_accept).
 func (id *ID) srq(p ConnParam) bool {
 	if id.qp != nil {
-		_, ia, err := id.qp.Query()
-		return err == nil && ia.SRQ != nil
+		return id.qpSRQ
 	}
 	return p.SRQ
 }
