@@ -203,6 +203,10 @@ func TestSRQNotification(t *testing.T) {
 	if err := srq.Modify(0, 3, nil); err != nil {
 		t.Fatal(err)
 	}
+	// A threshold of 0 keeps the threshold and its arming (NdkModifySrq).
+	if err := srq.Modify(0, 0, nil); err != nil {
+		t.Fatal(err)
+	}
 	post(4)
 	consume(2) // two left, below three
 	wait(t, "SRQ notification after Modify", note.ch)

@@ -408,14 +408,22 @@ func (s *SRQ) Receive(ctx uint64, sgl []SGE) error {
 	return err
 }
 
-// Modify is NdkModifySrq: a new depth (0 keeps it) and notify threshold.
+// Modify is NdkModifySrq: a new depth and notify threshold, 0 keeping
+// either ("a threshold value of zero ... must preserve the current SRQ
+// notification threshold and arming state").
 func (s *SRQ) Modify(depth, threshold int, done func(error)) error {
 	if !s.n.isOpen() {
 		return ErrClosed
 	}
-	mask := verbs.SRQLimit
+	var mask verbs.SRQAttrMask
+	if threshold > 0 {
+		mask |= verbs.SRQLimit
+	}
 	if depth > 0 {
 		mask |= verbs.SRQMaxWR
+	}
+	if mask == 0 {
+		return nil
 	}
 	return s.srq.Modify(verbs.SRQAttr{MaxWR: uint32(depth), Limit: uint32(threshold)}, mask)
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -155,9 +156,9 @@ func (a *Adapter) Close() error {
 
 // CompletionQueue is IND2CompletionQueue.
 type CompletionQueue struct {
-	cq *ndk.CQ
-	mu sync.Mutex
-	ov *Overlapped // the pending Notify
+	cq  *ndk.CQ
+	mu  sync.Mutex
+	ovs []*Overlapped // the pending Notify requests
 }
 
 // CreateCompletionQueue is IND2Adapter::CreateCompletionQueue.
@@ -171,41 +172,49 @@ func (a *Adapter) CreateCompletionQueue(depth int) (*CompletionQueue, error) {
 	return c, nil
 }
 
-// completePending takes the Overlapped pending in *ov under mu and completes
-// it outside the lock, so that a client woken by it may call in at once.
-func completePending(mu *sync.Mutex, ov **Overlapped, err error) {
+// completePending takes the Notify requests pending in *ovs under mu and
+// completes them outside the lock, so that a client woken by one may call in
+// at once. All of them: "Multiple requests for notification can be
+// outstanding ... All such requests will be completed by the next
+// completion event" (IND2CompletionQueue::Notify, and the SRQ's alike).
+func completePending(mu *sync.Mutex, ovs *[]*Overlapped, err error) {
 	mu.Lock()
-	o := *ov
-	*ov = nil
+	o := *ovs
+	*ovs = nil
 	mu.Unlock()
-	if o != nil {
-		o.complete(err)
+	for _, ov := range o {
+		ov.complete(err)
 	}
 }
 
-func (c *CompletionQueue) fired(err error) { completePending(&c.mu, &c.ov, err) }
+// forget takes ov out of *ovs, for a Notify whose arming failed.
+func forget(mu *sync.Mutex, ovs *[]*Overlapped, ov *Overlapped) {
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(*ovs, ov); i >= 0 {
+		*ovs = slices.Delete(*ovs, i, i+1)
+	}
+}
+
+func (c *CompletionQueue) fired(err error) { completePending(&c.mu, &c.ovs, err) }
 
 // Notify is IND2CompletionQueue::Notify: ov completes at the next completion
-// of the kind asked for. It returns ErrPending.
+// of the kind asked for, with any other Notify pending. A request for any
+// completion takes precedence over one for solicited ones: the CQ's arming
+// is the union of what its pending requests ask. It returns ErrPending.
 func (c *CompletionQueue) Notify(solicitedOnly bool, ov *Overlapped) error {
 	if ov == nil {
 		return ErrNoOverlapped
 	}
 	c.mu.Lock()
-	if c.ov != nil {
-		c.mu.Unlock()
-		return fmt.Errorf("nd: a Notify is pending: %w", verbs.ErrBusy)
-	}
-	c.ov = ov
+	c.ovs = append(c.ovs, ov)
 	c.mu.Unlock()
 	t := ndk.NotifyAny
 	if solicitedOnly {
 		t = ndk.NotifySolicited
 	}
 	if err := c.cq.Arm(t); err != nil {
-		c.mu.Lock()
-		c.ov = nil
-		c.mu.Unlock()
+		forget(&c.mu, &c.ovs, ov)
 		return err
 	}
 	return ErrPending
@@ -328,7 +337,7 @@ type SharedReceiveQueue struct {
 
 	mu        sync.Mutex
 	threshold int
-	ov        *Overlapped // the pending Notify
+	ovs       []*Overlapped // the pending Notify requests
 }
 
 // CreateSharedReceiveQueue is IND2Adapter::CreateSharedReceiveQueue:
@@ -351,45 +360,48 @@ func (a *Adapter) CreateSharedReceiveQueue(depth, maxSGE, threshold int) (*Share
 	return s, nil
 }
 
-func (s *SharedReceiveQueue) fired(err error) { completePending(&s.mu, &s.ov, err) }
+func (s *SharedReceiveQueue) fired(err error) { completePending(&s.mu, &s.ovs, err) }
 
-// Notify is IND2SharedReceiveQueue::Notify: ov completes once fewer receives
-// than the threshold are posted. It returns ErrPending.
+// Notify is IND2SharedReceiveQueue::Notify: ov completes, with any other
+// Notify pending, once fewer receives than the threshold are posted. It
+// returns ErrPending.
 func (s *SharedReceiveQueue) Notify(ov *Overlapped) error {
 	if ov == nil {
 		return ErrNoOverlapped
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ov != nil {
-		return fmt.Errorf("nd: a Notify is pending: %w", verbs.ErrBusy)
-	}
 	if s.threshold == 0 {
 		return fmt.Errorf("nd: no notify threshold: %w", verbs.ErrInvalid)
 	}
-	if err := s.srq.Modify(0, s.threshold, nil); err != nil {
-		return err
+	if len(s.ovs) == 0 {
+		if err := s.srq.Modify(0, s.threshold, nil); err != nil {
+			return err
+		}
 	}
-	s.ov = ov
+	s.ovs = append(s.ovs, ov)
 	return ErrPending
 }
 
-// Modify is IND2SharedReceiveQueue::Modify: a new depth (0 keeps it) and
-// notify threshold, armed at once when a Notify is pending.
+// Modify is IND2SharedReceiveQueue::Modify: a new depth and notify
+// threshold, 0 keeping either ("If zero, notifyThreshold does not modify the
+// threshold"); a new threshold is armed at once when a Notify is pending.
 func (s *SharedReceiveQueue) Modify(depth, threshold int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if threshold < 0 {
 		return fmt.Errorf("nd: notify threshold %d: %w", threshold, verbs.ErrInvalid)
 	}
-	limit := 0
-	if s.ov != nil {
+	limit := 0 // ndk keeps the arming
+	if len(s.ovs) > 0 {
 		limit = threshold
 	}
 	if err := s.srq.Modify(depth, limit, nil); err != nil {
 		return err
 	}
-	s.threshold = threshold
+	if threshold > 0 {
+		s.threshold = threshold
+	}
 	return nil
 }
 

@@ -72,9 +72,18 @@ func TestND1SharedReceiveQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nov := NewOverlapped()
+	// Two Notify requests pending, both completed by the one event; a
+	// Modify with threshold 0 keeps the threshold and its arming
+	// (IND2SharedReceiveQueue::Notify, ::Modify).
+	nov, nov2 := NewOverlapped(), NewOverlapped()
 	if err := srq.Notify(nov); !errors.Is(err, ErrPending) {
 		t.Fatalf("Notify: %v, want ErrPending", err)
+	}
+	if err := srq.Notify(nov2); !errors.Is(err, ErrPending) {
+		t.Fatalf("a second Notify: %v, want ErrPending", err)
+	}
+	if err := srq.Modify(0, 0); err != nil {
+		t.Fatal(err)
 	}
 	consume := func(n int) {
 		t.Helper()
@@ -115,8 +124,12 @@ func TestND1SharedReceiveQueue(t *testing.T) {
 	if err := waitOv(t, "SRQ Notify", nov); err != nil {
 		t.Fatalf("SRQ Notify completed with %v", err)
 	}
+	if err := waitOv(t, "the SRQ Notify pending with it", nov2); err != nil {
+		t.Fatalf("SRQ Notify completed with %v", err)
+	}
 
-	// A Notify pending at Close completes, cancelled.
+	// A Notify pending at Close completes, cancelled (its threshold still
+	// the first one's: the Modify kept it).
 	last := NewOverlapped()
 	if err := srq.Notify(last); !errors.Is(err, ErrPending) {
 		t.Fatal(err)
