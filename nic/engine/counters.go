@@ -106,7 +106,7 @@ const (
 	EngTimersFired                       // engine_timers_fired: retransmit and RNR timers that fired
 	EngDriven                            // engine_driven: passes a busy-polling thread ran (Drive)
 	EngHandoffs                          // engine_handoffs: frames received on one queue for another queue's QP, handed to its engine
-	EngHandoffDrops                      // engine_handoff_drops: such frames, or looped back, dropped: the engine's ring full
+	EngHandoffDrops                      // engine_handoff_drops: such frames dropped, the other engine's ring full
 	EngTxDeferred                        // engine_tx_deferred: Drive passes that left their transmit to the next, a completion or a WRITE in for the poller
 	EngWakeWaits                         // engine_wake_waits: idle waits for a doorbell alone, busy pollers taking the frames
 	EngRoomWaits                         // engine_room_waits: RC QPs that waited for the PSNs in flight to their destination to fall (cwnd.go)

@@ -656,8 +656,9 @@ type engine struct {
 	wc       cq.WC
 	syncs    []ctlReq
 	pending  []ctlReq
-	handed   uint64   // the shards this pass handed frames to, a bit each
-	pollers  []Poller // AddPoller's
+	handed   uint64      // the shards this pass handed frames to, a bit each
+	held     []heldFrame // frames to the device itself whose engine's ring was full (hold)
+	pollers  []Poller    // AddPoller's
 	budget   int
 	mtu      int                      // port MTU in bytes (UD)
 	scratch  []byte                   // one READ response's payload gathered from a page list
@@ -919,8 +920,16 @@ func (e *engine) schedule(qp *QP) {
 // transmit gives the active QPs turns (responder output first, then the
 // requester within the budget), round after round while they have work and
 // the pass's bound (passBatches) allows, and writes the frames. It reports
-// whether the link left frames unsent (its transmit ring is full).
+// whether the link left frames unsent (its transmit ring is full), or frames
+// to the device itself wait for an engine's ring (hold).
 func (e *engine) transmit() (blocked bool) {
+	if len(e.held) != 0 && !e.giveHeld() {
+		// Frames to the device itself wait for room (hold): no QP
+		// builds more meanwhile, as none does before a full transmit
+		// ring.
+		e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt)
+		return true
+	}
 	if len(e.active) == 0 && e.tx.empty() {
 		// Most passes of an engine that spins, or of a busy poller, have
 		// nothing to send: 2.7 a WRITE, 55 instructions each, at 256 QPs
@@ -963,7 +972,7 @@ func (e *engine) transmit() (blocked bool) {
 				e.checkError(qp)
 			}
 			e.account(qp)
-			if e.tx.full() && e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt) == 0 {
+			if e.tx.full() && e.tx.flush(e.sh.link, &e.d.cnt, &e.sh.ecnt) == 0 || len(e.held) != 0 {
 				blocked = true
 			}
 		}

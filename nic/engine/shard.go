@@ -34,9 +34,9 @@ const MaxQueues = 64
 // frames of the link's MTU (4.1 MiB at 4200), not n*(n-1) of 256: 64 queues
 // take 264 MiB where rings per ordered pair took 4.1 GiB. The price is at
 // many queues: 63 engines share 1024 slots, so a burst from many at once may
-// fill a ring that rings per pair would have taken. A full ring drops the
-// frame, as a NIC's full receive queue does, counts it (EngHandoffDrops), and
-// RC resends it.
+// fill a ring that rings per pair would have taken. A full ring drops a frame
+// from the link, as a NIC's full receive queue does, counts it
+// (EngHandoffDrops), and RC resends it; one looped back waits (hold).
 func handoffDepth(queues int) int {
 	return 256 << min(bits.Len(uint(max(queues, 1))), 2)
 }
@@ -508,9 +508,63 @@ func (e *engine) give(to *shard, f []byte) bool {
 func (e *engine) loopBack(dqpn uint32, n int) {
 	e.tx.built++
 	e.d.cnt.inc(CntSentPkts)
-	if e.give(e.d.shardOf(dqpn), e.tx.next()[:n]) {
+	to, f := e.d.shardOf(dqpn), e.tx.next()[:n]
+	if len(e.held) == 0 && to.in.put(f) {
+		e.handed |= 1 << to.idx
+		e.sh.ecnt.inc(EngLoopback)
+		return
+	}
+	e.hold(to, f)
+}
+
+// heldFrame is a looped-back frame that found its engine's ring full.
+type heldFrame struct {
+	to  *shard
+	buf []byte
+	n   int
+}
+
+// hold keeps f, and the frames built after it, until its engine's ring has
+// room (giveHeld), as a link's full transmit ring keeps a batch's frames: rxe
+// loses no frame to itself (rxe_rcv queues the skb on its QP, unbounded),
+// where a drop would cost RC a go-back-N and lose UC and UD messages, which
+// engines busier than the receiving one outrun (UC needs no ACK to go on).
+// The pass ends after the QP's turn (transmit), so at most two budgets of
+// frames wait; their buffers are made at the first overflow and kept.
+func (e *engine) hold(to *shard, f []byte) {
+	i := len(e.held)
+	if i == cap(e.held) {
+		e.held = append(e.held, heldFrame{buf: make([]byte, len(e.tx.bufs[0]))})
+	} else {
+		e.held = e.held[:i+1]
+		if e.held[i].buf == nil {
+			e.held[i].buf = make([]byte, len(e.tx.bufs[0]))
+		}
+	}
+	h := &e.held[i]
+	h.to, h.n = to, copy(h.buf, f)
+}
+
+// giveHeld hands the held frames on in order, as their rings have room; it
+// reports whether all went.
+func (e *engine) giveHeld() bool {
+	k := 0
+	for ; k < len(e.held); k++ {
+		h := &e.held[k]
+		if !h.to.in.put(h.buf[:h.n]) {
+			break
+		}
+		e.handed |= 1 << h.to.idx
 		e.sh.ecnt.inc(EngLoopback)
 	}
+	// The rest to the front, swapped: every buffer stays, for the next hold.
+	n := 0
+	for i := k; i < len(e.held); i++ {
+		e.held[n], e.held[i] = e.held[i], e.held[n]
+		n++
+	}
+	e.held = e.held[:n]
+	return n == 0
 }
 
 // wakeHanded wakes the shards this pass handed frames to.
