@@ -503,8 +503,9 @@ func (e *engine) give(to *shard, f []byte) bool {
 // route to the device itself, to the engine of its destination QP dqpn
 // instead of the link, as rxe_loopback gives the skb to rxe_rcv: the receive
 // path checks it (its ICRC too) as any frame, and the buffer builds the next.
-// Counted as sent and, there, as received, as rxe counts both. Out of line:
-// the senders test rt.loop and commit to the batch inline.
+// Counted as sent and, there, as received, as rxe counts both; a full ring
+// holds it (hold). Out of line: the senders test rt.loop and commit to the
+// batch inline.
 func (e *engine) loopBack(dqpn uint32, n int) {
 	e.tx.built++
 	e.d.cnt.inc(CntSentPkts)
@@ -532,16 +533,15 @@ type heldFrame struct {
 // The pass ends after the QP's turn (transmit), so at most two budgets of
 // frames wait; their buffers are made at the first overflow and kept.
 func (e *engine) hold(to *shard, f []byte) {
-	i := len(e.held)
-	if i == cap(e.held) {
-		e.held = append(e.held, heldFrame{buf: make([]byte, len(e.tx.bufs[0]))})
+	if len(e.held) == cap(e.held) {
+		e.held = append(e.held, heldFrame{})
 	} else {
-		e.held = e.held[:i+1]
-		if e.held[i].buf == nil {
-			e.held[i].buf = make([]byte, len(e.tx.bufs[0]))
-		}
+		e.held = e.held[:len(e.held)+1]
 	}
-	h := &e.held[i]
+	h := &e.held[len(e.held)-1]
+	if h.buf == nil {
+		h.buf = make([]byte, len(to.in.slots[0].buf)) // a ring slot's size
+	}
 	h.to, h.n = to, copy(h.buf, f)
 }
 
