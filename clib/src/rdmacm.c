@@ -550,6 +550,15 @@ XR_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 
 XR_EXPORT int rdma_establish(struct rdma_cm_id *id) { return simple(id, XRNIC_OP_CM_ESTABLISH, 0); }
 
+/* rdma_notify: the QP's event to the daemon's ID (CM_NOTIFY), whose errnos
+ * are the kernel's: IBV_EVENT_COMM_EST establishes a passive ID whose RTU has
+ * not come, and ESTABLISHED follows (cm_establish); EISCONN when established,
+ * EINVAL otherwise and for other events (ib_cm_notify). */
+XR_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	return simple(id, XRNIC_OP_CM_NOTIFY, (uint32_t)event);
+}
+
 XR_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
 {
 	struct xrnic_cm_id_req req = {.id = xid(id)->handle, .arg = attr->qp_state};

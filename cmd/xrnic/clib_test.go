@@ -231,6 +231,13 @@ func TestCLibrary(t *testing.T) {
 		cli := xrnicExec(t, &p.A, a, lib, bin, "client", p.B.IPv4.String(), "96")
 		checkBoth(t, srv, cli, "ok", true)
 	})
+	// rdma_notify reaches the daemon's ID (clib/test/notify.c), with the
+	// kernel's errnos: EISCONN on a connection established already, EINVAL
+	// before one is and for other events.
+	t.Run("notify", func(t *testing.T) {
+		bin := buildCProg(t, "notify")
+		serve(t, []string{bin, "server", p.B.IPv4.String()}, []string{bin, "client", p.B.IPv4.String()}, "ok")
+	})
 	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
 	// a SEND each way; each prints "end 0" when all of it worked.

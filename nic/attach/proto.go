@@ -22,7 +22,7 @@ import (
 )
 
 // Version is the protocol's; HELLO refuses another.
-const Version = 4
+const Version = 5
 
 // MaxMessage bounds a message, header and payload.
 const MaxMessage = 1024
@@ -71,6 +71,8 @@ const (
 	OpCMMigrateID
 	// rdma_set_option at level RDMA_OPTION_ID (CMOptionReq).
 	OpCMSetOption
+	// rdma_notify: CMIDReq, Arg the QP's event (enum ibv_event_type).
+	OpCMNotify
 	numOps
 )
 
@@ -78,7 +80,7 @@ var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID"
 	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ",
 	"CM_CREATE_ID", "CM_BIND_ADDR", "CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT",
 	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT", "CM_CREATE_CHANNEL", "CM_MIGRATE_ID",
-	"CM_SET_OPTION"}
+	"CM_SET_OPTION", "CM_NOTIFY"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -325,7 +327,8 @@ type (
 		Private            [196]byte
 	}
 	// CMIDReq names a CM ID, with an argument: CM_LISTEN's backlog,
-	// CM_INIT_QP_ATTR's QP state, CM_CREATE_ID's port space (ID 0).
+	// CM_INIT_QP_ATTR's QP state, CM_NOTIFY's event, CM_CREATE_ID's port
+	// space (ID 0).
 	CMIDReq struct {
 		ID  uint32
 		Arg uint32

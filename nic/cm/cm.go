@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/xrnic/xrnic/nic/clock"
@@ -70,6 +71,9 @@ var (
 	ErrState  = fmt.Errorf("cm: not allowed in the CM ID's state: %w", errs.ErrWrongState)
 	ErrInUse  = fmt.Errorf("cm: service ID already listened on: %w", errs.ErrExists)
 	ErrLimit  = fmt.Errorf("cm: too many CM IDs: %w", errs.ErrLimit)
+	// ErrIsConn is Established's on a connection established already
+	// (cm_establish: -EISCONN).
+	ErrIsConn = fmt.Errorf("cm: connection established already: %w (%w)", errs.ErrWrongState, syscall.EISCONN)
 )
 
 // CM is one port's connection manager. All methods are safe for concurrent use;

@@ -26,6 +26,7 @@ const (
 	EventSIDRREQError                         // our SIDR_REQ ran out of retries; or a SIDR_REQ we took was never answered
 	EventSIDRREQReceived                      // to a listener's handler, with a new ID
 	EventSIDRREPReceived                      // Msg is the SIDR_REP
+	EventUserEstablished                      // ID.Established: established without the RTU
 )
 
 var eventNames = map[EventType]string{EventREQError: "REQ_ERROR", EventREQReceived: "REQ_RECEIVED",
@@ -33,7 +34,7 @@ var eventNames = map[EventType]string{EventREQError: "REQ_ERROR", EventREQReceiv
 	EventDREQError: "DREQ_ERROR", EventDREQReceived: "DREQ_RECEIVED", EventDREPReceived: "DREP_RECEIVED",
 	EventTimeWaitExit: "TIMEWAIT_EXIT", EventMRAReceived: "MRA_RECEIVED", EventREJReceived: "REJ_RECEIVED",
 	EventSIDRREQError: "SIDR_REQ_ERROR", EventSIDRREQReceived: "SIDR_REQ_RECEIVED",
-	EventSIDRREPReceived: "SIDR_REP_RECEIVED"}
+	EventSIDRREPReceived: "SIDR_REP_RECEIVED", EventUserEstablished: "USER_ESTABLISHED"}
 
 func (t EventType) String() string { return eventNames[t] }
 

@@ -565,16 +565,27 @@ func (id *ID) SendRTU(private []byte) error {
 }
 
 // Established moves a passive ID whose RTU was lost to Established when data
-// arrives on its QP (ib_cm_notify IB_EVENT_COMM_EST).
+// arrives on its QP first (ib_cm_notify IB_EVENT_COMM_EST, cm_establish): the
+// REP is no longer retransmitted, USER_ESTABLISHED follows, and the late RTU
+// is counted as in the wrong state. ErrIsConn when established already,
+// ErrState from any other state.
 func (id *ID) Established() error {
 	c := id.cm
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if id.state != StateREPSent && id.state != StateMRAREPRcvd {
+	if err := id.usableLocked(); err != nil {
+		return err
+	}
+	switch id.state {
+	case StateREPSent, StateMRAREPRcvd:
+	case StateEstablished:
+		return ErrIsConn
+	default:
 		return ErrState
 	}
 	id.stopTimer()
 	id.state = StateEstablished
+	id.post(Event{Type: EventUserEstablished})
 	return nil
 }
 

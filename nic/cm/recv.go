@@ -284,6 +284,12 @@ func (c *CM) onRTU(src, dst GID, m *mad.RTU) {
 	if id == nil {
 		return
 	}
+	if id.state == StateEstablished {
+		// Late, after Established (data came first): cm_rtu_handler
+		// counts it a duplicate, and there is no second event.
+		c.inc(CntDuplicates)
+		return
+	}
 	if id.state != StateREPSent && id.state != StateMRAREPRcvd {
 		c.inc(CntWrongState)
 		return

@@ -41,6 +41,7 @@ type AttachedID interface {
 	Reject(private []byte) error
 	Disconnect() error
 	Establish() error
+	Notify(ev verbs.EventType) error
 	InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error)
 	Destroy() error
 }

@@ -34,7 +34,7 @@ func (id *ID) onCM(ev cm.Event) {
 		if id.st == stConnect && id.cmid != nil {
 			_ = id.cmid.SendMRA(cm.MRAFlagDelay|mraServiceTimeout, nil)
 		}
-	case cm.EventRTUReceived:
+	case cm.EventRTUReceived, cm.EventUserEstablished: // cma_ib_handler: both ESTABLISHED
 		out.Type = EventEstablished
 		id.st = stEstablished
 	case cm.EventREJReceived:

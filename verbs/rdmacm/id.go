@@ -3,6 +3,7 @@ package rdmacm
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -550,6 +551,37 @@ func (id *ID) Establish() error {
 	}
 	id.st = stEstablished
 	return nil
+}
+
+// Notify tells the ID of an event of its QP (rdma_notify, ib_cm_notify).
+// verbs.EventCommEst on a passive ID whose REP is answered by data before
+// the RTU (lost, or late) establishes the connection: the REP is no longer
+// retransmitted and ESTABLISHED follows on the ID's channel, the RTU's when
+// it comes late is dropped (cm_establish). Established already it fails
+// with ErrIsConn (EISCONN); in any other state, or without a connection
+// (rdma_notify: no IB CM ID), with ErrState (EINVAL). Other events fail
+// with ErrInvalid: IB_EVENT_PATH_MIG would move the connection to its
+// alternate path (cm_migrate), which xrnic never has (RoCE has no LAP).
+func (id *ID) Notify(ev verbs.EventType) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.att != nil {
+		return id.att.Notify(ev)
+	}
+	if id.cmid == nil {
+		return ErrState
+	}
+	if ev != verbs.EventCommEst {
+		return fmt.Errorf("rdmacm: notify of %v: %w", ev, errs.ErrInvalid)
+	}
+	switch err := id.cmid.Established(); {
+	case errors.Is(err, cm.ErrIsConn):
+		return ErrIsConn
+	case errors.Is(err, cm.ErrState):
+		return ErrState
+	default:
+		return err
+	}
 }
 
 // qpn is the QP number a REQ or REP announces: the ID's QP, or for an ID

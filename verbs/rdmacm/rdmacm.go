@@ -119,6 +119,9 @@ var (
 	ErrPrivate = fmt.Errorf("rdmacm: private data too long: %w", errs.ErrInvalid)
 	ErrClosed  = fmt.Errorf("rdmacm: closed: %w", errs.ErrClosed)
 	ErrBusy    = fmt.Errorf("rdmacm: IDs remain on the channel: %w", errs.ErrBusy)
+	// ErrIsConn is Notify's on an established connection (cm_establish's
+	// -EISCONN).
+	ErrIsConn = fmt.Errorf("rdmacm: connection established already: %w (%w)", errs.ErrWrongState, syscall.EISCONN)
 )
 
 // The bind errors are cma_check_port's, and carry its errno for the daemon's

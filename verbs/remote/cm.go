@@ -108,6 +108,10 @@ func (id *CMID) Disconnect() error { return id.simple(attach.OpCMDisconnect, 0) 
 // Establish answers a CONNECT_RESPONSE (rdma_establish).
 func (id *CMID) Establish() error { return id.simple(attach.OpCMEstablish, 0) }
 
+// Notify passes the QP's event ev to the daemon's ID (rdma_notify):
+// rdmacm.ID.Notify's rules, EISCONN and EINVAL its errors.
+func (id *CMID) Notify(ev verbs.EventType) error { return id.simple(attach.OpCMNotify, uint32(ev)) }
+
 // Destroy destroys the ID (rdma_destroy_id).
 func (id *CMID) Destroy() error {
 	err := id.d.destroy(attach.KindCMID, id.h)

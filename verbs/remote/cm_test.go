@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,16 @@ func TestRemoteCM(t *testing.T) {
 		}
 		localCMEvent(t, lch, rdmacm.EventEstablished)
 		cmEvent(t, d, rdmacm.EventEstablished)
+		// CM_NOTIFY: the daemon's ID has cm_establish's errnos.
+		if err := conn.Notify(verbs.EventCommEst); !errors.Is(err, syscall.EISCONN) {
+			t.Fatalf("Notify(COMM_EST) when established: %v, want EISCONN", err)
+		}
+		if err := conn.Notify(verbs.EventType(6)); !errors.Is(err, syscall.EINVAL) { // IBV_EVENT_PATH_MIG
+			t.Fatalf("Notify(PATH_MIG): %v, want EINVAL", err)
+		}
+		if err := lid.Notify(verbs.EventCommEst); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("Notify on a listener: %v, want EINVAL", err)
+		}
 		copy(le.buf[100:], "over rdma_cm")
 		if _, err := cqp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{le.mr.SGE(100, 12)}}}); err != nil {

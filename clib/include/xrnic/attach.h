@@ -1,4 +1,4 @@
-/* The attach protocol of the xrnic daemon, version 4: docs/attach.md in C.
+/* The attach protocol of the xrnic daemon, version 5: docs/attach.md in C.
  * Little-endian, natural alignment (no packed structs). Written from the
  * protocol's document; nic/shm's TestCLayout holds it to the Go side. */
 #ifndef XRNIC_ATTACH_H
@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define XRNIC_ATTACH_VERSION 4
+#define XRNIC_ATTACH_VERSION 5
 #define XRNIC_MAX_MESSAGE 1024
 #define XRNIC_MAX_FDS 2
 
@@ -42,6 +42,7 @@ enum xrnic_op {
 	XRNIC_OP_CM_CREATE_CHANNEL,
 	XRNIC_OP_CM_MIGRATE_ID,
 	XRNIC_OP_CM_SET_OPTION,
+	XRNIC_OP_CM_NOTIFY,
 };
 
 enum xrnic_kind {

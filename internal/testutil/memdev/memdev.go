@@ -15,11 +15,22 @@ import (
 // memory link; the test's cleanup closes the devices, then the link.
 func Pair(t testing.TB, a, b netip.Addr) (*verbs.Device, *verbs.Device) {
 	t.Helper()
+	return PairWrapped(t, a, b, nil)
+}
+
+// PairWrapped is Pair with a's link wrapped by wrapA (nil: not wrapped), a
+// test's hand on what a sends.
+func PairWrapped(t testing.TB, a, b netip.Addr, wrapA func(link.Link) link.Link) (*verbs.Device, *verbs.Device) {
+	t.Helper()
 	la, lb, err := link.NewMemoryPair(link.MemoryOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	da, err := verbs.Open(verbs.Options{Link: la, GIDs: []verbs.GID{verbs.GIDFromAddr(a)}})
+	var l link.Link = la
+	if wrapA != nil {
+		l = wrapA(la)
+	}
+	da, err := verbs.Open(verbs.Options{Link: l, GIDs: []verbs.GID{verbs.GIDFromAddr(a)}})
 	if err != nil {
 		la.Close()
 		lb.Close()

@@ -389,6 +389,11 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 		return nil, o.id.Disconnect()
 	case attach.OpCMEstablish:
 		return nil, o.id.Establish()
+	case attach.OpCMNotify: // Arg: enum ibv_event_type
+		if req.Arg > 0xff { // not one, and verbs.EventType would wrap it
+			return nil, fmt.Errorf("%w: event %d", verbs.ErrInvalid, req.Arg)
+		}
+		return nil, o.id.Notify(verbs.EventType(req.Arg))
 	case attach.OpCMInitQPAttr:
 		a, mask, err := o.id.InitQPAttr(verbs.QPState(req.Arg))
 		if err != nil {

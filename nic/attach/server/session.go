@@ -379,7 +379,7 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		return nil, -1, o.srq.Modify(verbs.SRQAttr{MaxWR: req.MaxWR, Limit: req.Limit}, verbs.SRQAttrMask(req.Mask))
 	case attach.OpCMCreateID, attach.OpCMBindAddr, attach.OpCMResolveAddr, attach.OpCMResolveRoute,
 		attach.OpCMListen, attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject, attach.OpCMDisconnect,
-		attach.OpCMEstablish, attach.OpCMInitQPAttr, attach.OpCMMigrateID, attach.OpCMSetOption:
+		attach.OpCMEstablish, attach.OpCMInitQPAttr, attach.OpCMMigrateID, attach.OpCMSetOption, attach.OpCMNotify:
 		rep, err := ss.cmRequest(op, p)
 		return rep, -1, err
 	case attach.OpCMCreateChannel:
