@@ -126,6 +126,7 @@ type BackendSRQ interface {
 	Handle() uint32
 	PostRecv(wrs []RecvWR) (int, error)
 	Modify(a SRQAttr, mask SRQAttrMask) error
+	Query() (SRQAttr, error)
 	Destroy() error
 }
 

@@ -379,6 +379,11 @@ func (s *SRQ) Modify(a SRQAttr, mask SRQAttrMask) error {
 
 func (s *SRQ) Query() SRQAttr {
 	if s.r != nil {
+		// The daemon's, whose limit an event disarms; the attributes as
+		// created if it cannot answer (its session gone).
+		if a, err := s.r.Query(); err == nil {
+			return a
+		}
 		return s.attr
 	}
 	return s.e.Query()

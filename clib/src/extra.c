@@ -96,12 +96,6 @@ XR_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *ctx, struct ibv_gid_e
 	return (ssize_t)n;
 }
 
-XR_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
-{
-	(void)srq, (void)attr;
-	return EOPNOTSUPP;
-}
-
 XR_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 {
 	(void)cq, (void)cqe;

@@ -817,6 +817,22 @@ XR_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int
 	return err ? set_errno(err) : 0;
 }
 
+/* ibv_query_srq: the daemon's SRQ (QUERY_SRQ); srq_limit is the limit
+ * armed, 0 once its event fired (rxe_query_srq). */
+XR_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct xrnic_destroy req = {.kind = XRNIC_KIND_SRQ, .handle = srq->handle};
+	struct xrnic_query_srq_rep r;
+	int err = xr_call(&xr_ctx(srq->context)->conn, XRNIC_OP_QUERY_SRQ, &req, sizeof(req), &r, sizeof(r), -1, NULL,
+			  0, NULL);
+	if (err)
+		return set_errno(err);
+	attr->max_wr = r.max_wr;
+	attr->max_sge = r.max_sge;
+	attr->srq_limit = r.srq_limit;
+	return 0;
+}
+
 XR_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
 {
 	struct xr_srq *s = container_of(srq, struct xr_srq, srq);

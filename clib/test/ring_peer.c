@@ -41,6 +41,7 @@ static void layout(void)
 	S(xrnic_create_srq);
 	S(xrnic_create_srq_rep);
 	S(xrnic_modify_srq);
+	S(xrnic_query_srq_rep);
 	S(xrnic_sockaddr);
 	S(xrnic_conn_param);
 	S(xrnic_cm_id_req);

@@ -124,9 +124,10 @@ func TestCLibrary(t *testing.T) {
 	// sq_sig_all (clib/test/queryqp.c); rdma_get_src_port names the port
 	// the rdma_cm chose for port 0 (clib/test/bindport.c); a fork's child
 	// writes to registered memory and the parent does not see it
-	// (clib/test/forkmem.c).
+	// (clib/test/forkmem.c); ibv_query_srq's srq_limit is the limit armed,
+	// 0 once it fired (clib/test/querysrq.c).
 	for _, prog := range []string{"badinput", "extras", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
-		"queryqp", "bindport", "forkmem"} {
+		"queryqp", "bindport", "forkmem", "querysrq"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {

@@ -84,7 +84,7 @@ func TestCLayout(t *testing.T) {
 		"xrnic_create_qp": CreateQPReq{}, "xrnic_create_qp_rep": CreateQPRep{}, "xrnic_av": AV{}, "xrnic_qp_attr": QPAttr{},
 		"xrnic_modify_qp": ModifyQPReq{}, "xrnic_create_ah": CreateAHReq{}, "xrnic_destroy": DestroyReq{},
 		"xrnic_event": EventMsg{}, "xrnic_create_srq": CreateSRQReq{}, "xrnic_create_srq_rep": CreateSRQRep{},
-		"xrnic_modify_srq": ModifySRQReq{}, "xrnic_sockaddr": SockAddr{}, "xrnic_conn_param": CMParam{},
+		"xrnic_modify_srq": ModifySRQReq{}, "xrnic_query_srq_rep": QuerySRQRep{}, "xrnic_sockaddr": SockAddr{}, "xrnic_conn_param": CMParam{},
 		"xrnic_cm_id_req": CMIDReq{}, "xrnic_cm_addr": CMAddrReq{}, "xrnic_cm_conn": CMConnReq{}, "xrnic_cm_option": CMOptionReq{},
 		"xrnic_cm_init_qp_attr_rep": CMInitQPAttrRep{}, "xrnic_cm_event": CMEventMsg{},
 	} {

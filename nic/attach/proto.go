@@ -73,6 +73,8 @@ const (
 	OpCMSetOption
 	// rdma_notify: CMIDReq, Arg the QP's event (enum ibv_event_type).
 	OpCMNotify
+	// ibv_query_srq: DestroyReq (KindSRQ), replied QuerySRQRep.
+	OpQuerySRQ
 	numOps
 )
 
@@ -80,7 +82,7 @@ var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID"
 	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ",
 	"CM_CREATE_ID", "CM_BIND_ADDR", "CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT",
 	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT", "CM_CREATE_CHANNEL", "CM_MIGRATE_ID",
-	"CM_SET_OPTION", "CM_NOTIFY"}
+	"CM_SET_OPTION", "CM_NOTIFY", "QUERY_SRQ"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -302,6 +304,14 @@ type (
 		Mask   uint32 // enum ibv_srq_attr_mask
 		MaxWR  uint32
 		Limit  uint32
+	}
+	// QuerySRQRep is QUERY_SRQ's (struct ibv_srq_attr): Limit is the armed
+	// limit, 0 once it fired (rxe_query_srq).
+	QuerySRQRep struct {
+		MaxWR  uint32
+		MaxSGE uint32
+		Limit  uint32
+		_      uint32
 	}
 	// SockAddr is an IP address and port: Family 4 or 6 (0: none), the
 	// address in IP (IPv4 in its first 4 bytes), Port in host order.

@@ -261,6 +261,16 @@ func (s *SRQ) Modify(a verbs.SRQAttr, mask verbs.SRQAttrMask) error {
 	return err
 }
 
+// Query returns the SRQ's attributes (ibv_query_srq): Limit is the limit
+// armed, 0 once its event fired (rxe_query_srq).
+func (s *SRQ) Query() (verbs.SRQAttr, error) {
+	var r attach.QuerySRQRep
+	if _, err := s.pd.d.call(attach.OpQuerySRQ, &attach.DestroyReq{Kind: attach.KindSRQ, Handle: s.h}, &r); err != nil {
+		return verbs.SRQAttr{}, err
+	}
+	return verbs.SRQAttr{MaxWR: r.MaxWR, MaxSGE: r.MaxSGE, Limit: r.Limit}, nil
+}
+
 // Destroy destroys the SRQ (ibv_destroy_srq): EBUSY while QPs use it.
 func (s *SRQ) Destroy() error {
 	if err := s.pd.d.destroy(attach.KindSRQ, s.h); err != nil {

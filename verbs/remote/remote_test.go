@@ -529,6 +529,7 @@ func TestRemoteCompChannel(t *testing.T) {
 
 // An SRQ over the protocol: two QPs take their receives from one SRQ ring,
 // and the SRQ's limit event reaches the process (IBV_EVENT_SRQ_LIMIT_REACHED).
+// QUERY_SRQ gives the limit armed, then 0 once it fired (rxe_query_srq).
 func TestRemoteSRQ(t *testing.T) {
 	r := newRig(t, server.Config{})
 	d := r.dial(t)
@@ -536,6 +537,17 @@ func TestRemoteSRQ(t *testing.T) {
 	srq, err := e.pd.CreateSRQ(verbs.SRQAttr{MaxWR: 16, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
+	}
+	query := func(want uint32) {
+		t.Helper()
+		a, err := srq.Query()
+		if err != nil || a.MaxWR != 16 || a.MaxSGE != 1 || a.Limit != want {
+			t.Fatalf("Query: %+v, %v; want max_wr 16, max_sge 1, limit %d", a, err, want)
+		}
+	}
+	query(0)
+	if _, err := (&SRQ{pd: e.pd, h: 999}).Query(); !errors.Is(err, verbs.ErrNotFound) {
+		t.Errorf("Query of no SRQ: %v", err)
 	}
 	var qps [2]*QP
 	var peers [2]*localEnd
@@ -558,6 +570,7 @@ func TestRemoteSRQ(t *testing.T) {
 	if err := srq.Modify(verbs.SRQAttr{Limit: 7}, verbs.SRQLimit); err != nil {
 		t.Fatal(err)
 	}
+	query(7)
 	for i, p := range peers {
 		copy(p.buf, fmt.Sprintf("from peer %d", i))
 		if _, err := p.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
@@ -580,6 +593,7 @@ func TestRemoteSRQ(t *testing.T) {
 			t.Fatal("no SRQ limit event: 6 receives left (8 posted, 2 used) under a limit of 7")
 		}
 	}
+	query(0)
 	if err := srq.Destroy(); !errors.Is(err, verbs.ErrBusy) {
 		t.Errorf("destroying an SRQ its QPs use: %v", err)
 	}

@@ -43,6 +43,7 @@ enum xrnic_op {
 	XRNIC_OP_CM_MIGRATE_ID,
 	XRNIC_OP_CM_SET_OPTION,
 	XRNIC_OP_CM_NOTIFY,
+	XRNIC_OP_QUERY_SRQ,
 };
 
 enum xrnic_kind {
@@ -108,6 +109,7 @@ struct xrnic_event { uint32_t type, kind, handle, pad; };
 struct xrnic_create_srq { uint32_t pd, max_wr, max_sge, srq_limit; };
 struct xrnic_create_srq_rep { uint32_t handle, max_wr, max_sge, entries, entry_size, mem_len; };
 struct xrnic_modify_srq { uint32_t handle, mask, max_wr, srq_limit; };
+struct xrnic_query_srq_rep { uint32_t max_wr, max_sge, srq_limit, pad; };
 struct xrnic_sockaddr { uint8_t ip[16]; uint16_t port, family; uint32_t pad; };
 struct xrnic_conn_param {
 	uint32_t qp_num, qkey, private_data_len;

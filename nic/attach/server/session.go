@@ -377,6 +377,18 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 			return nil, -1, err
 		}
 		return nil, -1, o.srq.Modify(verbs.SRQAttr{MaxWR: req.MaxWR, Limit: req.Limit}, verbs.SRQAttrMask(req.Mask))
+	case attach.OpQuerySRQ:
+		var req attach.DestroyReq // kind and handle
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		o, err := get[*srqObj](ss, attach.KindSRQ, req.Handle)
+		if err != nil {
+			return nil, -1, err
+		}
+		// rxe_query_srq: the limit armed, 0 once it fired.
+		a := o.srq.Query()
+		return &attach.QuerySRQRep{MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, Limit: a.Limit}, -1, nil
 	case attach.OpCMCreateID, attach.OpCMBindAddr, attach.OpCMResolveAddr, attach.OpCMResolveRoute,
 		attach.OpCMListen, attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject, attach.OpCMDisconnect,
 		attach.OpCMEstablish, attach.OpCMInitQPAttr, attach.OpCMMigrateID, attach.OpCMSetOption, attach.OpCMNotify:
