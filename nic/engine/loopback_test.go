@@ -273,3 +273,44 @@ func TestLoopbackFullRing(t *testing.T) {
 		})
 	}
 }
+
+// TestBusyPollLoopback: under BusyPoll a ping-pong of SENDs between two QPs
+// of one device completes, its frames looped back, driven by the pollers'
+// passes (run to completion) and the engine goroutine's spin, which does not
+// sleep and wake again for each frame.
+func TestBusyPollLoopback(t *testing.T) {
+	p := newPair(t, pairOpts{busy: true})
+	as, bs := loopPairs(t, p.a, 1)
+	a, b := as[0], bs[0]
+	spin := func(c *CQ) cq.WC {
+		var w [1]cq.WC
+		for end := time.Now().Add(10 * time.Second); c.Poll(w[:]) == 0; {
+			if time.Now().After(end) {
+				t.Fatal("no completion within 10 s")
+			}
+		}
+		return w[0]
+	}
+	fill(a.buf[:64], 1)
+	const n = 500
+	before := p.a.EngineCounters()
+	for i := range n {
+		recv(t, b, uint64(i), 1024, 64)
+		send(t, a, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}})
+		if w := spin(b.cq); w.Status != cq.Success || w.WRID != uint64(i) {
+			t.Fatalf("receive %d: %+v", i, w)
+		}
+		if w := spin(a.cq); w.Status != cq.Success || w.WRID != uint64(i) {
+			t.Fatalf("send %d: %+v", i, w)
+		}
+	}
+	after := p.a.EngineCounters()
+	waits, driven := after[EngIdleWaits]-before[EngIdleWaits], after[EngDriven]-before[EngDriven]
+	t.Logf("%d SENDs to itself: %d passes driven by pollers, %d waits of the engine goroutine", n, driven, waits)
+	// A wake-up a frame would be two a SEND (the engine goroutine, awake
+	// and spinning a while, takes some passes from the pollers).
+	if waits > n/2 {
+		t.Errorf("%d SENDs to itself: %d passes driven by pollers, %d waits of the engine goroutine", n, driven, waits)
+	}
+	checkLooped(t, p.a)
+}
