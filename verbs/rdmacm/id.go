@@ -209,7 +209,8 @@ func (id *ID) detach() {
 
 // ResolveAddr picks the local device and address for dst (rdma_resolve_addr):
 // src's, if given; else the device whose address dst is (a connection to
-// itself); else the one device with an address of dst's family. The
+// itself); else the one device with an address of dst's family. An
+// unspecified dst is the chosen device's own address. The
 // result comes as ADDR_RESOLVED (or ADDR_ERROR).
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 	id.mu.Lock()
@@ -277,6 +278,11 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 		}
 	}
 	src = id.dev.GIDs()[id.sgid].Addr()
+	if dst.Addr().IsUnspecified() {
+		// The unspecified address is the device itself: the source GID
+		// is the destination's (cma_resolve_loopback).
+		dst = netip.AddrPortFrom(src, dst.Port())
+	}
 	if id.att != nil { // ADDR_RESOLVED comes from the daemon
 		if err := id.att.ResolveAddr(src, dst); err != nil {
 			return err

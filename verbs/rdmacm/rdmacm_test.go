@@ -873,6 +873,14 @@ func TestSRQBitFromTheIDsQP(t *testing.T) {
 // the device (rxe_loopback; the kernel resolves the address to the device's
 // own MAC), none on the link.
 func TestConnectToOwnAddress(t *testing.T) {
+	// The device's address, and the unspecified address with a source
+	// address (cma_resolve_loopback: the destination is the source).
+	for _, c := range []struct{ src, dst netip.Addr }{{netip.Addr{}, addrB}, {addrB, netip.IPv4Unspecified()}} {
+		t.Run(c.dst.String(), func(t *testing.T) { connectToOwnAddress(t, c.src, c.dst) })
+	}
+}
+
+func connectToOwnAddress(t *testing.T, src, dst netip.Addr) {
 	a, b := memDevices(t, cm.Config{PacketLifeTime: 8})
 	srv := listener(t, b, PSTCP, 7180)
 	cli := newSide(t, b)
@@ -881,7 +889,7 @@ func TestConnectToOwnAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.id.Destroy() })
-	if err := cli.id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(addrB, 7180)); err != nil {
+	if err := cli.id.ResolveAddr(src, netip.AddrPortFrom(dst, 7180)); err != nil {
 		t.Fatal(err)
 	}
 	getEvent(t, cli.ch, EventAddrResolved)
