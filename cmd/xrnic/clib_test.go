@@ -301,6 +301,7 @@ func TestCLibrary(t *testing.T) {
 			{[]string{"ib_write_bw", "-x", "1", "-s", "65536", "-n", "500"}, " 65536      500 "},
 			{[]string{"ib_send_bw", "-R", "-s", "65536", "-n", "300"}, " 65536      300 "},
 			{[]string{"ib_read_lat", "-R", "-s", "2", "-n", "300"}, " 2       300 "},
+			{[]string{"ib_send_bw", "-R", "-c", "UD", "-t", "16", "-n", "300"}, " 1024       300 "},
 		} {
 			t.Run(strings.Join(c.prog, " "), func(t *testing.T) {
 				looped, sent := engineCounter(t, b, "loopback"), engineCounter(t, b, "tx_frames")
@@ -312,6 +313,18 @@ func TestCLibrary(t *testing.T) {
 				}
 			})
 		}
+		t.Run("rping", func(t *testing.T) {
+			waitDetached(t, b)
+			sent := engineCounter(t, b, "tx_frames")
+			ip := p.B.IPv4.String()
+			srv := xrnicExec(t, &p.B, b, lib, "rping", "-s", "-a", ip, "-p", "7177", "-C", "10", "-v")
+			waitCMListener(t, b, srv)
+			cli := xrnicExec(t, &p.B, b, lib, "rping", "-c", "-a", ip, "-p", "7177", "-C", "10", "-v")
+			checkBoth(t, srv, cli, "ping data: rdma-ping-9: JKLMNOPQRSTUVWXYZ", true)
+			if sent = engineCounter(t, b, "tx_frames") - sent; sent != 0 {
+				t.Errorf("%d frames to the link", sent)
+			}
+		})
 	})
 	for _, d := range []*testDaemon{a, b} {
 		waitDetached(t, d)
