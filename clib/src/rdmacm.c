@@ -623,6 +623,8 @@ XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	if (!pd && !(pd = pd_of(id)))
 		return -1;
 	attr->qp_type = id->qp_type;
+	if (!attr->srq)
+		attr->srq = id->srq; /* rdma_create_srq's, if any */
 	/* Without CQs of the consumer's, the ID's own (librdmacm's
 	 * ucma_create_cqs). */
 	if (!attr->send_cq || !attr->recv_cq) {
@@ -679,6 +681,44 @@ XR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_e
 	if (!err)
 		attr->cap = a.cap;
 	return err;
+}
+
+/* rdma_create_srq: an SRQ of the ID, on pd or the ID's, which the QP
+ * rdma_create_qp makes then takes its receives from, and rdma_post_recv
+ * posts to (rdma_verbs.h). Basic SRQs only: xrnic has no XRC. */
+XR_EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	if (id->srq)
+		return fail(EINVAL);
+	if (!pd && !(pd = pd_of(id)))
+		return -1;
+	struct ibv_srq *srq = ibv_create_srq(pd, attr);
+	if (!srq)
+		return -1;
+	if (!id->pd)
+		id->pd = pd;
+	id->srq = srq;
+	return 0;
+}
+
+XR_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE))
+		return fail(EINVAL);
+	if (attr->srq_type != IBV_SRQT_BASIC || attr->comp_mask & ~(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD))
+		return fail(EOPNOTSUPP);
+	struct ibv_srq_init_attr a = {.srq_context = attr->srq_context, .attr = attr->attr};
+	int err = rdma_create_srq(id, (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	if (!err)
+		attr->attr = a.attr;
+	return err;
+}
+
+XR_EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (id->srq)
+		ibv_destroy_srq(id->srq);
+	id->srq = NULL;
 }
 
 XR_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
@@ -1036,6 +1076,7 @@ XR_EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 {
 	if (id->qp)
 		rdma_destroy_qp(id);
+	rdma_destroy_srq(id);
 	rdma_destroy_id(id); /* frees a passive endpoint's qp_init_attr */
 }
 

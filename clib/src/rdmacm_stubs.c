@@ -1,5 +1,5 @@
 /* librdmacm's calls that xrnic's does not make yet (rsockets, multicast,
- * SRQs of an ID, ECE): each fails with ENOSYS. rdma_cma.h is not
+ * ECE): each fails with ENOSYS. rdma_cma.h is not
  * included: the stubs' prototypes are not its. */
 #include <errno.h>
 

@@ -215,6 +215,12 @@ func TestCLibrary(t *testing.T) {
 		bin := buildCProg(t, "srqbit")
 		serve(t, []string{bin, "server", p.B.IPv4.String()}, []string{bin, "client", p.B.IPv4.String()}, "ok")
 	})
+	// An ID's own SRQ (rdma_create_srq), which its QP and rdma_post_recv
+	// take (clib/test/cmsrq.c).
+	t.Run("cmsrq", func(t *testing.T) {
+		bin := buildCProg(t, "cmsrq")
+		serve(t, []string{bin, "server", p.B.IPv4.String()}, []string{bin, "client", p.B.IPv4.String()}, "ok")
+	})
 	// rdma_set_option reaches the daemon's ID (clib/test/cmoption.c):
 	// REUSEADDR lets two IDs bind one port, which without it the second
 	// bind refuses (EADDRINUSE); a client's TOS is its QP's traffic class,
