@@ -51,6 +51,11 @@ func (d *Device) checkAV(av *AV) (p routeParams, needMAC bool, err error) {
 	p.flowLabel = av.FlowLabel & 0xFFFFF
 	p.hopLimit = av.HopLimit
 	local := d.portAddr(p.dst)
+	if IsMcastGID(av.DGID) {
+		// The group's MAC, whatever the AV says (ib_resolve_eth_dmac).
+		mcastRouteParams(&p, av.DGID)
+		return p, false, nil
+	}
 	switch {
 	case len(av.DMAC) == 6:
 		p.dmac = wire.MAC(av.DMAC)

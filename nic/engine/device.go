@@ -238,6 +238,13 @@ type Device struct {
 	macs    map[netip.Addr]wire.MAC // resolved next hops
 	res     resolver                // next-hop resolutions in flight
 	nsRes   *netdev.Resolver        // the default ResolveMAC's namespace, if any
+
+	// Multicast groups (mcast.go): the control side under mcMu, and the
+	// receive path's snapshot of the shards with members.
+	mcMu       sync.Mutex
+	mcgs       map[netdev.GID]*mcGroup
+	mcAttached int
+	mcast      atomic.Pointer[mcastTable]
 }
 
 type ctlReq struct {
@@ -338,6 +345,7 @@ func OpenQueues(links []link.Link, cfg Config) (*Device, error) {
 		cqs:     make(map[*CQ]struct{}),
 		nextQPN: minQPN,
 		macs:    make(map[netip.Addr]wire.MAC),
+		mcgs:    make(map[netdev.GID]*mcGroup),
 		nsRes:   nsResolver,
 	}
 	if len(info.MAC) == 6 {
@@ -668,6 +676,7 @@ type engine struct {
 	polled   bool                     // the goroutine's: busy pollers drove while it last slept
 	nap      *time.Timer              // the goroutine's: waitKick's timer
 	rooms    map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
+	mcg      map[netdev.GID][]*QP     // this shard's members of each multicast group (mcast.go)
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -763,7 +772,7 @@ func (e *engine) receive() bool {
 		e.sh.ecnt.inc(EngRxBatches)
 		e.sh.ecnt.add(EngRxFrames, uint64(n))
 		for _, f := range e.rxFrames[:n] {
-			e.handleFrame(f)
+			e.handleFrame(f, false)
 		}
 		e.rx.Reclaim()
 		if n < len(e.rxFrames) {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/xrnic/xrnic/nic/link"
+	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/wire"
 )
 
@@ -30,6 +31,10 @@ type route struct {
 	// loop: the destination is the device itself, and frames go back to
 	// its receive path, not the link (rxe_prepare's RXE_LOOPBACK_MASK).
 	loop bool
+	// mcast: the destination is multicast group mgid (the DGID), whose
+	// members on the device get a copy too (loopMcast).
+	mcast bool
+	mgid  netdev.GID
 }
 
 // routeParams describe a path (the address vector part of ibv_ah_attr with its GRH).
@@ -41,6 +46,8 @@ type routeParams struct {
 	flowLabel  uint32
 	hopLimit   uint8
 	loop       bool // route.loop
+	mcast      bool // route.mcast
+	mgid       netdev.GID
 }
 
 // newRoute builds the header template of p. The IPv4 header is sent with DF and TTL
@@ -50,7 +57,7 @@ func newRoute(p routeParams) (*route, error) {
 	if p.src.Is4() != p.dst.Is4() || !p.src.IsValid() || !p.dst.IsValid() {
 		return nil, errorf(ErrInvalid, "source %v and destination %v are not of one IP family", p.src, p.dst)
 	}
-	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac, loop: p.loop}
+	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac, loop: p.loop, mcast: p.mcast, mgid: p.mgid}
 	if !rt.v6 {
 		s, d := p.src.As4(), p.dst.As4()
 		rt.from4 = uint64(binary.LittleEndian.Uint32(d[:])) | uint64(binary.LittleEndian.Uint32(s[:]))<<32

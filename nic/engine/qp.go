@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
 )
@@ -54,6 +55,11 @@ type QP struct {
 
 	dbNext   *QP // doorbell stack link, owned by whoever holds dbQueued
 	dbQueued atomic.Bool
+
+	// Multicast groups it is attached to (mcast.go), guarded by d.mcMu;
+	// mcDead: destroyed, it attaches to none any more.
+	mcgs   []netdev.GID
+	mcDead bool
 
 	// ---- engine ----
 	live       bool // in the engine's QP table
@@ -276,6 +282,9 @@ func (qp *QP) Query() (QPAttr, QPInitAttr, error) {
 // fail with ErrClosed.
 func (qp *QP) Destroy() *Op {
 	qp.n.dead.Store(true) // its events are discarded from now on
+	if qp.typ == qpattr.UD {
+		qp.dropAllMcast()
+	}
 	return qp.sh.execClose(&qp.n, func(e *engine) error {
 		if !qp.live {
 			return errorf(ErrClosed, "QP %#x", qp.qpn)
@@ -303,6 +312,9 @@ func (e *engine) destroyQP(qp *QP) {
 	qp.live = false
 	e.account(qp) // out of its destination's room
 	e.qps.remove(qp.qpn)
+	if len(e.mcg) > 0 {
+		e.forgetMcastAll(qp)
+	}
 	// Its type 2 windows go with it: a new QP may get its number, and must not
 	// inherit what a peer was given for this one.
 	e.d.mrs.InvalidateWindows(qp.qpn)

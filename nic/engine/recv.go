@@ -13,12 +13,17 @@ import (
 // handleFrame parses one received frame in place and hands it on: to its QP's
 // engine when that is another queue's (shard.go), else to its QP's responder
 // or completer. Whatever is wrong with it is counted and dropped; nothing here
-// fails or allocates.
-func (e *engine) handleFrame(b []byte) {
+// fails or allocates. handed: another shard (or a send, loopBack) handed it
+// over.
+func (e *engine) handleFrame(b []byte, handed bool) {
 	p := &e.pkt
 	c := &e.d.cnt
 	if err := wire.Parse(b, p); err != nil {
 		c.inc(CntRcvdMalformed)
+		return
+	}
+	if p.BTH.DestQPN() == McastQPN { // rxe_rcv's IB_MULTICAST_QPN
+		e.rcvMcast(b, handed)
 		return
 	}
 	if len(e.d.sh) > 1 {
@@ -102,7 +107,8 @@ func (e *engine) checkQP(qp *QP, p *wire.Packet, mask wire.OpMask) bool {
 		c.inc(CntRcvdBadQKey)
 		return false
 	}
-	if !e.ourAddr(p) {
+	// A multicast destination is no GID of the port (rxe_chk_dgid lets it by).
+	if p.BTH.DestQPN() != McastQPN && !e.ourAddr(p) {
 		c.inc(CntRcvdBadAddr)
 		return false
 	}

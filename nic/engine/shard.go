@@ -589,7 +589,7 @@ func (e *engine) takeHanded() bool {
 		if !ok {
 			break
 		}
-		e.handleFrame(f) // this engine's QP: handled here
+		e.handleFrame(f, true) // this engine's QP (or group members): handled here
 		h.done()
 	}
 	return n > 0

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/xrnic/xrnic/nic/errs"
@@ -210,4 +211,14 @@ type Stats struct {
 	RxDropped         uint64 // received but dropped (buffer too small, malformed for this link)
 	TxDropped         uint64 // taken by WriteBatch but not sent (unroutable, too long)
 	TxErrors          uint64 // the kernel refused to send
+}
+
+// Multicaster is a Link whose interface filters multicast frames (a NIC's
+// MAC filter): the engine asks it for a group's frames when a QP first joins
+// the group and tells it when the last leaves, as rxe_mcast_add and
+// rxe_mcast_del do for the netdev. ip is the group's address (IPv4 or IPv6).
+// Safe from any goroutine.
+type Multicaster interface {
+	JoinGroup(ip netip.Addr) error
+	LeaveGroup(ip netip.Addr) error
 }
