@@ -451,3 +451,34 @@ func TestAttachLiveOtherHostMAC(t *testing.T) {
 		}
 	}
 }
+
+// RoCEv2 frames to a multicast MAC (a UD multicast group's, ip_eth_mc_map or
+// ipv6_eth_mc_map) are the engine's, which keeps the groups' members: the
+// interface's filter passed them because a QP joined (rxe_mcast_add's
+// dev_mc_add). Other traffic to those MACs stays the kernel's.
+func TestAttachLiveMulticastMAC(t *testing.T) {
+	for _, mode := range []AttachMode{AttachGeneric, AttachNative} {
+		p := newVeth(t, testenv.PairOptions{})
+		att, err := attach(t, &p.A, AttachOptions{Mode: mode})
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		t.Cleanup(func() { att.Close() })
+		x := newTestXSK(t, &p.A, 0)
+		if err := att.RegisterSocket(0, x.fd); err != nil {
+			t.Fatalf("%s: RegisterSocket: %v", mode, err)
+		}
+		sendRaw(t, &p.B, []byte{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03}, [][]byte{
+			eth(etherIPv4, ipv4(protoUDP, roce(64))),
+			eth(etherIPv4, ipv4(protoUDP, udp(40000, 53, make([]byte, 32)))),
+		})
+		sendRaw(t, &p.B, []byte{0x33, 0x33, 0x00, 0x01, 0x23, 0x45}, [][]byte{eth(etherIPv6, ipv6(protoUDP, roce(64)))})
+		got := waitCounters(t, att, 3)
+		if want := (Counters{Seen: 3, Redirected: 2, Passed: 1}); got != want {
+			t.Errorf("%s: got counters %+v, want %+v", mode, got, want)
+		}
+		if n := x.received(t); n != 2 {
+			t.Errorf("%s: socket got %d frames, want 2", mode, n)
+		}
+	}
+}

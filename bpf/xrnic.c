@@ -4,8 +4,8 @@
 
 // xrnic's XDP program: steers RoCEv2 frames (UDP destination port 4791 over IPv4
 // or IPv6, optionally behind one 802.1Q or 802.1ad tag) to the AF_XDP socket bound
-// to the receive queue when addressed to the interface's MAC, and passes everything
-// else to the kernel (ARP, ND, ICMP, TCP, other UDP, other MACs), so the kernel keeps resolving neighbours for us (DESIGN.md,
+// to the receive queue when addressed to the interface's MAC or a multicast MAC, and
+// passes everything else to the kernel (ARP, ND, ICMP, TCP, other UDP, other MACs), so the kernel keeps resolving neighbours for us (DESIGN.md,
 // "Addresses"). Built with bpf2go (gen.go); the object is committed.
 //
 // Steered frames have a fixed layout the engine can rely on: Ethernet, at most one
@@ -324,8 +324,11 @@ static __always_inline enum fault inject(struct xdp_md *ctx, __u64 *rng, __u64 *
 	return FAULT_CORRUPT;
 }
 
-// to_other_mac reports whether the frame is addressed to a MAC other than the
-// interface's (self_mac), when that is set.
+// to_other_mac reports whether the frame is addressed to a unicast MAC other
+// than the interface's (self_mac), when that is set. A multicast MAC (the group
+// bit) is the engine's: the interface's filter passed it because a QP joined
+// its group (rxe_mcast_add's dev_mc_add), and the engine drops groups it has no
+// member of, as rxe_rcv_mcast_pkt does.
 static __always_inline int to_other_mac(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -337,6 +340,8 @@ static __always_inline int to_other_mac(struct xdp_md *ctx)
 	int i;
 
 	if ((void *)(eth + 1) > data_end)
+		return 0;
+	if (eth->h_dest[0] & 1)
 		return 0;
 	m = bpf_map_lookup_elem(&self_mac, &zero);
 	if (!m)
