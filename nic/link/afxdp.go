@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,12 +71,14 @@ type AFXDP struct {
 	txLen   int           // TxBufLen
 	closed  atomic.Bool
 	dropped atomic.Uint64 // frames longer than the reader's buffer
+	mcast   *mcastJoiner  // the multicast groups the engine asked for (Multicaster)
 }
 
 var (
-	_ Link     = (*AFXDP)(nil)
-	_ Lender   = (*AFXDP)(nil)
-	_ TxLender = (*AFXDP)(nil)
+	_ Link        = (*AFXDP)(nil)
+	_ Lender      = (*AFXDP)(nil)
+	_ TxLender    = (*AFXDP)(nil)
+	_ Multicaster = (*AFXDP)(nil)
 )
 
 // NewAFXDP attaches the steering program (unless opts.Attachment is given), opens an
@@ -138,11 +141,25 @@ func NewAFXDP(opts AFXDPOptions) (_ *AFXDP, err error) {
 	if err := l.att.RegisterSocket(opts.Queue, l.sock.FD()); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	// In the link's namespace, which a later join may not run in.
+	if l.mcast, err = newMcastJoiner(ifc.Index); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	return l, nil
 }
 
+// JoinGroup implements Multicaster: the interface takes the frames of group
+// ip (its MAC in the filter, IGMP or MLD), which the program steers here.
+func (l *AFXDP) JoinGroup(ip netip.Addr) error { return l.mcast.join(ip, true) }
+
+// LeaveGroup implements Multicaster.
+func (l *AFXDP) LeaveGroup(ip netip.Addr) error { return l.mcast.join(ip, false) }
+
 // release undoes NewAFXDP: unregister, close the socket, detach what we attached.
 func (l *AFXDP) release() {
+	if l.mcast != nil {
+		l.mcast.close()
+	}
 	if l.sock != nil {
 		if l.att != nil {
 			_ = l.att.UnregisterSocket(l.queue)
