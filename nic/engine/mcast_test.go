@@ -18,6 +18,7 @@ import (
 	"github.com/xrnic/xrnic/nic/netdev"
 	"github.com/xrnic/xrnic/nic/qpattr"
 	"github.com/xrnic/xrnic/nic/wire"
+	"github.com/xrnic/xrnic/testenv"
 )
 
 // mcLink records the groups its device asks for (link.Multicaster).
@@ -325,5 +326,33 @@ func TestMcastDoesNotAllocate(t *testing.T) {
 	t.Logf("%d allocations for 200 multicast sends, %d for 2000", small, big)
 	if big > small+100 {
 		t.Errorf("%d allocations for 200 multicast sends, %d for 2000: the multicast path allocates", small, big)
+	}
+}
+
+// TestMcastVeth: a UD send to a group crosses a veth pair between two AF_XDP
+// devices: the receiver's device joined the group on its interface and its
+// XDP program steers the group's MAC to the engine.
+func TestMcastVeth(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	for _, v6 := range []bool{false, true} {
+		t.Run(name("v6=%v", v6), func(t *testing.T) {
+			a, b := vethNodes(t, p, link.KindAFXDP, v6, qpattr.MTU1024, qpattr.UD)
+			udUp(t, a, 9)
+			udUp(t, b, 9)
+			mgid := testMGID(v6)
+			attach(t, b, mgid)
+			ah, err := a.pd.CreateAH(AV{DGID: mgid})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ah.Destroy()
+			recv(t, b, 1, 0, 1024)
+			send(t, a, SendWR{WRID: 2, Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("over the veth"), AH: ah,
+				RemoteQPN: McastQPN, RemoteQKey: 9})
+			pollOne(t, a.cq)
+			checkWC(t, pollOne(t, b.cq), cq.WC{WRID: 1, Opcode: cq.Recv, ByteLen: 40 + 13, QPN: b.qp.QPN(),
+				SrcQP: a.qp.QPN(), Flags: cq.GRH})
+			detach(t, b, mgid)
+		})
 	}
 }
