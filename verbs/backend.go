@@ -152,6 +152,14 @@ type BackendQP interface {
 	Destroy() error
 }
 
+// BackendMcastQP is a BackendQP that attaches to multicast groups
+// (ibv_attach_mcast, ibv_detach_mcast); a backend without it answers
+// ErrUnsupported.
+type BackendMcastQP interface {
+	AttachMcast(gid GID, lid uint16) error
+	DetachMcast(gid GID, lid uint16) error
+}
+
 // ErrNoAttacher is Options.Attach without an attached backend registered.
 var ErrNoAttacher = fmt.Errorf("verbs: no attached backend (import github.com/xrnic/xrnic/verbs/remote): %w", ErrUnsupported)
 

@@ -820,11 +820,46 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	return qp.e.PostRecv(wrs)
 }
 
+// Destroy destroys the QP (ibv_destroy_qp). A QP attached to multicast groups
+// is not destroyed: ErrBusy, as uverbs_free_qp answers a user's destroy until
+// every group is detached (Close detaches them, as uverbs does when the
+// process goes).
 func (qp *QP) Destroy() *Op {
 	if qp.r != nil {
 		return qp.pd.d.untrack(EventOnQP, qp.r.Handle(), attachedOp(qp.r.Destroy()))
 	}
+	if qp.e.McastAttached() {
+		return attachedOp(errQPMcastBusy)
+	}
 	return qp.e.Destroy()
+}
+
+var errQPMcastBusy = fmt.Errorf("verbs: destroy of a QP attached to multicast groups (detach them first): %w", ErrBusy)
+
+// AttachMcast attaches the UD QP to the multicast group gid (ibv_attach_mcast):
+// it receives the group's packets, sent to DestQPN 0xFFFFFF with its Q_Key.
+// lid is ignored on RoCE (IBA A17.5.6). A QP that is not UD or a GID that is
+// not multicast is ErrInvalid, as are rxe's limits; attaching twice is no error.
+func (qp *QP) AttachMcast(gid GID, lid uint16) error {
+	if qp.r != nil {
+		if m, ok := qp.r.(BackendMcastQP); ok {
+			return m.AttachMcast(gid, lid)
+		}
+		return errAttached("AttachMcast")
+	}
+	return qp.e.AttachMcast(gid)
+}
+
+// DetachMcast detaches the QP from the multicast group gid (ibv_detach_mcast):
+// ErrInvalid when it is not attached to it.
+func (qp *QP) DetachMcast(gid GID, lid uint16) error {
+	if qp.r != nil {
+		if m, ok := qp.r.(BackendMcastQP); ok {
+			return m.DetachMcast(gid, lid)
+		}
+		return errAttached("DetachMcast")
+	}
+	return qp.e.DetachMcast(gid)
 }
 
 func (qp *QP) Close() *Op {

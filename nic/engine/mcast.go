@@ -335,3 +335,11 @@ func mcastRouteParams(p *routeParams, dgid netdev.GID) {
 	p.mcast = true
 	p.mgid = dgid
 }
+
+// McastAttached reports whether the QP is attached to a multicast group
+// (uverbs refuses a user's destroy of such a QP: uverbs_free_qp).
+func (qp *QP) McastAttached() bool {
+	qp.d.mcMu.Lock()
+	defer qp.d.mcMu.Unlock()
+	return len(qp.mcgs) > 0
+}
