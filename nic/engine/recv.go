@@ -22,12 +22,9 @@ func (e *engine) handleFrame(b []byte, handed bool) {
 		c.inc(CntRcvdMalformed)
 		return
 	}
-	if p.BTH.DestQPN() == McastQPN { // rxe_rcv's IB_MULTICAST_QPN
-		e.rcvMcast(b, handed)
-		return
-	}
-	if len(e.d.sh) > 1 {
-		if to := e.d.shardOf(p.BTH.DestQPN()); to != e.sh {
+	dqpn := p.BTH.DestQPN()
+	if len(e.d.sh) > 1 && dqpn != McastQPN {
+		if to := e.d.shardOf(dqpn); to != e.sh {
 			e.handOver(to, b)
 			return
 		}
@@ -41,8 +38,12 @@ func (e *engine) handleFrame(b []byte, handed bool) {
 		c.inc(CntRcvdPkts) // congestion control is not modelled
 		return
 	}
-	qp := e.qps.get(p.BTH.DestQPN())
+	qp := e.qps.get(dqpn)
 	if qp == nil {
+		if dqpn == McastQPN { // rxe_rcv's IB_MULTICAST_QPN, no QP's number
+			e.rcvMcast(b, handed)
+			return
+		}
 		c.inc(CntRcvdUnknownQP)
 		return
 	}
