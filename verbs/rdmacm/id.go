@@ -209,9 +209,9 @@ func (id *ID) detach() {
 
 // ResolveAddr picks the local device and address for dst (rdma_resolve_addr):
 // src's, if given; else the device whose address dst is (a connection to
-// itself); else the one device with an address of dst's family. An
-// unspecified dst is the chosen device's own address. The
-// result comes as ADDR_RESOLVED (or ADDR_ERROR).
+// itself); else the one device with an address of dst's family (the first
+// for an unspecified dst). An unspecified dst is the chosen device's own
+// address. The result comes as ADDR_RESOLVED (or ADDR_ERROR).
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
@@ -239,13 +239,17 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 		for _, dv := range verbs.Devices() {
 			for i, g := range dv.GIDs() {
 				if g.Addr().Is4() == dst.Addr().Is4() {
-					d, sgid = dv, uint8(i)
+					if n == 0 {
+						d, sgid = dv, uint8(i)
+					}
 					n++
 					break
 				}
 			}
 		}
-		if n != 1 {
+		// The unspecified address takes the first device, not a route
+		// (cma_bind_loopback); any other address needs the only one.
+		if n == 0 || n > 1 && !dst.Addr().IsUnspecified() {
 			return fmt.Errorf("rdmacm: %d devices can reach %v: name a source address: %w", n, dst.Addr(), verbs.ErrInvalid)
 		}
 	}

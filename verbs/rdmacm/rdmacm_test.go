@@ -942,3 +942,24 @@ func connectToOwnAddress(t *testing.T, src, dst netip.Addr) {
 			c[verbs.EngLoopback], c[verbs.EngTxFrames], a.EngineCounters()[verbs.EngRxFrames])
 	}
 }
+
+// TestResolveUnspecifiedOfSeveralDevices: the unspecified address with no
+// source resolves to the first device, its own address the destination
+// (cma_resolve_loopback, cma_bind_loopback: the first device with an active
+// port), however many devices there are; it is no route to choose.
+func TestResolveUnspecifiedOfSeveralDevices(t *testing.T) {
+	a, _ := memDevices(t, cm.Config{})
+	s := newSide(t, a)
+	id, err := s.ch.CreateID(nil, PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Destroy()
+	if err := id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(netip.IPv4Unspecified(), 7182)); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, s.ch, EventAddrResolved)
+	if src, dst := id.LocalAddr(), id.PeerAddr(); src.Addr() != addrA || dst != netip.AddrPortFrom(addrA, 7182) {
+		t.Fatalf("resolved %v to %v, want the first device's %v to itself", src, dst, addrA)
+	}
+}
