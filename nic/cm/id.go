@@ -567,7 +567,7 @@ func (id *ID) SendRTU(private []byte) error {
 // Established moves a passive ID whose RTU was lost to Established when data
 // arrives on its QP first (ib_cm_notify IB_EVENT_COMM_EST, cm_establish): the
 // REP is no longer retransmitted, USER_ESTABLISHED follows, and the late RTU
-// is counted as in the wrong state. ErrIsConn when established already,
+// is counted a duplicate (cm_rtu_handler). ErrIsConn when established already,
 // ErrState from any other state.
 func (id *ID) Established() error {
 	c := id.cm
