@@ -222,6 +222,15 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 	if id.st == stAddrBound && id.dev != nil {
 		src = id.src.Addr()
 	}
+	// The ID's family, the bound address's or the source's, must be dst's
+	// (resolve_prepare_src: EINVAL), the unspecified dst's too.
+	fam := src
+	if id.st == stAddrBound {
+		fam = id.src.Addr()
+	}
+	if fam.IsValid() && fam.Unmap().Is4() != dst.Addr().Is4() {
+		return fmt.Errorf("rdmacm: source %v for destination %v: %w", fam, dst.Addr(), verbs.ErrInvalid)
+	}
 	var d *verbs.Device
 	var sgid uint8
 	if src.IsValid() && !src.IsUnspecified() {

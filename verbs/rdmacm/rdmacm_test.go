@@ -963,3 +963,31 @@ func TestResolveUnspecifiedOfSeveralDevices(t *testing.T) {
 		t.Fatalf("resolved %v to %v, want the first device's %v to itself", src, dst, addrA)
 	}
 }
+
+// TestResolveAddrFamily: a destination of another family than the ID's
+// source, or than the address it is bound to, is EINVAL (resolve_prepare_src),
+// the unspecified address of that family too: it resolved, an IPv4 source to
+// an IPv6 peer, or "::" to the IPv4 source itself.
+func TestResolveAddrFamily(t *testing.T) {
+	a, _ := memDevices(t, cm.Config{})
+	s := newSide(t, a)
+	for _, dst := range []netip.Addr{netip.IPv6Unspecified(), netip.MustParseAddr("fd00::1")} {
+		for _, bound := range []bool{false, true} {
+			id, err := s.ch.CreateID(nil, PSTCP)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := addrA
+			if bound {
+				if err := id.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)); err != nil {
+					t.Fatal(err)
+				}
+				src = netip.Addr{}
+			}
+			if err := id.ResolveAddr(src, netip.AddrPortFrom(dst, 7183)); !errors.Is(err, verbs.ErrInvalid) {
+				t.Errorf("bound %v, source %v, destination %v: %v (peer %v), want EINVAL", bound, src, dst, err, id.PeerAddr())
+			}
+			id.Destroy()
+		}
+	}
+}
