@@ -304,6 +304,20 @@ func errState(qp *QP) (qpattr.State, bool) {
 	return st, st == qpattr.Err
 }
 
+// spinPoll polls c until it returns a completion, as a busy poller does
+// (under Config.BusyPoll each empty poll drives the engine), failing the test
+// after 10 s.
+func spinPoll(t testing.TB, c *CQ) cq.WC {
+	t.Helper()
+	var w [1]cq.WC
+	for end := time.Now().Add(10 * time.Second); c.Poll(w[:]) == 0; {
+		if time.Now().After(end) {
+			t.Fatal("no completion within 10 s")
+		}
+	}
+	return w[0]
+}
+
 // pollOne polls exactly one completion.
 func pollOne(t testing.TB, c *CQ) cq.WC {
 	t.Helper()

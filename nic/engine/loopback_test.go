@@ -282,25 +282,16 @@ func TestBusyPollLoopback(t *testing.T) {
 	p := newPair(t, pairOpts{busy: true})
 	as, bs := loopPairs(t, p.a, 1)
 	a, b := as[0], bs[0]
-	spin := func(c *CQ) cq.WC {
-		var w [1]cq.WC
-		for end := time.Now().Add(10 * time.Second); c.Poll(w[:]) == 0; {
-			if time.Now().After(end) {
-				t.Fatal("no completion within 10 s")
-			}
-		}
-		return w[0]
-	}
 	fill(a.buf[:64], 1)
 	const n = 500
 	before := p.a.EngineCounters()
 	for i := range n {
 		recv(t, b, uint64(i), 1024, 64)
 		send(t, a, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}})
-		if w := spin(b.cq); w.Status != cq.Success || w.WRID != uint64(i) {
+		if w := spinPoll(t, b.cq); w.Status != cq.Success || w.WRID != uint64(i) {
 			t.Fatalf("receive %d: %+v", i, w)
 		}
-		if w := spin(a.cq); w.Status != cq.Success || w.WRID != uint64(i) {
+		if w := spinPoll(t, a.cq); w.Status != cq.Success || w.WRID != uint64(i) {
 			t.Fatalf("send %d: %+v", i, w)
 		}
 	}

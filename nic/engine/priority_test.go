@@ -133,23 +133,14 @@ func TestBusyPollRunToCompletion(t *testing.T) {
 	const n = 200
 	fill(a.buf[:64], 1)
 	fill(b.buf[:64], 2)
-	spin := func(c *CQ) cq.WC {
-		var w [1]cq.WC
-		for end := time.Now().Add(10 * time.Second); c.Poll(w[:]) == 0; {
-			if time.Now().After(end) {
-				t.Fatal("no completion within 10 s")
-			}
-		}
-		return w[0]
-	}
 	ping := func(from, to *node, i int) {
 		recv(t, to, uint64(i), 1024, 64)
 		send(t, from, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{from.mr.SGE(0, 64)}})
-		if w := spin(to.cq); w.Status != cq.Success || w.WRID != uint64(i) || w.ByteLen != 64 {
+		if w := spinPoll(t, to.cq); w.Status != cq.Success || w.WRID != uint64(i) || w.ByteLen != 64 {
 			t.Fatalf("receive %d: %+v", i, w)
 		}
 		checkBytes(t, name("send %d", i), to.buf[1024:1024+64], from.buf[:64])
-		if w := spin(from.cq); w.Status != cq.Success || w.WRID != uint64(i) {
+		if w := spinPoll(t, from.cq); w.Status != cq.Success || w.WRID != uint64(i) {
 			t.Fatalf("send %d: %+v", i, w)
 		}
 	}
