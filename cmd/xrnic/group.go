@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/internal/procstatus"
 )
 
 // openToGroup opens the attach socket at path to the processes of group
@@ -43,7 +43,7 @@ func openToGroup(path, group string) (func(unix.Ucred) bool, error) {
 // (the Groups line of /proc/PID/status: SO_PEERCRED gives the primary group
 // only).
 func inGroups(pid int32, gid int) bool {
-	v, _ := server.StatusField(pid, "Groups")
+	v, _ := procstatus.Field(pid, "Groups")
 	for _, f := range strings.Fields(v) {
 		if n, err := strconv.Atoi(f); err == nil && n == gid {
 			return true

@@ -1,10 +1,11 @@
 package server
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
+
+	"github.com/xrnic/xrnic/internal/procstatus"
 )
 
 // capable reports whether process pid holds capability c in its effective set
@@ -21,26 +22,10 @@ func capable(pid int32, c int) bool {
 	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/user", pid)); err != nil || ns != own {
 		return false
 	}
-	v, ok := StatusField(pid, "CapEff")
+	v, ok := procstatus.Field(pid, "CapEff")
 	if !ok {
 		return false
 	}
 	bits, err := strconv.ParseUint(v, 16, 64)
 	return err == nil && c < 64 && bits&(1<<c) != 0
-}
-
-// StatusField returns the value of the line name of /proc/PID/status
-// ("CapEff", "Groups"), trimmed; false when the process or the line cannot
-// be read.
-func StatusField(pid int32, name string) (string, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return "", false
-	}
-	for l := range bytes.Lines(b) {
-		if rest, ok := bytes.CutPrefix(l, []byte(name+":")); ok {
-			return string(bytes.TrimSpace(rest)), true
-		}
-	}
-	return "", false
 }
