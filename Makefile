@@ -32,7 +32,7 @@ test-unit:
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	# Whole-process allocation counts mean nothing under -race (sync.Pool drops
 	# items there), so the tests of them run once more without it.
-	$(GO) test -count=1 -run 'Allocat|NoAllocs|ZeroAlloc' ./cmd/internal/perftest/ ./nic/link/
+	$(GO) test -count=1 -run 'Allocat|NoAllocs|ZeroAlloc' ./cmd/internal/perftest/ ./nic/link/ ./nic/engine/
 
 # Each fuzz target runs a short, bounded budget (go test allows one target per run).
 fuzz:
