@@ -403,8 +403,8 @@ type refusedOption struct {
 const rawEth = "a raw Ethernet option: bench has no raw_ethernet tests"
 
 var refused = []refusedOption{
-	{"mcg", "g", false, "xrnic has no multicast groups"},
-	{"MGID", "M", true, "xrnic has no multicast groups"},
+	{"mcg", "g", false, "bench has no multicast tests yet"},
+	{"MGID", "M", true, "bench has no multicast tests yet"},
 	{"dualport", "O", false, "xrnic devices have one port"},
 	{"report-per-port", "", false, "xrnic devices have one port"},
 	{"report-counters", "W", true, "no hardware counters files (the daemon's metrics have xrnic's)"},
