@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -302,6 +303,17 @@ func errState(qp *QP) (qpattr.State, bool) {
 	}
 	st := qp.State()
 	return st, st == qpattr.Err
+}
+
+// mallocsOf returns the process's allocations while fn runs, after a GC:
+// the whole process counts, the engine's goroutines included.
+func mallocsOf(fn func()) uint64 {
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	fn()
+	runtime.ReadMemStats(&m1)
+	return m1.Mallocs - m0.Mallocs
 }
 
 // spinPoll polls c until it returns a completion, as a busy poller does

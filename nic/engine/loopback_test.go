@@ -167,31 +167,7 @@ func TestLoopbackDoesNotAllocate(t *testing.T) {
 	}
 	wcs := make([]cq.WC, len(wrs))
 	run := func(n int) uint64 {
-		var m0, m1 runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&m0)
-		deadline := time.Now().Add(30 * time.Second)
-		for i := 0; i < n; i += len(wrs) {
-			if _, err := a.qp.PostSend(wrs); err != nil {
-				t.Fatal(err)
-			}
-			for got := 0; got < len(wrs); {
-				k := a.cq.Poll(wcs)
-				for _, wc := range wcs[:k] {
-					if wc.Status != cq.Success {
-						t.Fatalf("WRITE: %+v", wc)
-					}
-				}
-				if got += k; k == 0 {
-					if time.Now().After(deadline) {
-						t.Fatalf("%d of %d completions", got, len(wrs))
-					}
-					runtime.Gosched()
-				}
-			}
-		}
-		runtime.ReadMemStats(&m1)
-		return m1.Mallocs - m0.Mallocs
+		return mallocsOf(func() { loopWrites(t, a, wrs, wcs, n) })
 	}
 	run(160)
 	small, big := run(1000), run(10000)
@@ -200,6 +176,31 @@ func TestLoopbackDoesNotAllocate(t *testing.T) {
 		t.Errorf("%d allocations for 1000 WRITEs, %d for 10000: the loopback path allocates", small, big)
 	}
 	checkLooped(t, p.a)
+}
+
+// loopWrites posts n of a's WRITEs, len(wrs) at a time, and polls their
+// completions.
+func loopWrites(t *testing.T, a *node, wrs []SendWR, wcs []cq.WC, n int) {
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < n; i += len(wrs) {
+		if _, err := a.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < len(wrs); {
+			k := a.cq.Poll(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.Status != cq.Success {
+					t.Fatalf("WRITE: %+v", wc)
+				}
+			}
+			if got += k; k == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d completions", got, len(wrs))
+				}
+				runtime.Gosched()
+			}
+		}
+	}
 }
 
 // TestLoopbackFullRing: frames to the device itself that find their engine's

@@ -301,25 +301,22 @@ func TestMcastDoesNotAllocate(t *testing.T) {
 		}
 	}
 	run := func(n int) uint64 {
-		var m0, m1 runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&m0)
-		for range n {
-			if _, err := la.qp.PostRecv(rla); err != nil {
-				t.Fatal(err)
+		return mallocsOf(func() {
+			for range n {
+				if _, err := la.qp.PostRecv(rla); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := rb.qp.PostRecv(rrb); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := snd.qp.PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
+				poll(snd.cq)
+				poll(la.cq)
+				poll(rb.cq)
 			}
-			if _, err := rb.qp.PostRecv(rrb); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := snd.qp.PostSend(wr); err != nil {
-				t.Fatal(err)
-			}
-			poll(snd.cq)
-			poll(la.cq)
-			poll(rb.cq)
-		}
-		runtime.ReadMemStats(&m1)
-		return m1.Mallocs - m0.Mallocs
+		})
 	}
 	run(100)
 	small, big := run(200), run(2000)
