@@ -37,6 +37,7 @@ static void layout(void)
 	S(xrnic_modify_qp);
 	S(xrnic_create_ah);
 	S(xrnic_destroy);
+	S(xrnic_mcast);
 	S(xrnic_event);
 	S(xrnic_create_srq);
 	S(xrnic_create_srq_rep);
@@ -62,6 +63,9 @@ static void layout(void)
 	F(xrnic_conn_param, private_data);
 	F(xrnic_cm_event, param);
 	F(xrnic_cm_event, ah_attr);
+	F(xrnic_mcast, qp);
+	F(xrnic_mcast, mlid);
+	printf("op_detach_mcast %d\n", XRNIC_OP_DETACH_MCAST);
 	F(xrnic_ring_hdr, cons);
 	F(xrnic_ring_hdr, flags);
 	F(xrnic_ring_hdr, arm);

@@ -67,7 +67,7 @@ func TestCLayout(t *testing.T) {
 		got[f[0]] = n
 	}
 	want := map[string]int{
-		"version": Version, "max_message": MaxMessage, "max_fds": MaxFDs,
+		"version": Version, "max_message": MaxMessage, "max_fds": MaxFDs, "op_detach_mcast": int(OpDetachMcast),
 		"xrnic_hdr": HeaderLen, "xrnic_ring_hdr": shm.HeaderLen, "xrnic_sge": 16, "xrnic_send_wqe": shm.SendHeadLen,
 		"xrnic_recv_wqe": shm.RecvEntrySize(0), "xrnic_cqe": shm.CQEntrySize,
 		// The rings' header and the entries, as nic/shm lays them.
@@ -82,7 +82,7 @@ func TestCLayout(t *testing.T) {
 		"xrnic_gid_req": GIDReq{}, "xrnic_gid_rep": GIDRep{}, "xrnic_handle_rep": HandleRep{}, "xrnic_reg_mr": RegMRReq{},
 		"xrnic_reg_mr_rep": RegMRRep{}, "xrnic_create_cq": CreateCQReq{}, "xrnic_create_cq_rep": CreateCQRep{},
 		"xrnic_create_qp": CreateQPReq{}, "xrnic_create_qp_rep": CreateQPRep{}, "xrnic_av": AV{}, "xrnic_qp_attr": QPAttr{},
-		"xrnic_modify_qp": ModifyQPReq{}, "xrnic_create_ah": CreateAHReq{}, "xrnic_destroy": DestroyReq{},
+		"xrnic_modify_qp": ModifyQPReq{}, "xrnic_create_ah": CreateAHReq{}, "xrnic_destroy": DestroyReq{}, "xrnic_mcast": McastReq{},
 		"xrnic_event": EventMsg{}, "xrnic_create_srq": CreateSRQReq{}, "xrnic_create_srq_rep": CreateSRQRep{},
 		"xrnic_modify_srq": ModifySRQReq{}, "xrnic_query_srq_rep": QuerySRQRep{}, "xrnic_sockaddr": SockAddr{}, "xrnic_conn_param": CMParam{},
 		"xrnic_cm_id_req": CMIDReq{}, "xrnic_cm_addr": CMAddrReq{}, "xrnic_cm_conn": CMConnReq{}, "xrnic_cm_option": CMOptionReq{},
@@ -97,7 +97,8 @@ func TestCLayout(t *testing.T) {
 		"xrnic_device.fw_ver": {DeviceRep{}, "FWVer"}, "xrnic_qp_attr.pkey_index": {QPAttr{}, "PKeyIndex"},
 		"xrnic_qp_attr.sq_draining": {QPAttr{}, "SQDrainNotify"}, "xrnic_qp_attr.ah_attr": {QPAttr{}, "AV"},
 		"xrnic_conn_param.private_data": {CMParam{}, "Private"}, "xrnic_cm_event.param": {CMEventMsg{}, "Param"},
-		"xrnic_cm_event.ah_attr": {CMEventMsg{}, "AV"},
+		"xrnic_cm_event.ah_attr": {CMEventMsg{}, "AV"}, "xrnic_mcast.qp": {McastReq{}, "QP"},
+		"xrnic_mcast.mlid": {McastReq{}, "MLID"},
 	} {
 		want[c] = offset(t, f.v, f.name)
 	}

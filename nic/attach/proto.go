@@ -75,6 +75,9 @@ const (
 	OpCMNotify
 	// ibv_query_srq: DestroyReq (KindSRQ), replied QuerySRQRep.
 	OpQuerySRQ
+	// ibv_attach_mcast, ibv_detach_mcast: McastReq (ib_uverbs_attach_mcast).
+	OpAttachMcast
+	OpDetachMcast
 	numOps
 )
 
@@ -82,7 +85,7 @@ var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID"
 	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ",
 	"CM_CREATE_ID", "CM_BIND_ADDR", "CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT",
 	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT", "CM_CREATE_CHANNEL", "CM_MIGRATE_ID",
-	"CM_SET_OPTION", "CM_NOTIFY", "QUERY_SRQ"}
+	"CM_SET_OPTION", "CM_NOTIFY", "QUERY_SRQ", "ATTACH_MCAST", "DETACH_MCAST"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -384,6 +387,15 @@ type (
 	DestroyReq struct {
 		Kind   uint32
 		Handle uint32
+	}
+	// McastReq is ATTACH_MCAST's and DETACH_MCAST's, laid out as struct
+	// ib_uverbs_attach_mcast: the group's GID, the QP, the MLID (ignored on
+	// RoCE, IBA A17.5.6).
+	McastReq struct {
+		GID  [16]byte
+		QP   uint32
+		MLID uint16
+		_    uint16
 	}
 	// EventMsg is an asynchronous event (enum ibv_event_type) on an object
 	// (its kind and handle; 0 for the device's and the port's).

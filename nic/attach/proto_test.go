@@ -19,7 +19,7 @@ func TestPayloadSizes(t *testing.T) {
 		{HelloReq{}, 8}, {HelloRep{}, 48}, {DeviceRep{}, 128}, {PortRep{}, 24}, {GIDReq{}, 8}, {GIDRep{}, 16},
 		{HandleRep{}, 8}, {RegMRReq{}, 32}, {RegMRRep{}, 16}, {CreateCQReq{}, 8}, {CreateCQRep{}, 16},
 		{CreateQPReq{}, 48}, {CreateQPRep{}, 56}, {AV{}, 24}, {QPAttr{}, 80}, {ModifyQPReq{}, 88},
-		{CreateAHReq{}, 32}, {DestroyReq{}, 8}, {EventMsg{}, 16}, {CreateSRQReq{}, 16}, {CreateSRQRep{}, 24},
+		{CreateAHReq{}, 32}, {DestroyReq{}, 8}, {McastReq{}, 24}, {EventMsg{}, 16}, {CreateSRQReq{}, 16}, {CreateSRQRep{}, 24},
 		{ModifySRQReq{}, 16}, {QuerySRQRep{}, 16}, {SockAddr{}, 24}, {CMParam{}, 216}, {CMIDReq{}, 8}, {CMAddrReq{}, 56},
 		{CMConnReq{}, 224}, {CMOptionReq{}, 16}, {CMInitQPAttrRep{}, 88}, {CMEventMsg{}, 304},
 	} {

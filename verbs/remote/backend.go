@@ -189,3 +189,5 @@ func (id attachedID) Connect(p rdmacm.ConnParam) error { return id.conn(attach.O
 func (id attachedID) Accept(p rdmacm.ConnParam) error  { return id.conn(attach.OpCMAccept, nil, p) }
 
 var _ rdmacm.AttachedCM = backend{}
+
+var _ verbs.BackendMcastQP = (*QP)(nil)

@@ -483,8 +483,26 @@ func (d *Device) publish(r *shm.Ring, k int) {
 // come from an SRQ takes none.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) { return q.rq.post(wrs) }
 
+// AttachMcast attaches the UD QP to the multicast group gid
+// (ibv_attach_mcast, ATTACH_MCAST): the daemon's checks, EINVAL as
+// ib_attach_mcast's; lid is ignored on RoCE.
+func (q *QP) AttachMcast(gid verbs.GID, lid uint16) error {
+	return q.mcast(attach.OpAttachMcast, gid, lid)
+}
+
+// DetachMcast detaches the QP from gid (ibv_detach_mcast): EINVAL when it is
+// not attached to it.
+func (q *QP) DetachMcast(gid verbs.GID, lid uint16) error {
+	return q.mcast(attach.OpDetachMcast, gid, lid)
+}
+
+func (q *QP) mcast(op attach.Op, gid verbs.GID, lid uint16) error {
+	_, err := q.pd.d.call(op, &attach.McastReq{GID: gid, QP: q.h, MLID: lid}, nil)
+	return err
+}
+
 // Destroy destroys the QP (ibv_destroy_qp); its outstanding WRs complete
-// flushed first.
+// flushed first. A QP attached to multicast groups is EBUSY (uverbs_free_qp).
 func (q *QP) Destroy() error {
 	if err := q.pd.d.destroy(attach.KindQP, q.h); err != nil {
 		return err

@@ -44,6 +44,8 @@ enum xrnic_op {
 	XRNIC_OP_CM_SET_OPTION,
 	XRNIC_OP_CM_NOTIFY,
 	XRNIC_OP_QUERY_SRQ,
+	XRNIC_OP_ATTACH_MCAST,
+	XRNIC_OP_DETACH_MCAST,
 };
 
 enum xrnic_kind {
@@ -105,6 +107,7 @@ struct xrnic_qp_attr {
 struct xrnic_modify_qp { uint32_t handle, mask; struct xrnic_qp_attr attr; };
 struct xrnic_create_ah { uint32_t pd, pad; struct xrnic_av av; };
 struct xrnic_destroy { uint32_t kind, handle; };
+struct xrnic_mcast { uint8_t gid[16]; uint32_t qp; uint16_t mlid, pad; };
 struct xrnic_event { uint32_t type, kind, handle, pad; };
 struct xrnic_create_srq { uint32_t pd, max_wr, max_sge, srq_limit; };
 struct xrnic_create_srq_rep { uint32_t handle, max_wr, max_sge, entries, entry_size, mem_len; };

@@ -389,6 +389,20 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		// rxe_query_srq: the limit armed, 0 once it fired.
 		a := o.srq.Query()
 		return &attach.QuerySRQRep{MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, Limit: a.Limit}, -1, nil
+	case attach.OpAttachMcast, attach.OpDetachMcast:
+		var req attach.McastReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, -1, err
+		}
+		// ib_uverbs_attach_mcast: a handle naming no QP is EINVAL.
+		o, err := ref[*qpObj](ss, attach.KindQP, req.QP)
+		if err != nil {
+			return nil, -1, err
+		}
+		if op == attach.OpAttachMcast {
+			return nil, -1, o.qp.AttachMcast(req.GID, req.MLID)
+		}
+		return nil, -1, o.qp.DetachMcast(req.GID, req.MLID)
 	case attach.OpCMCreateID, attach.OpCMBindAddr, attach.OpCMResolveAddr, attach.OpCMResolveRoute,
 		attach.OpCMListen, attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject, attach.OpCMDisconnect,
 		attach.OpCMEstablish, attach.OpCMInitQPAttr, attach.OpCMMigrateID, attach.OpCMSetOption, attach.OpCMNotify:
@@ -603,6 +617,11 @@ func (ss *session) teardown() int {
 			var err error
 			if c, ok := o.(*cmChanObj); ok {
 				err = c.shutdown()
+			} else if q, ok := o.(*qpObj); ok {
+				// Close, not Destroy: it leaves the QP's multicast groups,
+				// as ib_uverbs_detach_umcast does for a process that goes
+				// (a user's destroy of an attached QP is EBUSY).
+				err = q.qp.Close().Wait()
 			} else {
 				err = o.close()
 			}

@@ -1,0 +1,168 @@
+package remote
+
+import (
+	"errors"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xrnic/xrnic/nic/attach/server"
+	"github.com/xrnic/xrnic/nic/engine"
+	"github.com/xrnic/xrnic/verbs"
+)
+
+// udSteps are a UD QP's INIT, RTR and RTS with Q_Key qkey.
+func udSteps(qkey uint32) []struct {
+	a    verbs.QPAttr
+	mask verbs.AttrMask
+} {
+	return []struct {
+		a    verbs.QPAttr
+		mask verbs.AttrMask
+	}{
+		{verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSInit, Port: 1, QKey: qkey}},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
+		{verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTR}}, verbs.AttrState},
+		{verbs.QPAttr{Attr: verbs.QPBaseAttr{State: verbs.QPSRTS}}, verbs.AttrState | verbs.AttrSQPSN},
+	}
+}
+
+// TestRemoteMcast: ATTACH_MCAST and DETACH_MCAST. An attached QP gets a group's
+// UD send from the in-process peer; the daemon answers as uverbs does
+// (ib_uverbs_attach_mcast, ib_attach_mcast): EINVAL for a handle naming no QP
+// of the session's (another session's QP too), a QP not UD, a GID not
+// multicast and a detach of a group not attached; EBUSY for a destroy of an
+// attached QP (uverbs_free_qp). The session gone, its QP has left the group
+// (ib_uverbs_detach_umcast): the group's next packet finds no member.
+func TestRemoteMcast(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d := r.dial(t)
+	re := newRemoteEnd(t, d, verbs.UD)
+	rc := newRemoteEnd(t, d, verbs.RC)
+	le := newLocalEnd(t, r.b, verbs.UD)
+	for _, s := range udSteps(0x11) {
+		if err := re.qp.Modify(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+		if err := le.qp.ModifySync(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mgid := verbs.GIDFromAddr(netip.MustParseAddr("239.1.2.3"))
+	if err := re.qp.AttachMcast(mgid, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := re.qp.AttachMcast(mgid, 0); err != nil {
+		t.Fatalf("attach again: %v, want none (ib_uverbs_attach_mcast)", err)
+	}
+	for _, c := range []struct {
+		what string
+		err  error
+	}{
+		{"an RC QP", rc.qp.AttachMcast(mgid, 0)},
+		{"a unicast GID", re.qp.AttachMcast(gidA, 0)},
+		{"a handle naming no QP", (&QP{pd: re.pd, h: 999}).AttachMcast(mgid, 0)},
+		{"a PD's handle", (&QP{pd: re.pd, h: re.pd.h}).AttachMcast(mgid, 0)},
+		{"detach of a group not attached", re.qp.DetachMcast(verbs.GIDFromAddr(netip.MustParseAddr("239.9.9.9")), 0)},
+		{"detach by a handle naming no QP", (&QP{pd: re.pd, h: 999}).DetachMcast(mgid, 0)},
+	} {
+		if !errors.Is(c.err, syscall.EINVAL) {
+			t.Errorf("%s: %v, want EINVAL", c.what, c.err)
+		}
+	}
+	// Another session names the QP by its handle: not its own.
+	d2 := r.dial(t)
+	pd2, err := d2.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&QP{pd: pd2, h: re.qp.h}).AttachMcast(mgid, 0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("another session's QP: %v, want EINVAL", err)
+	}
+	if err := (&QP{pd: pd2, h: re.qp.h}).DetachMcast(mgid, 0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("detach of another session's QP: %v, want EINVAL", err)
+	}
+	if err := re.qp.Destroy(); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("destroy of an attached QP: %v, want EBUSY (uverbs_free_qp)", err)
+	}
+
+	ah, err := le.pd.CreateAH(verbs.AV{DGID: mgid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	send := func(wrid uint64) {
+		t.Helper()
+		copy(le.buf, "to the group")
+		if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: wrid, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{le.mr.SGE(0, 12)}, AH: ah, RemoteQPN: engine.McastQPN, RemoteQKey: 0x11}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := pollLocal(t, le.cq, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("send: %+v", wc)
+		}
+	}
+	if _, err := re.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGL: []verbs.SGE{re.mr.SGE(0, 256)}}}); err != nil {
+		t.Fatal(err)
+	}
+	send(1)
+	wc := pollRemote(t, re.cq, 1)[0]
+	if wc.Status != verbs.WCSuccess || wc.WRID != 7 || wc.ByteLen != 40+12 || wc.SrcQP != le.qp.QPN() {
+		t.Fatalf("receive: %+v", wc)
+	}
+	if got := string(re.buf[40:52]); got != "to the group" {
+		t.Fatalf("received %q", got)
+	}
+
+	// The session ends with the QP attached: the daemon's teardown detaches it.
+	d.Close()
+	waitSessions(t, r.srv, 1)
+	unknown := r.a.Counters()[engine.CntRcvdUnknownQP]
+	send(2)
+	for end := time.Now().Add(10 * time.Second); r.a.Counters()[engine.CntRcvdUnknownQP] != unknown+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the group's packet after the session's end found a member (rcvd_unknown_qp unchanged)")
+		}
+	}
+}
+
+// TestRemoteMcastVerbs: verbs' (*QP).AttachMcast on an attached device goes to
+// the daemon (BackendMcastQP).
+func TestRemoteMcastVerbs(t *testing.T) {
+	r := newRig(t, server.Config{})
+	d, err := verbs.Open(verbs.Options{Attach: r.sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(8, verbs.CQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{Type: verbs.UD, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgid := verbs.GIDFromAddr(netip.MustParseAddr("ff0e::1:2"))
+	if err := qp.AttachMcast(mgid, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Destroy().Wait(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("destroy of an attached QP: %v, want ErrBusy", err)
+	}
+	if err := qp.DetachMcast(mgid, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.DetachMcast(mgid, 0); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("detach again: %v, want ErrInvalid", err)
+	}
+	if err := qp.Destroy().Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
