@@ -970,19 +970,29 @@ XR_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_even
 
 XR_EXPORT void ibv_ack_async_event(struct ibv_async_event *event) { (void)event; }
 
-/* What xrnic does not do. */
+/* ibv_attach_mcast, ibv_detach_mcast: the daemon's QP joins or leaves the
+ * group (ATTACH_MCAST, DETACH_MCAST), with ib_uverbs_attach_mcast's errnos:
+ * EINVAL for a QP not UD, a GID not multicast, a detach of a group not
+ * attached; mlid is ignored on RoCE. */
+static int mcast(struct ibv_qp *qp, uint32_t op, const union ibv_gid *gid, uint16_t lid)
+{
+	struct xrnic_mcast req = {.qp = qp->handle, .mlid = lid};
+	memcpy(req.gid, gid->raw, sizeof(req.gid));
+	int err = xr_call(&xr_ctx(qp->context)->conn, op, &req, sizeof(req), NULL, 0, -1, NULL, 0, NULL);
+	return err ? set_errno(err) : 0;
+}
 
 XR_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return set_errno(EOPNOTSUPP);
+	return mcast(qp, XRNIC_OP_ATTACH_MCAST, gid, lid);
 }
 
 XR_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp, (void)gid, (void)lid;
-	return set_errno(EOPNOTSUPP);
+	return mcast(qp, XRNIC_OP_DETACH_MCAST, gid, lid);
 }
+
+/* What xrnic does not do. */
 
 XR_EXPORT int ibv_fork_init(void) { return 0; }
 

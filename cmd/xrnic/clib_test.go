@@ -245,6 +245,26 @@ func TestCLibrary(t *testing.T) {
 		bin := buildCProg(t, "notify")
 		serve(t, []string{bin, "server", p.B.IPv4.String()}, []string{bin, "client", p.B.IPv4.String()}, "ok")
 	})
+	// ibv_attach_mcast through the daemon (clib/test/mcast.c): a UD QP at B
+	// attached to a group gets what a program at A sends to it, over the
+	// link; the errnos of ib_uverbs_attach_mcast and uverbs_free_qp.
+	t.Run("mcast", func(t *testing.T) {
+		bin := buildCProg(t, "mcast")
+		rcv := xrnicExec(t, &p.B, b, lib, bin, "recv", "239.1.2.3")
+		if out, ok := rcv.waitFor("ready", 30*time.Second); !ok {
+			t.Fatalf("receiver: %s", out)
+		}
+		snd := xrnicExec(t, &p.A, a, lib, bin, "send", "239.1.2.3")
+		if err := rcv.wait(30 * time.Second); err != nil || !strings.Contains(rcv.out.String(), "ok") {
+			t.Fatalf("receiver: %v\n%s\nsender:\n%s", err, rcv.out.String(), snd.out.String())
+		}
+		if strings.Contains(snd.out.String(), "FAIL") {
+			t.Fatalf("sender:\n%s", snd.out.String())
+		}
+		snd.cmd.Process.Kill() // it sends on, a UD sender knowing of no receiver
+		snd.wait(10 * time.Second)
+		waitDetached(t, a)
+	})
 	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
 	// a SEND each way; each prints "end 0" when all of it worked.
