@@ -46,6 +46,7 @@ static void layout(void)
 	S(xrnic_sockaddr);
 	S(xrnic_conn_param);
 	S(xrnic_cm_id_req);
+	S(xrnic_cm_join);
 	S(xrnic_cm_addr);
 	S(xrnic_cm_conn);
 	S(xrnic_cm_option);
@@ -65,7 +66,7 @@ static void layout(void)
 	F(xrnic_cm_event, ah_attr);
 	F(xrnic_mcast, qp);
 	F(xrnic_mcast, mlid);
-	printf("op_detach_mcast %d\n", XRNIC_OP_DETACH_MCAST);
+	printf("op_cm_leave_mcast %d\n", XRNIC_OP_CM_LEAVE_MCAST);
 	F(xrnic_ring_hdr, cons);
 	F(xrnic_ring_hdr, flags);
 	F(xrnic_ring_hdr, arm);

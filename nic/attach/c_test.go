@@ -67,7 +67,7 @@ func TestCLayout(t *testing.T) {
 		got[f[0]] = n
 	}
 	want := map[string]int{
-		"version": Version, "max_message": MaxMessage, "max_fds": MaxFDs, "op_detach_mcast": int(OpDetachMcast),
+		"version": Version, "max_message": MaxMessage, "max_fds": MaxFDs, "op_cm_leave_mcast": int(OpCMLeaveMcast),
 		"xrnic_hdr": HeaderLen, "xrnic_ring_hdr": shm.HeaderLen, "xrnic_sge": 16, "xrnic_send_wqe": shm.SendHeadLen,
 		"xrnic_recv_wqe": shm.RecvEntrySize(0), "xrnic_cqe": shm.CQEntrySize,
 		// The rings' header and the entries, as nic/shm lays them.
@@ -85,7 +85,7 @@ func TestCLayout(t *testing.T) {
 		"xrnic_modify_qp": ModifyQPReq{}, "xrnic_create_ah": CreateAHReq{}, "xrnic_destroy": DestroyReq{}, "xrnic_mcast": McastReq{},
 		"xrnic_event": EventMsg{}, "xrnic_create_srq": CreateSRQReq{}, "xrnic_create_srq_rep": CreateSRQRep{},
 		"xrnic_modify_srq": ModifySRQReq{}, "xrnic_query_srq_rep": QuerySRQRep{}, "xrnic_sockaddr": SockAddr{}, "xrnic_conn_param": CMParam{},
-		"xrnic_cm_id_req": CMIDReq{}, "xrnic_cm_addr": CMAddrReq{}, "xrnic_cm_conn": CMConnReq{}, "xrnic_cm_option": CMOptionReq{},
+		"xrnic_cm_id_req": CMIDReq{}, "xrnic_cm_join": CMJoinReq{}, "xrnic_cm_addr": CMAddrReq{}, "xrnic_cm_conn": CMConnReq{}, "xrnic_cm_option": CMOptionReq{},
 		"xrnic_cm_init_qp_attr_rep": CMInitQPAttrRep{}, "xrnic_cm_event": CMEventMsg{},
 	} {
 		want[c] = binary.Size(g)

@@ -78,6 +78,9 @@ const (
 	// ibv_attach_mcast, ibv_detach_mcast: McastReq (ib_uverbs_attach_mcast).
 	OpAttachMcast
 	OpDetachMcast
+	// rdma_join_multicast, rdma_leave_multicast: CMJoinReq.
+	OpCMJoinMcast
+	OpCMLeaveMcast
 	numOps
 )
 
@@ -85,7 +88,8 @@ var opNames = [...]string{"", "HELLO", "QUERY_DEVICE", "QUERY_PORT", "QUERY_GID"
 	"CREATE_COMP_CHANNEL", "CREATE_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP", "CREATE_AH", "DESTROY", "EVENT", "CREATE_SRQ", "MODIFY_SRQ",
 	"CM_CREATE_ID", "CM_BIND_ADDR", "CM_RESOLVE_ADDR", "CM_RESOLVE_ROUTE", "CM_LISTEN", "CM_CONNECT", "CM_ACCEPT",
 	"CM_REJECT", "CM_DISCONNECT", "CM_ESTABLISH", "CM_INIT_QP_ATTR", "CM_EVENT", "CM_CREATE_CHANNEL", "CM_MIGRATE_ID",
-	"CM_SET_OPTION", "CM_NOTIFY", "QUERY_SRQ", "ATTACH_MCAST", "DETACH_MCAST"}
+	"CM_SET_OPTION", "CM_NOTIFY", "QUERY_SRQ", "ATTACH_MCAST", "DETACH_MCAST",
+	"CM_JOIN_MCAST", "CM_LEAVE_MCAST"}
 
 func (o Op) String() string {
 	if o < numOps {
@@ -351,6 +355,15 @@ type (
 		_        uint32
 		Src, Dst SockAddr // CM_BIND_ADDR: Src
 	}
+	// CMJoinReq is CM_JOIN_MCAST's and CM_LEAVE_MCAST's: the group's address
+	// (port ignored) and, to join, the process's number for the join, which
+	// its MULTICAST_JOIN and MULTICAST_ERROR carry in CMEventMsg.Listen (the
+	// uid of ucma_join_multicast).
+	CMJoinReq struct {
+		ID   uint32
+		UID  uint32
+		Addr SockAddr
+	}
 	// CMConnReq is CM_CONNECT's, CM_ACCEPT's and CM_REJECT's: QP is the
 	// handle of the process's QP the connection is for (0 for none: the
 	// ID's peer learns Param.QPN, which the daemon sets from the QP).
@@ -375,6 +388,7 @@ type (
 	}
 	// CMEventMsg is struct rdma_cm_event: on ID, or (CONNECT_REQUEST) on a
 	// new ID the daemon made the process's, with Listen its listener.
+	// MULTICAST_JOIN and MULTICAST_ERROR: Listen is the join's uid.
 	CMEventMsg struct {
 		Type     uint32 // enum rdma_cm_event_type
 		ID       uint32

@@ -20,7 +20,7 @@ func TestPayloadSizes(t *testing.T) {
 		{HandleRep{}, 8}, {RegMRReq{}, 32}, {RegMRRep{}, 16}, {CreateCQReq{}, 8}, {CreateCQRep{}, 16},
 		{CreateQPReq{}, 48}, {CreateQPRep{}, 56}, {AV{}, 24}, {QPAttr{}, 80}, {ModifyQPReq{}, 88},
 		{CreateAHReq{}, 32}, {DestroyReq{}, 8}, {McastReq{}, 24}, {EventMsg{}, 16}, {CreateSRQReq{}, 16}, {CreateSRQRep{}, 24},
-		{ModifySRQReq{}, 16}, {QuerySRQRep{}, 16}, {SockAddr{}, 24}, {CMParam{}, 216}, {CMIDReq{}, 8}, {CMAddrReq{}, 56},
+		{ModifySRQReq{}, 16}, {QuerySRQRep{}, 16}, {SockAddr{}, 24}, {CMParam{}, 216}, {CMIDReq{}, 8}, {CMJoinReq{}, 32}, {CMAddrReq{}, 56},
 		{CMConnReq{}, 224}, {CMOptionReq{}, 16}, {CMInitQPAttrRep{}, 88}, {CMEventMsg{}, 304},
 	} {
 		if n := binary.Size(c.p); n != c.size {

@@ -43,6 +43,9 @@ type AttachedID interface {
 	Establish() error
 	Notify(ev verbs.EventType) error
 	InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error)
+	// JoinMulticast joins group addr; its events name the join by uid.
+	JoinMulticast(addr netip.Addr, uid uint32) error
+	LeaveMulticast(addr netip.Addr) error
 	Destroy() error
 }
 
@@ -54,6 +57,7 @@ type AttachedEvent struct {
 	Src, Dst   netip.AddrPort
 	Param      ConnParam
 	UD         UDParam
+	MC         uint32 // MULTICAST_JOIN, MULTICAST_ERROR: the join's uid
 }
 
 // attachedDev routes an attached device's events to its IDs.
@@ -154,6 +158,10 @@ func (r *attachedDev) event(ev AttachedEvent) {
 	}
 	out := &Event{Type: ev.Type, ID: id, Status: ev.Status, Param: ev.Param, UD: ev.UD}
 	switch ev.Type {
+	case EventMulticastJoin, EventMulticastError:
+		if out = id.mcastEvent(ev); out == nil {
+			return // left meanwhile
+		}
 	case EventAddrResolved:
 		id.st = stAddrResolved
 	case EventRouteResolved:

@@ -20,9 +20,13 @@ type Event struct {
 	// errno (UNREACHABLE: -ETIMEDOUT), as librdmacm reports them.
 	Status int
 	Param  ConnParam
-	UD     UDParam // UD IDs: CONNECT_REQUEST and ESTABLISHED
+	UD     UDParam // UD IDs: CONNECT_REQUEST, ESTABLISHED, MULTICAST_JOIN
+	// Context is JoinMulticast's (MULTICAST_JOIN, MULTICAST_ERROR), which
+	// librdmacm puts in param.ud.private_data.
+	Context any
 
-	complete bool // a CONNECT_RESPONSE GetEvent completes (the ID has a QP)
+	complete bool    // a CONNECT_RESPONSE GetEvent completes (the ID has a QP)
+	mc       *mcJoin // a join whose QP GetEvent attaches (ucma_process_join)
 }
 
 // EventChannel is struct rdma_event_channel: the queue of its IDs' events. Safe
@@ -87,6 +91,9 @@ func (ch *EventChannel) TryGetEvent() (*Event, error) {
 	ch.mu.Unlock()
 	if ev.complete {
 		ev.ID.completeConnect(ev)
+	}
+	if ev.mc != nil {
+		ev.ID.processJoin(ev)
 	}
 	return ev, nil
 }

@@ -71,6 +71,10 @@ type ID struct {
 	att   AttachedID
 	attCM AttachedCM
 	subs  []attachedSub
+
+	// The ID's multicast joins (mcast.go); mcSeq numbers an attached ID's.
+	mcs   []*mcJoin
+	mcSeq uint32
 }
 
 // CreateID makes an ID on ch for port space ps (rdma_create_id); ctx is the
@@ -916,6 +920,7 @@ func (id *ID) Destroy() error {
 	id.st = stDestroying
 	cmid, listening, att, subs := id.cmid, id.listening, id.att, id.subs
 	id.subs = nil
+	id.mcs = nil // the kernel leaves them (cma_leave_mc_groups); the QP is the caller's
 	id.releasePort()
 	id.mu.Unlock()
 	if listening {

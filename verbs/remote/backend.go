@@ -173,7 +173,7 @@ func (b backend) CreateCMID(ps rdmacm.PortSpace) (rdmacm.AttachedID, error) {
 func (b backend) SetCMEventHandler(h func(rdmacm.AttachedEvent)) {
 	b.Device.SetCMEventHandler(func(ev *CMEvent) {
 		out := rdmacm.AttachedEvent{Type: ev.Type, ID: attachedID{ev.ID}, Status: ev.Status, Src: ev.Src, Dst: ev.Dst,
-			Param: ev.Param, UD: ev.UD}
+			Param: ev.Param, UD: ev.UD, MC: ev.MC}
 		if ev.Listen != nil {
 			out.Listen = attachedID{ev.Listen}
 		}

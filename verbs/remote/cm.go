@@ -30,6 +30,7 @@ type CMEvent struct {
 	Src, Dst netip.AddrPort
 	Param    rdmacm.ConnParam
 	UD       rdmacm.UDParam // UD IDs
+	MC       uint32         // MULTICAST_JOIN, MULTICAST_ERROR: the join's uid
 }
 
 // CreateCMID makes an ID in port space ps (rdma_create_id).
@@ -111,6 +112,23 @@ func (id *CMID) Establish() error { return id.simple(attach.OpCMEstablish, 0) }
 // Notify passes the QP's event ev to the daemon's ID (rdma_notify):
 // rdmacm.ID.Notify's rules, EISCONN and EINVAL its errors.
 func (id *CMID) Notify(ev verbs.EventType) error { return id.simple(attach.OpCMNotify, uint32(ev)) }
+
+// JoinMulticast joins the group addr (rdma_join_multicast): the daemon's
+// ID joins, and MULTICAST_JOIN, naming the join by uid, follows. The
+// process attaches its QP itself (ucma_process_join).
+func (id *CMID) JoinMulticast(addr netip.Addr, uid uint32) error {
+	return id.mcast(attach.OpCMJoinMcast, addr, uid)
+}
+
+// LeaveMulticast leaves the group addr (rdma_leave_multicast).
+func (id *CMID) LeaveMulticast(addr netip.Addr) error {
+	return id.mcast(attach.OpCMLeaveMcast, addr, 0)
+}
+
+func (id *CMID) mcast(op attach.Op, addr netip.Addr, uid uint32) error {
+	_, err := id.d.call(op, &attach.CMJoinReq{ID: id.h, UID: uid, Addr: attach.MakeSockAddr(netip.AddrPortFrom(addr, 0))}, nil)
+	return err
+}
 
 // Destroy destroys the ID (rdma_destroy_id).
 func (id *CMID) Destroy() error {
@@ -199,7 +217,12 @@ func (d *Device) SetCMEventHandler(h func(*CMEvent)) {
 }
 
 func (d *Device) cmEvent(m *attach.CMEventMsg) *CMEvent {
-	ev := &CMEvent{Type: rdmacm.EventType(m.Type), ID: d.cmID(m.ID), Listen: d.cmID(m.Listen), Status: int(m.Status)}
+	ev := &CMEvent{Type: rdmacm.EventType(m.Type), ID: d.cmID(m.ID), Status: int(m.Status)}
+	if ev.Type == rdmacm.EventMulticastJoin || ev.Type == rdmacm.EventMulticastError {
+		ev.MC = m.Listen // the join's uid
+	} else {
+		ev.Listen = d.cmID(m.Listen)
+	}
 	ev.Src, _ = m.Src.AddrPort()
 	ev.Dst, _ = m.Dst.AddrPort()
 	ev.Param, _ = conv.VerbsConnParam(&m.Param) // the daemon's length is bounded by the field: cut, not refused

@@ -10,6 +10,7 @@ import (
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/engine"
 	"github.com/xrnic/xrnic/verbs"
+	"github.com/xrnic/xrnic/verbs/rdmacm"
 )
 
 // udSteps are a UD QP's INIT, RTR and RTS with Q_Key qkey.
@@ -164,5 +165,89 @@ func TestRemoteMcastVerbs(t *testing.T) {
 	}
 	if err := qp.Destroy().Wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRemoteCMJoin: CM_JOIN_MCAST and CM_LEAVE_MCAST. The daemon's ID joins
+// and MULTICAST_JOIN comes back naming the join by its uid, with the group's
+// UD parameters (cma_make_mc_event); the process attaches its QP itself, as
+// librdmacm's ucma_process_join does, and gets the group's datagram. The
+// errors: an ID not UD (EINVAL), not bound (EINVAL), an ID handle naming
+// nothing (ENOENT), a leave of a group not joined (EADDRNOTAVAIL).
+func TestRemoteCMJoin(t *testing.T) {
+	r := newRig(t, server.Config{Logf: t.Logf})
+	d := r.dial(t)
+	re := newRemoteEnd(t, d, verbs.UD)
+	le := newLocalEnd(t, r.b, verbs.UD)
+	id, err := d.CreateCMID(rdmacm.PSUDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Destroy()
+	group := netip.MustParseAddr("239.1.2.3")
+	if err := id.JoinMulticast(group, 5); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("join before bind: %v, want EINVAL", err)
+	}
+	if _, err := id.BindAddr(netip.AddrPortFrom(addrA, 0)); err != nil {
+		t.Fatal(err)
+	}
+	tcp, err := d.CreateCMID(rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Destroy()
+	if _, err := tcp.BindAddr(netip.AddrPortFrom(addrA, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tcp.JoinMulticast(group, 1); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("TCP ID: %v, want EINVAL", err)
+	}
+	if err := (&CMID{d: d, h: 999}).JoinMulticast(group, 1); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("no ID: %v, want ENOENT", err)
+	}
+	if err := id.JoinMulticast(group, 5); err != nil {
+		t.Fatal(err)
+	}
+	ev := cmEvent(t, d, rdmacm.EventMulticastJoin)
+	mgid := verbs.GIDFromAddr(group)
+	if ev.ID != id || ev.MC != 5 || ev.Listen != nil || ev.UD.QPN != 0xFFFFFF || ev.UD.QKey != rdmacm.UDPQKey ||
+		ev.UD.AV.DGID != mgid {
+		t.Fatalf("MULTICAST_JOIN %+v", ev)
+	}
+	for _, s := range udSteps(rdmacm.UDPQKey) {
+		if err := re.qp.Modify(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+		if err := le.qp.ModifySync(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := re.qp.AttachMcast(ev.UD.AV.DGID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := re.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGL: []verbs.SGE{re.mr.SGE(0, 256)}}}); err != nil {
+		t.Fatal(err)
+	}
+	ah, err := le.pd.CreateAH(verbs.AV{DGID: mgid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	copy(le.buf, "joined")
+	if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{le.mr.SGE(0, 6)}, AH: ah, RemoteQPN: ev.UD.QPN, RemoteQKey: ev.UD.QKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollRemote(t, re.cq, 1)[0]; wc.Status != verbs.WCSuccess || string(re.buf[40:46]) != "joined" {
+		t.Fatalf("receive %+v", wc)
+	}
+	if err := re.qp.DetachMcast(mgid, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.LeaveMulticast(group); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.LeaveMulticast(group); !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Fatalf("leave again: %v, want EADDRNOTAVAIL", err)
 	}
 }

@@ -46,6 +46,8 @@ enum xrnic_op {
 	XRNIC_OP_QUERY_SRQ,
 	XRNIC_OP_ATTACH_MCAST,
 	XRNIC_OP_DETACH_MCAST,
+	XRNIC_OP_CM_JOIN_MCAST,
+	XRNIC_OP_CM_LEAVE_MCAST,
 };
 
 enum xrnic_kind {
@@ -121,6 +123,7 @@ struct xrnic_conn_param {
 	uint8_t private_data[196];
 };
 struct xrnic_cm_id_req { uint32_t id, arg; };
+struct xrnic_cm_join { uint32_t id, uid; struct xrnic_sockaddr addr; };
 struct xrnic_cm_addr { uint32_t id, pad; struct xrnic_sockaddr src, dst; };
 struct xrnic_cm_conn { uint32_t id, qp; struct xrnic_conn_param param; };
 struct xrnic_cm_option { uint32_t id, option /* RDMA_OPTION_ID_* */, value, pad; };

@@ -183,6 +183,9 @@ func (ss *session) forward(ctx context.Context, ch *cmChanObj, ev *rdmacm.Event,
 		}
 	} else {
 		o = ss.cmObjOf(ev.ID)
+		if uid, ok := ev.Context.(uint32); ok { // a join's (CM_JOIN_MCAST)
+			listen = uid
+		}
 	}
 	if o == nil { // destroyed meanwhile
 		return buf
@@ -343,6 +346,24 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 			return nil, o.id.Accept(c)
 		}
 		return nil, o.id.Reject(c.PrivateData)
+	case attach.OpCMJoinMcast, attach.OpCMLeaveMcast:
+		var req attach.CMJoinReq
+		if err := attach.DecodePayload(p, &req); err != nil {
+			return nil, err
+		}
+		o, err := get[*cmObj](ss, attach.KindCMID, req.ID)
+		if err != nil {
+			return nil, err
+		}
+		a, err := req.Addr.AddrPort()
+		if err != nil || !a.Addr().IsValid() {
+			return nil, fmt.Errorf("%w: address family", verbs.ErrInvalid)
+		}
+		if op == attach.OpCMJoinMcast {
+			// The uid comes back in the join's events (forward).
+			return nil, o.id.JoinMulticast(a.Addr(), req.UID)
+		}
+		return nil, o.id.LeaveMulticast(a.Addr())
 	case attach.OpCMSetOption:
 		var req attach.CMOptionReq
 		if err := attach.DecodePayload(p, &req); err != nil {

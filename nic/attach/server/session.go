@@ -405,7 +405,8 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		return nil, -1, o.qp.DetachMcast(req.GID, req.MLID)
 	case attach.OpCMCreateID, attach.OpCMBindAddr, attach.OpCMResolveAddr, attach.OpCMResolveRoute,
 		attach.OpCMListen, attach.OpCMConnect, attach.OpCMAccept, attach.OpCMReject, attach.OpCMDisconnect,
-		attach.OpCMEstablish, attach.OpCMInitQPAttr, attach.OpCMMigrateID, attach.OpCMSetOption, attach.OpCMNotify:
+		attach.OpCMEstablish, attach.OpCMInitQPAttr, attach.OpCMMigrateID, attach.OpCMSetOption, attach.OpCMNotify,
+		attach.OpCMJoinMcast, attach.OpCMLeaveMcast:
 		rep, err := ss.cmRequest(op, p)
 		return rep, -1, err
 	case attach.OpCMCreateChannel:
