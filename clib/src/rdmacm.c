@@ -56,7 +56,21 @@ struct xr_id {
 	 * request's, of its listener), completed those acked: rdma_destroy_id
 	 * waits for the two to meet, as librdmacm's does (under mu). */
 	unsigned reported, completed;
+	struct xr_mc *mcs; /* its joins, newest first (under mu) */
+	uint32_t mc_seq;
 	struct xr_id *next;
+};
+
+/* xr_mc is a multicast join (librdmacm's struct cma_multicast): uid names
+ * it in the daemon's events. */
+struct xr_mc {
+	struct xr_mc *next;
+	uint32_t uid;
+	uint32_t join_flags;
+	void *context;
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	uint16_t mlid;
 };
 
 struct xr_event {
@@ -352,6 +366,16 @@ static socklen_t addr_len(const struct sockaddr *sa)
 	return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
+/* addr_eq compares two group addresses, ports aside (ucma_addrcmp). */
+static int addr_eq(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+}
+
 /* Event channels. */
 
 XR_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
@@ -450,6 +474,11 @@ XR_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	pthread_mutex_unlock(&mu);
 	if (x->own)
 		rdma_destroy_event_channel(&x->own->ch);
+	while (x->mcs) { /* the daemon's ID left them (cma_leave_mc_groups) */
+		struct xr_mc *mc = x->mcs;
+		x->mcs = mc->next;
+		free(mc);
+	}
 	free(x->qp_init_attr);
 	free(x);
 	return 0;
@@ -557,6 +586,86 @@ XR_EXPORT int rdma_establish(struct rdma_cm_id *id) { return simple(id, XRNIC_OP
 XR_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
 	return simple(id, XRNIC_OP_CM_NOTIFY, (uint32_t)event);
+}
+
+/* rdma_join_multicast2 is librdmacm's: the join is the ID's (newest first)
+ * and the daemon's ID joins (CM_JOIN_MCAST, cma_join_multicast's errnos);
+ * MULTICAST_JOIN follows, whose processing attaches the ID's QP. */
+static int join(struct rdma_cm_id *id, struct sockaddr *addr, uint32_t flags, void *context)
+{
+	struct xr_id *x = xid(id);
+	struct xrnic_cm_join req = {.id = x->handle};
+	int err = addr ? wire_addr(&req.addr, addr) : EINVAL;
+	if (err)
+		return fail(err == EAFNOSUPPORT ? EINVAL : err); /* ucma_addrlen: 0 */
+	struct xr_mc *mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return fail(ENOMEM);
+	mc->context = context;
+	mc->join_flags = flags;
+	memcpy(&mc->addr, addr, addr_len(addr));
+	pthread_mutex_lock(&mu);
+	mc->uid = req.uid = ++x->mc_seq;
+	mc->next = x->mcs;
+	x->mcs = mc;
+	pthread_mutex_unlock(&mu);
+	if (call(XRNIC_OP_CM_JOIN_MCAST, &req, sizeof(req), NULL, 0, NULL)) {
+		int e = errno;
+		pthread_mutex_lock(&mu);
+		for (struct xr_mc **p = &x->mcs; *p; p = &(*p)->next)
+			if (*p == mc) {
+				*p = mc->next;
+				break;
+			}
+		pthread_mutex_unlock(&mu);
+		free(mc);
+		return fail(e);
+	}
+	return complete(id);
+}
+
+XR_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	return join(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
+}
+
+/* rdma_join_multicast_ex: librdmacm's checks of the attributes. A send-only
+ * member's QP is not attached. */
+XR_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *a, void *context)
+{
+	if (a->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED)
+		return fail(ENOTSUP);
+	if (!(a->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS))
+		return fail(EINVAL);
+	if (!(a->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) || a->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED)
+		return fail(EINVAL);
+	return join(id, a->addr, a->join_flags, context);
+}
+
+/* rdma_leave_multicast: the ID's latest join of addr (EADDRNOTAVAIL if none)
+ * goes; its QP is detached, the detach's error ignored, and the daemon's ID
+ * leaves (CM_LEAVE_MCAST), as librdmacm's. */
+XR_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct xr_id *x = xid(id);
+	struct xrnic_cm_join req = {.id = x->handle};
+	int err = addr ? wire_addr(&req.addr, addr) : EINVAL;
+	if (err)
+		return fail(err == EAFNOSUPPORT ? EINVAL : err);
+	pthread_mutex_lock(&mu);
+	struct xr_mc **p, *mc;
+	for (p = &x->mcs; *p && !addr_eq((struct sockaddr *)&(*p)->addr, addr); p = &(*p)->next)
+		;
+	mc = *p;
+	if (mc)
+		*p = mc->next;
+	pthread_mutex_unlock(&mu);
+	if (!mc)
+		return fail(EADDRNOTAVAIL);
+	if (id->qp && mc->join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+		ibv_detach_mcast(id->qp, &mc->mgid, mc->mlid);
+	free(mc);
+	return call(XRNIC_OP_CM_LEAVE_MCAST, &req, sizeof(req), NULL, 0, NULL);
 }
 
 XR_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
@@ -886,6 +995,43 @@ static int daemon_gone(void)
 	return !dev || (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)));
 }
 
+/* process_join is librdmacm's for MULTICAST_JOIN and MULTICAST_ERROR: the
+ * join's context in param.ud.private_data, and for a join the ID's QP
+ * attached to the group unless the join is send-only (ucma_process_join);
+ * if that fails the event is MULTICAST_ERROR, status -1. -1 when the join
+ * (uid) is gone: the event is dropped. */
+static int process_join(struct xr_id *x, struct rdma_cm_event *ev, uint32_t uid)
+{
+	pthread_mutex_lock(&mu);
+	struct xr_mc *mc;
+	for (mc = x->mcs; mc && mc->uid != uid; mc = mc->next)
+		;
+	if (mc) {
+		ev->param.ud.private_data = mc->context;
+		ev->param.ud.private_data_len = 0;
+		if (ev->event == RDMA_CM_EVENT_MULTICAST_JOIN) {
+			mc->mgid = ev->param.ud.ah_attr.grh.dgid;
+			mc->mlid = ev->param.ud.ah_attr.dlid;
+		}
+	}
+	union ibv_gid mgid = mc ? mc->mgid : (union ibv_gid){0};
+	uint16_t mlid = mc ? mc->mlid : 0;
+	int attach = mc && ev->event == RDMA_CM_EVENT_MULTICAST_JOIN && x->id.qp &&
+		     mc->join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	pthread_mutex_unlock(&mu);
+	if (!mc)
+		return -1;
+	if (attach) {
+		int err = ibv_attach_mcast(x->id.qp, &mgid, mlid);
+		if (err) {
+			errno = err;
+			ev->status = -1;
+			ev->event = RDMA_CM_EVENT_MULTICAST_ERROR;
+		}
+	}
+	return 0;
+}
+
 XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
 {
 	uint8_t buf[XRNIC_MAX_MESSAGE];
@@ -969,6 +1115,14 @@ XR_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_
 			c->qp_num = w.param.qp_num;
 		}
 		switch (e->ev.event) {
+		case RDMA_CM_EVENT_MULTICAST_JOIN:
+		case RDMA_CM_EVENT_MULTICAST_ERROR:
+			if (process_join(x, &e->ev, w.listen_id)) { /* left meanwhile */
+				complete_event(of);
+				free(e);
+				continue;
+			}
+			break;
 		case RDMA_CM_EVENT_CONNECT_RESPONSE:
 			/* librdmacm's ucma_process_conn_resp, for an ID with a QP. */
 			if (x->id.qp) {

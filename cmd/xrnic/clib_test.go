@@ -125,13 +125,14 @@ func TestCLibrary(t *testing.T) {
 	// the rdma_cm chose for port 0 (clib/test/bindport.c); a fork's child
 	// writes to registered memory and the parent does not see it
 	// (clib/test/forkmem.c); ibv_query_srq's srq_limit is the limit armed,
-	// 0 once it fired (clib/test/querysrq.c).
+	// 0 once it fired (clib/test/querysrq.c); rdma_join_multicast's
+	// errnos, events and QP attach (clib/test/cmjoin.c).
 	for _, prog := range []string{"badinput", "extras", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
-		"queryqp", "bindport", "forkmem", "querysrq"} {
+		"queryqp", "bindport", "forkmem", "querysrq", "cmjoin"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {
-			case "cmqp", "cmdestroy", "bindport":
+			case "cmqp", "cmdestroy", "bindport", "cmjoin":
 				args = append(args, p.A.IPv4.String())
 			case "cmsync":
 				args = append(args, p.A.IPv4.String(), p.B.IPv4.String())
@@ -293,6 +294,26 @@ func TestCLibrary(t *testing.T) {
 	t.Run("udaddy", func(t *testing.T) {
 		serve(t, []string{"udaddy", "-b", p.B.IPv4.String(), "-c", "4", "-C", "20"},
 			[]string{"udaddy", "-s", p.B.IPv4.String(), "-c", "4", "-C", "20"}, "return status 0")
+	})
+	// rdmacm-utils' mckey: each end binds its address and joins 239.1.2.3
+	// (rdma_join_multicast; MULTICAST_JOIN's UD parameters make the
+	// sender's AH); the receiver's QP is attached and gets the sender's 10
+	// datagrams, then both leave. The receiver prints "receiving data
+	// transfers" once joined; the sender pauses 3 s before it sends.
+	t.Run("mckey", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		// stdbuf: mckey's printf is block-buffered to a pipe.
+		rcv := xrnicExec(t, &p.B, b, lib, "stdbuf", "-oL", "mckey", "-m", "239.1.2.3", "-b", p.B.IPv4.String())
+		if out, ok := rcv.waitFor("receiving data transfers", 30*time.Second); !ok {
+			t.Fatalf("receiver: %s", out)
+		}
+		snd := xrnicExec(t, &p.A, a, lib, "mckey", "-m", "239.1.2.3", "-b", p.A.IPv4.String(), "-s")
+		checkBoth(t, rcv, snd, "return status 0", true)
+		if !strings.Contains(rcv.out.String(), "data transfers complete") ||
+			!strings.Contains(snd.out.String(), "joined dgid: ::ffff:239.1.2.3") {
+			t.Fatalf("receiver:\n%s\nsender:\n%s", rcv.out.String(), snd.out.String())
+		}
 	})
 	// rdmacm-utils' cmtime: many IDs resolved, connected, disconnected and
 	// destroyed at once, each step's events taken in any order.

@@ -89,14 +89,18 @@ func (id *ID) JoinMulticast(addr netip.Addr, context any) error {
 	return nil
 }
 
-// LeaveMulticast leaves the group addr (rdma_leave_multicast), the first
-// join of it: the ID's QP is detached, and the join's events not yet taken
+// LeaveMulticast leaves the group addr (rdma_leave_multicast), its latest
+// join: the ID's QP is detached, and the join's events not yet taken
 // are discarded (ucma_leave_multicast). ErrNotJoined if the ID did not join
 // it.
 func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	addr = addr.Unmap()
 	id.mu.Lock()
-	i := slices.IndexFunc(id.mcs, func(m *mcJoin) bool { return m.addr == addr })
+	// The latest join of addr, as librdmacm's list (newest first) finds.
+	i := len(id.mcs) - 1
+	for i >= 0 && id.mcs[i].addr != addr {
+		i--
+	}
 	if i < 0 {
 		id.mu.Unlock()
 		return ErrNotJoined
