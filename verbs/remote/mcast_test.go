@@ -1,11 +1,18 @@
 package remote
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xrnic/xrnic/internal/testutil"
 
 	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/engine"
@@ -250,4 +257,136 @@ func TestRemoteCMJoin(t *testing.T) {
 	if err := id.LeaveMulticast(group); !errors.Is(err, syscall.EADDRNOTAVAIL) {
 		t.Fatalf("leave again: %v, want EADDRNOTAVAIL", err)
 	}
+}
+
+// TestRemoteRdmacmJoin: verbs/rdmacm's JoinMulticast on an attached device,
+// in a child process (its only device the attached one): the daemon's ID
+// joins, MULTICAST_JOIN comes back to the child's ID with its context, and
+// the child's QP, attached as GetEvent returns the event, gets the parent's
+// datagram to the group; leave detaches it (rdmacm's DestroyQP succeeds).
+func TestRemoteRdmacmJoin(t *testing.T) {
+	r := newRig(t, server.Config{Logf: t.Logf})
+	le := newLocalEnd(t, r.b, verbs.UD)
+	for _, s := range udSteps(rdmacm.UDPQKey) {
+		if err := le.qp.ModifySync(&s.a, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMcastChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "XRNIC_MCAST_CHILD="+r.sock)
+	var out testutil.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	if _, ok := out.WaitFor("child joined", 20*time.Second); !ok {
+		t.Fatalf("the child did not join:\n%s", out.String())
+	}
+	ah, err := le.pd.CreateAH(verbs.AV{DGID: verbs.GIDFromAddr(netip.MustParseAddr("239.1.2.5"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ah.Destroy()
+	copy(le.buf, "to the child")
+	if _, err := le.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{le.mr.SGE(0, 12)}, AH: ah, RemoteQPN: rdmacm.McastQPN, RemoteQKey: rdmacm.UDPQKey}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil || !strings.Contains(out.String(), "child ok") {
+			t.Fatalf("the child: %v\n%s", err, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the child did not end:\n%s", out.String())
+	}
+}
+
+// TestMcastChild is TestRemoteRdmacmJoin's child.
+func TestMcastChild(t *testing.T) {
+	sock := os.Getenv("XRNIC_MCAST_CHILD")
+	if sock == "" {
+		t.Skip("run by TestRemoteRdmacmJoin")
+	}
+	d, err := verbs.Open(verbs.Options{Attach: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(8, verbs.CQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := d.MapBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer verbs.UnmapBuffer(buf)
+	mr, err := pd.RegMR(buf, 0, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := rdmacm.NewEventChannel()
+	id, err := ch.CreateID(nil, rdmacm.PSUDP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Destroy()
+	if err := id.BindAddr(netip.AddrPortFrom(addrA, 0)); err != nil {
+		t.Fatal(err)
+	}
+	qp, err := id.CreateQP(pd, verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 9, SGL: []verbs.SGE{mr.SGE(0, 4096)}}}); err != nil {
+		t.Fatal(err)
+	}
+	group := netip.MustParseAddr("239.1.2.5")
+	if err := id.JoinMulticast(group, "ctx"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ev, err := ch.GetEvent(ctx)
+	if err != nil || ev.Type != rdmacm.EventMulticastJoin || ev.Context != "ctx" || ev.UD.QPN != rdmacm.McastQPN ||
+		ev.UD.QKey != rdmacm.UDPQKey || ev.UD.AV.DGID != verbs.GIDFromAddr(group) {
+		t.Fatalf("MULTICAST_JOIN: %+v %v", ev, err)
+	}
+	fmt.Println("child joined")
+	wcs := make([]verbs.WC, 1)
+	for end := time.Now().Add(20 * time.Second); cq.Poll(wcs) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("nothing from the group")
+		}
+	}
+	if wcs[0].Status != verbs.WCSuccess || string(buf[40:52]) != "to the child" {
+		t.Fatalf("receive %+v %q", wcs[0], buf[40:52])
+	}
+	if err := id.LeaveMulticast(group); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.LeaveMulticast(group); !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Fatalf("leave again: %v", err)
+	}
+	if err := id.DestroyQP(); err != nil {
+		t.Fatalf("DestroyQP after leaving: %v", err)
+	}
+	mr.Dereg()
+	cq.Destroy()
+	pd.Dealloc()
+	ch.Close()
+	fmt.Println("child ok")
 }
