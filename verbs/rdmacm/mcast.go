@@ -20,6 +20,11 @@ import (
 // McastQPN is a multicast UD parameter's QPN (IB_MULTICAST_QPN).
 const McastQPN = 0xFFFFFF
 
+// MaxJoins bounds an ID's joins. The kernel's are bounded by its memory; a
+// daemon's process must not grow the daemon's without end. A device has
+// no more groups (RXE_MAX_MCAST_GRP).
+const MaxJoins = 8192
+
 // ErrNotJoined is LeaveMulticast of an address the ID did not join
 // (librdmacm's rdma_leave_multicast: EADDRNOTAVAIL).
 var ErrNotJoined = fmt.Errorf("rdmacm: not joined to that group: %w (%w)", errs.ErrNotFound, syscall.EADDRNOTAVAIL)
@@ -73,6 +78,9 @@ func (id *ID) JoinMulticast(addr netip.Addr, context any) error {
 	mgid, err := mcastGID(addr)
 	if err != nil {
 		return err
+	}
+	if len(id.mcs) >= MaxJoins {
+		return fmt.Errorf("rdmacm: %d joins: %w", len(id.mcs), errs.ErrLimit)
 	}
 	mc := &mcJoin{addr: addr.Unmap(), ctx: context, mgid: mgid}
 	if id.att != nil {

@@ -144,4 +144,13 @@ func TestJoinMulticast(t *testing.T) {
 	if err := rx.id.DestroyQP(); err != nil {
 		t.Fatalf("destroy of the QP after leaving: %v", err)
 	}
+	// Joins are bounded (MaxJoins: a daemon's process cannot grow them).
+	for range MaxJoins {
+		if err := rx.id.JoinMulticast(group, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rx.id.JoinMulticast(group, nil); !errors.Is(err, errs.ErrLimit) {
+		t.Fatalf("join %d: %v, want ErrLimit", MaxJoins+1, err)
+	}
 }
