@@ -100,6 +100,13 @@ var icrcLine = regexp.MustCompile(`ICRC ok=(\d+) bad=(\d+) skipped\(non-RoCE or 
 // frames were checked.
 func checkICRC(t *testing.T, c *capture, name string, all []frame) int {
 	t.Helper()
+	return checkICRCs(t, c, name, all, true)
+}
+
+// checkICRCs is checkICRC for a run where xrnic may send nothing (xrnicSends
+// false: a multicast group's receiver), every frame of the capture checked.
+func checkICRCs(t *testing.T, c *capture, name string, all []frame, xrnicSends bool) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	ours := filepath.Join(suite.artifacts, name+".xrnic-sent.pcap")
@@ -124,7 +131,7 @@ func checkICRC(t *testing.T, c *capture, name string, all []frame) int {
 		}
 	}
 	sent := len(roce(t, all, ipXrnic))
-	if okOurs == 0 || okOurs != sent {
+	if okOurs == 0 && xrnicSends || okOurs != sent {
 		t.Errorf("ICRC verified on %d of the %d frames xrnic sent", okOurs, sent)
 	}
 	return okOurs

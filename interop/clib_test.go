@@ -41,7 +41,11 @@ var clibCases = []struct {
 	{"ib_atomic_lat", "-x 1 -R -n 200"},
 	{"ib_send_bw", "-x 1 -R -c UD -n 200"},
 	{"rping", ""}, // rpingPair's options
+	{"mckey", ""}, // a UD multicast group, joined with rdma_join_multicast
 }
+
+// mckeyGroup is the IPv4 group mckey's receiver joins and its sender sends to.
+const mckeyGroup = "239.1.2.3"
 
 func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 	name := artifactName(t)
@@ -74,6 +78,22 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 		ready = "rdma_listen"
 		guestReady = func(j *job) {
 			g.waitCMListen(t, 7174, "rdma_cm listener", j)
+		}
+	case prog == "mckey":
+		// The server is the receiver, which joins the group (IGMP: the
+		// bridge then forwards the group to it) and prints "receiving data
+		// transfers"; the sender joins too and sends 10 datagrams after 3 s.
+		if xrnicServer {
+			host = append(host, "-m", mckeyGroup, "-b", ipXrnic)
+			guestCmd = "mckey -m " + mckeyGroup + " -b " + ipGuest + " -s" // playWith appends ipXrnic: mckey ignores it
+			ready = "receiving data transfers"
+		} else {
+			host = append(host, "-m", mckeyGroup, "-b", ipXrnic, "-s")
+			guestCmd = "mckey -m " + mckeyGroup + " -b " + ipGuest
+			guestReady = func(j *job) {
+				// rxe's join puts the group on the guest's interface.
+				g.waitCount(t, "ip maddr show | grep -c "+mckeyGroup, "mckey's group", j)
+			}
 		}
 	case strings.HasPrefix(prog, "ibv_"):
 		host = append(host, strings.Fields(args)...)
@@ -121,6 +141,15 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 		checkLateConnect(t, prog, client)
 	}
 	switch {
+	case prog == "mckey":
+		for who, out := range map[string]string{"the receiver": server, "the sender": client} {
+			if !strings.Contains(out, "joined dgid: ::ffff:"+mckeyGroup) || !strings.Contains(out, "return status 0") {
+				t.Errorf("%s's mckey:\n%s", who, out)
+			}
+		}
+		if !strings.Contains(server, "data transfers complete") {
+			t.Errorf("the receiver's mckey received nothing:\n%s", server)
+		}
 	case prog == "rping":
 		if got, want := dataLines(client, "ping data: "), rpingData("ping data: "); got != want {
 			t.Errorf("the client's ping data differ from rping's (%d bytes, want %d): see %s", len(got), len(want), name)
@@ -137,5 +166,23 @@ func clibPair(t *testing.T, g *guest, prog, args string, xrnicServer bool) {
 			t.Errorf("result not sane: %q", r.text)
 		}
 	}
-	checkICRC(t, c, name, frames(t, c.path))
+	all := frames(t, c.path)
+	if prog == "mckey" {
+		// The sender's 10 datagrams to the group's QPN, each ICRC checked;
+		// the receiver sends none.
+		from := ipGuest
+		if !xrnicServer {
+			from = ipXrnic
+		}
+		n := 0
+		for _, p := range roce(t, all, from) {
+			if p.BTH.DestQPN() == 0xFFFFFF {
+				n++
+			}
+		}
+		if n != 10 {
+			t.Errorf("%s sent %d datagrams to the group's QPN, want mckey's 10", from, n)
+		}
+	}
+	checkICRCs(t, c, name, all, prog != "mckey" || !xrnicServer)
 }
