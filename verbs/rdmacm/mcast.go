@@ -39,15 +39,16 @@ type mcJoin struct {
 }
 
 // mcastGID is the MGID of a group address on RoCEv2 (cma_iboe_set_mgid):
-// IPv4-mapped. IPv6 groups fail as cma_iboe_join_multicast fails them on
-// RoCEv2 (-ENOTSUPP).
+// IPv4-mapped. The unspecified address fails first, as
+// cma_iboe_join_multicast's cma_zero_addr (-EINVAL); IPv6 groups then as it
+// fails them on RoCEv2 (-ENOTSUPP).
 func mcastGID(a netip.Addr) (verbs.GID, error) {
 	a = a.Unmap()
+	if !a.IsValid() || a.IsUnspecified() {
+		return verbs.GID{}, fmt.Errorf("rdmacm: multicast group %v (cma_iboe_join_multicast): %w", a, errs.ErrInvalid)
+	}
 	if !a.Is4() {
 		return verbs.GID{}, fmt.Errorf("rdmacm: IPv6 multicast on RoCEv2 (cma_iboe_join_multicast): %w", errs.ErrUnsupported)
-	}
-	if a.IsUnspecified() {
-		return verbs.GID{}, nil
 	}
 	return verbs.GIDFromAddr(a), nil
 }

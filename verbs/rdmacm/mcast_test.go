@@ -52,6 +52,14 @@ func TestJoinMulticast(t *testing.T) {
 	if err := rx.id.JoinMulticast(netip.MustParseAddr("ff0e::1"), nil); !errors.Is(err, errs.ErrUnsupported) {
 		t.Fatalf("IPv6 group: %v, want ErrUnsupported", err)
 	}
+	// The unspecified address: cma_iboe_join_multicast's cma_zero_addr,
+	// -EINVAL, before any event (IPv6's too, ahead of its -ENOTSUPP).
+	for _, z := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
+		if err := rx.id.JoinMulticast(z, nil); !errors.Is(err, errs.ErrInvalid) {
+			t.Fatalf("join of %v: %v, want ErrInvalid", z, err)
+		}
+	}
+	noEvent(t, rx.ch)
 	tcp, err := rx.ch.CreateID(nil, PSTCP)
 	if err != nil {
 		t.Fatal(err)
