@@ -23,8 +23,10 @@ func (e *engine) handleFrame(b []byte, handed bool) {
 		return
 	}
 	dqpn := p.BTH.DestQPN()
-	if len(e.d.sh) > 1 && dqpn != McastQPN {
-		if to := e.d.shardOf(dqpn); to != e.sh {
+	if len(e.d.sh) > 1 {
+		// The multicast QPN is no shard's: tested only for a frame that
+		// would leave, so a unicast frame at its QP's shard pays nothing.
+		if to := e.d.shardOf(dqpn); to != e.sh && dqpn != McastQPN {
 			e.handOver(to, b)
 			return
 		}
@@ -108,8 +110,9 @@ func (e *engine) checkQP(qp *QP, p *wire.Packet, mask wire.OpMask) bool {
 		c.inc(CntRcvdBadQKey)
 		return false
 	}
-	// A multicast destination is no GID of the port (rxe_chk_dgid lets it by).
-	if p.BTH.DestQPN() != McastQPN && !e.ourAddr(p) {
+	// A multicast destination is no GID of the port (rxe_chk_dgid lets it
+	// by): tested after ourAddr fails, not ahead of every unicast frame.
+	if !e.ourAddr(p) && p.BTH.DestQPN() != McastQPN {
 		c.inc(CntRcvdBadAddr)
 		return false
 	}
