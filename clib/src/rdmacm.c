@@ -662,6 +662,7 @@ XR_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	pthread_mutex_unlock(&mu);
 	if (!mc)
 		return fail(EADDRNOTAVAIL);
+	req.uid = mc->uid; /* the daemon leaves this join, as librdmacm leaves by the join */
 	if (id->qp && mc->join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
 		ibv_detach_mcast(id->qp, &mc->mgid, mc->mlid);
 	free(mc);

@@ -45,7 +45,8 @@ type AttachedID interface {
 	InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error)
 	// JoinMulticast joins group addr; its events name the join by uid.
 	JoinMulticast(addr netip.Addr, uid uint32) error
-	LeaveMulticast(addr netip.Addr) error
+	// LeaveMulticast leaves the join of group addr named uid.
+	LeaveMulticast(addr netip.Addr, uid uint32) error
 	Destroy() error
 }
 

@@ -103,11 +103,23 @@ func (id *ID) JoinMulticast(addr netip.Addr, context any) error {
 // are discarded (ucma_leave_multicast). ErrNotJoined if the ID did not join
 // it.
 func (id *ID) LeaveMulticast(addr netip.Addr) error {
-	addr = addr.Unmap()
+	return id.leave(addr.Unmap(), func(*mcJoin) bool { return true })
+}
+
+// LeaveMulticastContext is LeaveMulticast of the latest join of addr made
+// with context: the daemon leaves the join its client names (by the uid it
+// gave JoinMulticast as context), as librdmacm leaves by the join's handle,
+// whatever order concurrent joins of one address reached it in.
+func (id *ID) LeaveMulticastContext(addr netip.Addr, context any) error {
+	return id.leave(addr.Unmap(), func(mc *mcJoin) bool { return mc.ctx == context })
+}
+
+// leave leaves the latest join of addr that match accepts.
+func (id *ID) leave(addr netip.Addr, match func(*mcJoin) bool) error {
 	id.mu.Lock()
-	// The latest join of addr, as librdmacm's list (newest first) finds.
+	// The latest, as librdmacm's list (newest first) finds.
 	i := len(id.mcs) - 1
-	for i >= 0 && id.mcs[i].addr != addr {
+	for i >= 0 && (id.mcs[i].addr != addr || !match(id.mcs[i])) {
 		i--
 	}
 	if i < 0 {
@@ -125,7 +137,7 @@ func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	id.mu.Unlock()
 	ch.drop(func(ev *Event) bool { return ev.mc == mc })
 	if att != nil {
-		return att.LeaveMulticast(addr)
+		return att.LeaveMulticast(addr, mc.uid)
 	}
 	return nil
 }

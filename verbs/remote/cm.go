@@ -120,9 +120,10 @@ func (id *CMID) JoinMulticast(addr netip.Addr, uid uint32) error {
 	return id.mcast(attach.OpCMJoinMcast, addr, uid)
 }
 
-// LeaveMulticast leaves the group addr (rdma_leave_multicast).
-func (id *CMID) LeaveMulticast(addr netip.Addr) error {
-	return id.mcast(attach.OpCMLeaveMcast, addr, 0)
+// LeaveMulticast leaves the join of group addr named uid
+// (rdma_leave_multicast).
+func (id *CMID) LeaveMulticast(addr netip.Addr, uid uint32) error {
+	return id.mcast(attach.OpCMLeaveMcast, addr, uid)
 }
 
 func (id *CMID) mcast(op attach.Op, addr netip.Addr, uid uint32) error {

@@ -363,7 +363,8 @@ func (ss *session) cmRequest(op attach.Op, p []byte) (any, error) {
 			// The uid comes back in the join's events (forward).
 			return nil, o.id.JoinMulticast(a.Addr(), req.UID)
 		}
-		return nil, o.id.LeaveMulticast(a.Addr())
+		// The join the client names (librdmacm leaves by the join).
+		return nil, o.id.LeaveMulticastContext(a.Addr(), req.UID)
 	case attach.OpCMSetOption:
 		var req attach.CMOptionReq
 		if err := attach.DecodePayload(p, &req); err != nil {
