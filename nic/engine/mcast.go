@@ -13,6 +13,7 @@
 package engine
 
 import (
+	"errors"
 	"math/bits"
 	"slices"
 
@@ -217,6 +218,9 @@ func (d *Device) linkMcast(mgid netdev.GID, join bool) error {
 	ip := mgid.Addr()
 	if join {
 		if err := m.JoinGroup(ip); err != nil {
+			if errors.Is(err, ErrUnsupported) { // the link cannot (UDP)
+				return errorf(ErrUnsupported, "link %s: join %v: %v", d.info.Name, ip, err)
+			}
 			return errorf(ErrInvalid, "link %s: join %v: %v", d.info.Name, ip, err)
 		}
 		return nil

@@ -353,3 +353,16 @@ func TestMcastVeth(t *testing.T) {
 		})
 	}
 }
+
+// TestMcastUDPLinkRefuses: the UDP link, its socket bound to the interface's
+// unicast address, cannot receive a group: attaching fails EOPNOTSUPP rather
+// than leave the QP waiting for nothing.
+func TestMcastUDPLinkRefuses(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	d := openVeth(t, &p.A, link.KindUDP, false)
+	n := newNode(t, d, nodeOpts{typ: qpattr.UD})
+	udUp(t, n, 9)
+	if err := n.qp.AttachMcast(testMGID(false)); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("AttachMcast on a UDP link: %v, want ErrUnsupported", err)
+	}
+}

@@ -313,6 +313,16 @@ func (s *udpSock) rebuildHeader(b []byte, name *unix.RawSockaddrInet6, plen int,
 
 func ntohs(p uint16) uint16 { return p>>8 | p<<8 }
 
+// JoinGroup refuses (link.Multicaster): the link's socket, bound to the
+// interface's unicast address, never receives a group's datagrams, so a
+// QP attached to a group here would wait for nothing.
+func (l *UDP) JoinGroup(ip netip.Addr) error {
+	return fmt.Errorf("%w: the UDP link receives no multicast (group %v): use AF_XDP", ErrUnavailable, ip)
+}
+
+// LeaveGroup has nothing to leave (JoinGroup refuses).
+func (l *UDP) LeaveGroup(netip.Addr) error { return nil }
+
 // WriteBatch implements Link: each frame's IP destination and UDP payload become one
 // datagram. Frames of a family no socket serves, or that are not IP/UDP, are taken,
 // dropped and counted.
