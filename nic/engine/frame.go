@@ -35,6 +35,8 @@ type route struct {
 	// members on the device get a copy too (loopMcast).
 	mcast bool
 	mgid  netdev.GID
+	// own: loop or mcast, the requester's one test (sendOwn).
+	own bool
 }
 
 // routeParams describe a path (the address vector part of ibv_ah_attr with its GRH).
@@ -57,7 +59,8 @@ func newRoute(p routeParams) (*route, error) {
 	if p.src.Is4() != p.dst.Is4() || !p.src.IsValid() || !p.dst.IsValid() {
 		return nil, errorf(ErrInvalid, "source %v and destination %v are not of one IP family", p.src, p.dst)
 	}
-	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac, loop: p.loop, mcast: p.mcast, mgid: p.mgid}
+	rt := &route{v6: !p.src.Is4(), src: p.src, dst: p.dst, dmac: p.dmac, loop: p.loop, mcast: p.mcast, mgid: p.mgid,
+		own: p.loop || p.mcast}
 	if !rt.v6 {
 		s, d := p.src.As4(), p.dst.As4()
 		rt.from4 = uint64(binary.LittleEndian.Uint32(d[:])) | uint64(binary.LittleEndian.Uint32(s[:]))<<32

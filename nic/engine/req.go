@@ -337,12 +337,9 @@ func (e *engine) sendRequest(qp *QP, w *sendWQE) bool {
 			return false
 		}
 	}
-	if n := rt.seal(buf, n, end+payload, crc); rt.loop {
-		e.loopBack(dqpn, n)
+	if n := rt.seal(buf, n, end+payload, crc); rt.own {
+		e.sendOwn(rt, dqpn, n)
 	} else {
-		if rt.mcast {
-			e.loopMcast(rt, n)
-		}
 		e.tx.commit(n)
 	}
 	if qp.typ == qpattr.RC && req.psn.Sub(req.hiPSN) < 0 {

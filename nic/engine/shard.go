@@ -499,13 +499,26 @@ func (e *engine) give(to *shard, f []byte) bool {
 	return true
 }
 
+// sendOwn commits the requester's n-byte frame on a route whose frames the
+// device's own QPs take: all of them (loopBack), or a copy for a group's
+// members here beside the link's (loopMcast). Out of line, so that the
+// requester's frames to the link pay one test.
+func (e *engine) sendOwn(rt *route, dqpn uint32, n int) {
+	if rt.loop {
+		e.loopBack(dqpn, n)
+		return
+	}
+	e.loopMcast(rt, n)
+	e.tx.commit(n)
+}
+
 // loopBack takes the n-byte frame built in the batch's next buffer, on a
 // route to the device itself, to the engine of its destination QP dqpn
 // instead of the link, as rxe_loopback gives the skb to rxe_rcv: the receive
 // path checks it (its ICRC too) as any frame, and the buffer builds the next.
 // Counted as sent and, there, as received, as rxe counts both; a full ring
-// holds it (hold). Out of line: the senders test rt.loop and commit to the
-// batch inline.
+// holds it (hold). Out of line: the senders test the route and commit to
+// the batch inline.
 func (e *engine) loopBack(dqpn uint32, n int) {
 	e.tx.built++
 	e.d.cnt.inc(CntSentPkts)
