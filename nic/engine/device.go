@@ -677,6 +677,8 @@ type engine struct {
 	nap      *time.Timer              // the goroutine's: waitKick's timer
 	rooms    map[netdev.GID]*destRoom // RC PSNs in flight per destination (cwnd.go)
 	mcg      map[netdev.GID][]*QP     // this shard's members of each multicast group (mcast.go)
+	// The pollers ran since the frames being handled were taken (lookAgain).
+	lookedAgain bool
 
 	linkDead atomic.Bool // read by QueryPort
 }
@@ -769,6 +771,7 @@ func (e *engine) receive() bool {
 			return got
 		}
 		got = true
+		e.lookedAgain = false
 		e.sh.ecnt.inc(EngRxBatches)
 		e.sh.ecnt.add(EngRxFrames, uint64(n))
 		for _, f := range e.rxFrames[:n] {

@@ -56,6 +56,7 @@ func (e *engine) poll() bool {
 		return false
 	}
 	e.sh.polling.Store(true)
+	e.lookedAgain = true
 	busy := false
 	for _, p := range e.pollers {
 		if p.Poll() {

@@ -408,20 +408,40 @@ func atomicFault(f mr.Fault) respErr {
 // takeRecvWQE makes the head of the receive queue (or a WQE from the SRQ) the
 // message's receive WQE; false when there is none (RNR).
 func (e *engine) takeRecvWQE(qp *QP) bool {
+	if !e.takeRecv(qp) && !(e.lookAgain() && e.takeRecv(qp)) {
+		return false
+	}
+	qp.resp.dma = dmaCursor{resid: qp.resp.wqe.length}
+	return true
+}
+
+func (e *engine) takeRecv(qp *QP) bool {
 	r := &qp.resp
 	if qp.srq != nil {
 		if !e.srqTake(qp, &r.srqWQE) {
 			return false
 		}
 		r.wqe = &r.srqWQE
-	} else {
-		cons := qp.recvQ.cons.Load()
-		if cons == qp.recvQ.prod.Load() {
-			return false
-		}
-		r.wqe = &qp.recvSlots[cons&qp.recvQ.mask]
+		return true
 	}
-	r.dma = dmaCursor{resid: r.wqe.length}
+	cons := qp.recvQ.cons.Load()
+	if cons == qp.recvQ.prod.Load() {
+		return false
+	}
+	r.wqe = &qp.recvSlots[cons&qp.recvQ.mask]
+	return true
+}
+
+// lookAgain runs the pollers once more, at most once for the frames taken
+// since they last ran: an attached process's receive that reached its ring
+// after the pass's poll but before the frame came is then on the QP's queue,
+// as a receive a device's doorbell made visible is (a UD message would
+// otherwise be dropped, an RC one RNR NAKed). It reports whether they ran.
+func (e *engine) lookAgain() bool {
+	if len(e.pollers) == 0 || e.lookedAgain {
+		return false
+	}
+	e.poll()
 	return true
 }
 

@@ -602,6 +602,7 @@ func (e *engine) takeHanded() bool {
 		if !ok {
 			break
 		}
+		e.lookedAgain = false
 		e.handleFrame(f, true) // this engine's QP (or group members): handled here
 		h.done()
 	}

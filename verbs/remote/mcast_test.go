@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -114,22 +113,6 @@ func TestRemoteMcast(t *testing.T) {
 	}
 	if _, err := re.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGL: []verbs.SGE{re.mr.SGE(0, 256)}}}); err != nil {
 		t.Fatal(err)
-	}
-	// The daemon's engine takes the receive off the ring in a pass of its
-	// own: a datagram taken earlier in that pass would find none, and UD
-	// drops it (a CI run under -race lost one so).
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		res, err := r.a.Resources()
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := slices.IndexFunc(res.QPs, func(q engine.QPInfo) bool { return q.QPN == re.qp.QPN() })
-		if i >= 0 && res.QPs[i].RQPosted == 1 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("the daemon never took the posted receive")
-		}
 	}
 	send(1)
 	wc := pollRemote(t, re.cq, 1)[0]
