@@ -318,13 +318,7 @@ func (e *engine) loopMcast(rt *route, n int) {
 	e.d.cnt.inc(CntRcvdPkts)
 	f := e.tx.next()[:n]
 	for m := mask; m != 0; m &= m - 1 {
-		to := e.d.sh[bits.TrailingZeros64(m)]
-		if len(e.held) == 0 && to.in.put(f) {
-			e.handed |= 1 << to.idx
-			e.sh.ecnt.inc(EngLoopback)
-			continue
-		}
-		e.hold(to, f)
+		e.giveOwn(e.d.sh[bits.TrailingZeros64(m)], f)
 	}
 }
 

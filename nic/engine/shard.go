@@ -488,11 +488,19 @@ func (e *engine) handOver(to *shard, f []byte) {
 	}
 }
 
-// give copies f into to's ring and marks to for wakeHanded; a full ring drops
-// f, as a NIC's full receive queue does (RC resends it), and counts it.
+// give copies f into to's ring; a full ring drops f, as a NIC's full receive
+// queue does (RC resends it), and counts it.
 func (e *engine) give(to *shard, f []byte) bool {
-	if !to.in.put(f) {
+	if !e.put(to, f) {
 		e.sh.ecnt.inc(EngHandoffDrops)
+		return false
+	}
+	return true
+}
+
+// put copies f into to's ring if it has room, and marks to for wakeHanded.
+func (e *engine) put(to *shard, f []byte) bool {
+	if !to.in.put(f) {
 		return false
 	}
 	e.handed |= 1 << to.idx
@@ -522,9 +530,14 @@ func (e *engine) sendOwn(rt *route, dqpn uint32, n int) {
 func (e *engine) loopBack(dqpn uint32, n int) {
 	e.tx.built++
 	e.d.cnt.inc(CntSentPkts)
-	to, f := e.d.shardOf(dqpn), e.tx.next()[:n]
-	if len(e.held) == 0 && to.in.put(f) {
-		e.handed |= 1 << to.idx
+	e.giveOwn(e.d.shardOf(dqpn), e.tx.next()[:n])
+}
+
+// giveOwn puts a frame to the device itself on its engine's ring, or holds
+// it while frames are held already (they go first, in order) or the ring is
+// full.
+func (e *engine) giveOwn(to *shard, f []byte) {
+	if len(e.held) == 0 && e.put(to, f) {
 		e.sh.ecnt.inc(EngLoopback)
 		return
 	}
@@ -563,11 +576,9 @@ func (e *engine) hold(to *shard, f []byte) {
 func (e *engine) giveHeld() bool {
 	k := 0
 	for ; k < len(e.held); k++ {
-		h := &e.held[k]
-		if !h.to.in.put(h.buf[:h.n]) {
+		if h := &e.held[k]; !e.put(h.to, h.buf[:h.n]) {
 			break
 		}
-		e.handed |= 1 << h.to.idx
 		e.sh.ecnt.inc(EngLoopback)
 	}
 	// The rest to the front, swapped: every buffer stays, for the next hold.
