@@ -102,13 +102,21 @@ struct xr_srq {
 };
 
 struct xr_qp {
-	struct ibv_qp qp;
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx; /* begins with its ibv_qp; valid when ex */
+	};
 	struct xrnic_ring sq, rq; /* rq.n 0 with an SRQ */
 	pthread_spinlock_t sqlock, rqlock;
 	void *mem;
 	size_t memlen;
 	struct ibv_qp_cap cap;
 	int sq_sig_all; /* ibv_query_qp(3): init_attr returns it */
+	int ex;         /* made with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: ibv_qp_to_qp_ex returns qpx */
+	/* Between ibv_wr_start and ibv_wr_complete or ibv_wr_abort, under sqlock
+	 * (wr.c): the entries built so far end at cur; err is the first failure. */
+	uint32_t cur;
+	int err;
 };
 
 struct xr_ah {
@@ -132,5 +140,11 @@ int xr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 int xr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int xr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int xr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+void xr_publish(struct xr_conn *c, struct xrnic_ring *r, uint32_t k);
+
+/* The work request API of extended QPs (wr.c): send_ops the QP type allows,
+ * and the QP's builders and setters. */
+uint64_t xr_send_ops(enum ibv_qp_type t);
+void xr_init_qp_ex(struct xr_qp *q);
 
 #endif

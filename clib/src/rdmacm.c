@@ -726,7 +726,9 @@ static void destroy_cqs(struct rdma_cm_id *id)
 	errno = e;
 }
 
-XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/* create_qp is rdma_create_qp; a QP of the work request API (ibv_wr_*) when
+ * ops, with send_ops. */
+static int create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr, int ops, uint64_t send_ops)
 {
 	if (id->qp)
 		return fail(EINVAL);
@@ -757,7 +759,18 @@ XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 		if (!attr->recv_cq)
 			attr->recv_cq = id->recv_cq;
 	}
-	struct ibv_qp *qp = ibv_create_qp(pd, attr);
+	struct ibv_qp *qp;
+	if (ops) {
+		struct ibv_qp_init_attr_ex ax = {.qp_context = attr->qp_context, .send_cq = attr->send_cq,
+						 .recv_cq = attr->recv_cq, .srq = attr->srq, .cap = attr->cap,
+						 .qp_type = attr->qp_type, .sq_sig_all = attr->sq_sig_all,
+						 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+						 .pd = pd, .send_ops_flags = send_ops};
+		if ((qp = ibv_create_qp_ex(pd->context, &ax)))
+			attr->cap = ax.cap;
+	} else {
+		qp = ibv_create_qp(pd, attr);
+	}
 	if (!qp) {
 		destroy_cqs(id);
 		return -1;
@@ -780,14 +793,20 @@ XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ib
 	return 0;
 }
 
+XR_EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	return create_qp(id, pd, attr, 0, 0);
+}
+
 XR_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 {
 	struct ibv_qp_init_attr a = {.qp_context = attr->qp_context, .send_cq = attr->send_cq, .recv_cq = attr->recv_cq,
 				     .srq = attr->srq, .cap = attr->cap, .qp_type = attr->qp_type,
 				     .sq_sig_all = attr->sq_sig_all};
-	if (attr->comp_mask & ~IBV_QP_INIT_ATTR_PD)
+	if (attr->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS))
 		return fail(ENOSYS);
-	int err = rdma_create_qp(id, (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL, &a);
+	int err = create_qp(id, (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : NULL, &a,
+			    (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0, attr->send_ops_flags);
 	if (!err)
 		attr->cap = a.cap;
 	return err;

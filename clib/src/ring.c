@@ -6,8 +6,8 @@
 
 #include "internal.h"
 
-/* publish commits k entries and wakes the daemon if it asked to be. */
-static void publish(struct xr_conn *c, struct xrnic_ring *r, uint32_t k)
+/* xr_publish commits k entries and wakes the daemon if it asked to be. */
+void xr_publish(struct xr_conn *c, struct xrnic_ring *r, uint32_t k)
 {
 	if (!k)
 		return;
@@ -91,7 +91,7 @@ int xr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 		if ((err = put_send(q, xrnic_ring_entry(&q->sq, q->sq.own + k), wr)))
 			break;
 	}
-	publish(conn_of(qp->context), &q->sq, k);
+	xr_publish(conn_of(qp->context), &q->sq, k);
 	pthread_spin_unlock(&q->sqlock);
 	if (err)
 		*bad = wr;
@@ -123,7 +123,7 @@ static int post_recv(struct xr_conn *c, struct xrnic_ring *r, pthread_spinlock_t
 			memcpy(e + sizeof(w) + i * sizeof(x), &x, sizeof(x));
 		}
 	}
-	publish(c, r, k);
+	xr_publish(c, r, k);
 	pthread_spin_unlock(lock);
 	if (err)
 		*bad = wr;

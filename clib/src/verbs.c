@@ -158,6 +158,7 @@ XR_EXPORT __be64 ibv_get_device_guid(struct ibv_device *dev)
 }
 
 static int xr_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);
+static struct ibv_qp *xr_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
 
 XR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
@@ -185,11 +186,13 @@ XR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	c->ops.post_srq_recv = xr_post_srq_recv;
 	c->ops.poll_cq = xr_poll_cq;
 	c->ops.req_notify_cq = xr_req_notify_cq;
-	/* The extended context: its ops are NULL but query_port, and the
-	 * headers' inline verbs fall back or answer EOPNOTSUPP. */
+	/* The extended context: its ops are NULL but query_port and
+	 * create_qp_ex, and the headers' inline verbs fall back or answer
+	 * EOPNOTSUPP. */
 	c->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	x->vctx.sz = sizeof(x->vctx);
 	x->vctx.query_port = xr_query_port_ex;
+	x->vctx.create_qp_ex = xr_create_qp_ex;
 	return c;
 }
 
@@ -679,7 +682,8 @@ XR_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n)
 
 /* Queue pairs and shared receive queues. */
 
-XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+/* create_qp makes a QP; ex: one of the work request API (ibv_qp_to_qp_ex). */
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, int ex)
 {
 	struct xr_context *x = xr_ctx(pd->context);
 	struct xrnic_create_qp req = {.pd = pd->handle, .qp_type = a->qp_type, .sq_sig_all = a->sq_sig_all != 0,
@@ -722,8 +726,31 @@ XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 				.state = IBV_QPS_RESET, .qp_type = a->qp_type};
 	pthread_mutex_init(&q->qp.mutex, NULL);
 	pthread_cond_init(&q->qp.cond, NULL);
+	if (ex)
+		xr_init_qp_ex(q);
 	track(x, XRNIC_KIND_QP, r.handle, &q->qp);
 	return &q->qp;
+}
+
+XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) { return create_qp(pd, a, 0); }
+
+/* xr_create_qp_ex is the context's create_qp_ex (ibv_create_qp_ex): a PD's
+ * QP, with the work request API when send_ops_flags asks for it; send_ops
+ * the QP type does not take are EOPNOTSUPP, as rxe's. */
+static struct ibv_qp *xr_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
+{
+	int ops = (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
+	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
+	    (ops && a->send_ops_flags & ~xr_send_ops(a->qp_type))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != ctx) {
+		errno = EINVAL;
+		return NULL;
+	}
+	/* ibv_qp_init_attr_ex begins with ibv_qp_init_attr's members. */
+	return create_qp(a->pd, (struct ibv_qp_init_attr *)a, ops);
 }
 
 XR_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
@@ -1023,8 +1050,8 @@ XR_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah
 
 XR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
-	(void)qp;
-	return NULL; /* no extended QPs: IBV_QP_INIT_ATTR_SEND_OPS_FLAGS is refused */
+	struct xr_qp *q = container_of(qp, struct xr_qp, qp);
+	return q->ex ? &q->qpx : NULL; /* as libibverbs: only a QP made with send_ops_flags */
 }
 
 /* xrnic_call is a request on the context's session, for xrnic's librdmacm

@@ -2,8 +2,9 @@
  * CQs and two completion channels, as librdmacm's ucma_create_cqs), and
  * rdma_destroy_qp frees them: 50 cycles leave no descriptor open. argv[1]:
  * a local IPv4 address of the device. On xrnic's library against a daemon
- * (XRNIC_ATTACH). Prints "ok". */
+ * (XRNIC_ATTACH). rdma_create_qp_ex takes send_ops_flags. Prints "ok". */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
@@ -49,6 +50,25 @@ int main(int argc, char **argv)
 	int after = open_fds();
 	if (after != before)
 		FAIL("%d descriptors open after 49 more cycles, %d after the first", after, before);
+
+	/* rdma_create_qp_ex with send_ops_flags: a QP of the work request API
+	 * (ibv_qp_to_qp_ex), granted caps returned; send_ops its type lacks fail. */
+	struct rdma_cm_id *id;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || rdma_bind_addr(id, (struct sockaddr *)&sa))
+		FAIL("create_id, bind_addr");
+	struct ibv_qp_init_attr_ex ax = {.qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+					 .comp_mask = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .send_ops_flags = IBV_QP_EX_WITH_BIND_MW};
+	if (!rdma_create_qp_ex(id, &ax) || errno != EOPNOTSUPP || id->qp)
+		FAIL("rdma_create_qp_ex with IBV_QP_EX_WITH_BIND_MW: errno %d", errno);
+	ax.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+	if (rdma_create_qp_ex(id, &ax))
+		FAIL("rdma_create_qp_ex: errno %d", errno);
+	if (!ibv_qp_to_qp_ex(id->qp) || ax.cap.max_send_wr < 4)
+		FAIL("rdma_create_qp_ex made no extended QP (max_send_wr %u)", ax.cap.max_send_wr);
+	rdma_destroy_qp(id);
+	if (rdma_destroy_id(id))
+		FAIL("destroy_id");
 	rdma_destroy_event_channel(ch);
 	printf("ok\n");
 	return 0;

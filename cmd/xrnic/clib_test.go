@@ -82,6 +82,8 @@ func TestCLibrary(t *testing.T) {
 	}{
 		{[]string{"ibv_rc_pingpong", "-g", "1", "-n", "200", "-c"}, "200 iters in"},
 		{[]string{"ibv_rc_pingpong", "-g", "1", "-n", "200", "-e", "-s", "65536", "-c"}, "200 iters in"},
+		// -N: the work request API (ibv_wr_start, ibv_wr_send, ...).
+		{[]string{"ibv_rc_pingpong", "-g", "1", "-n", "200", "-N", "-c"}, "200 iters in"},
 		{[]string{"ibv_uc_pingpong", "-g", "1", "-n", "200", "-c"}, "200 iters in"},
 		{[]string{"ibv_ud_pingpong", "-g", "1", "-n", "200", "-s", "1024", "-c"}, "200 iters in"},
 		{[]string{"ibv_srq_pingpong", "-g", "1", "-n", "200", "-c"}, "200 iters in"},
@@ -126,9 +128,10 @@ func TestCLibrary(t *testing.T) {
 	// writes to registered memory and the parent does not see it
 	// (clib/test/forkmem.c); ibv_query_srq's srq_limit is the limit armed,
 	// 0 once it fired (clib/test/querysrq.c); rdma_join_multicast's
-	// errnos, events and QP attach (clib/test/cmjoin.c).
+	// errnos, events and QP attach (clib/test/cmjoin.c); the work request
+	// API of extended QPs (clib/test/wrapi.c).
 	for _, prog := range []string{"badinput", "extras", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
-		"queryqp", "bindport", "forkmem", "querysrq", "cmjoin"} {
+		"queryqp", "bindport", "forkmem", "querysrq", "cmjoin", "wrapi"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {
