@@ -20,6 +20,7 @@ var clibCases = []struct {
 	prog, args string
 }{
 	{"ibv_rc_pingpong", "-g 1 -s 4096 -n 200 -c"},
+	{"ibv_rc_pingpong", "-g 1 -s 4096 -n 200 -N -c"}, // the work request API (ibv_wr_*) on both ends
 	{"ibv_uc_pingpong", "-g 1 -s 4096 -n 200 -c"},
 	{"ibv_ud_pingpong", "-g 1 -s 512 -n 200 -c"},
 	{"ibv_srq_pingpong", "-g 1 -s 4096 -n 200 -q 4 -c"},

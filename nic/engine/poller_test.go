@@ -42,21 +42,10 @@ func (p *postOnArrival) Idle(bool) bool { return false }
 // perftest's UD server waited forever for it.
 func TestPollersBeforeReceive(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	a := newNode(t, p.a, nodeOpts{typ: qpattr.UD})
-	b := newNode(t, p.b, nodeOpts{typ: qpattr.UD})
+	pl := &postOnArrival{t: t, l: p.lb}
 	const qkey = 0x11111111
-	udUp(t, a, qkey)
-	udUp(t, b, qkey)
-	ah, err := a.pd.CreateAH(AV{DGID: b.gid(), DMAC: b.d.info.MAC})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Destroy()
-	pl := &postOnArrival{t: t, l: p.lb, n: b}
-	if err := p.b.AddPoller(pl); err != nil {
-		t.Fatal(err)
-	}
-	defer p.b.RemovePoller(pl)
+	a, b, ah := udTo(t, p, nodeOpts{}, nodeOpts{}, qkey, pl)
+	pl.n = b
 	const n = 20
 	for i := range n {
 		// B's engine asleep, so that the frame is on the wire when it wakes
@@ -128,8 +117,7 @@ func TestPollersLookAgain(t *testing.T) {
 	for _, withSRQ := range []bool{false, true} {
 		t.Run(name("srq=%v", withSRQ), func(t *testing.T) {
 			p := newPair(t, pairOpts{})
-			a := newNode(t, p.a, nodeOpts{typ: qpattr.UD})
-			bo := nodeOpts{typ: qpattr.UD}
+			var bo nodeOpts
 			var srq *SRQ
 			if withSRQ {
 				pd, err := p.b.AllocPD()
@@ -141,35 +129,23 @@ func TestPollersLookAgain(t *testing.T) {
 				}
 				bo.pd, bo.srq = pd, srq
 			}
-			b := newNode(t, p.b, bo)
 			const qkey = 0x11111111
-			udUp(t, a, qkey)
-			udUp(t, b, qkey)
-			ah, err := a.pd.CreateAH(AV{DGID: b.gid(), DMAC: b.d.info.MAC})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ah.Destroy()
+			pl := &postAfterLook{t: t, l: p.lb}
+			a, b, ah := udTo(t, p, nodeOpts{}, bo, qkey, pl)
 			wr := []RecvWR{{WRID: 1, SGL: []SGE{b.mr.SGE(0, 40+64)}}}
-			pl := &postAfterLook{t: t, l: p.lb, post: func() error {
+			pl.post = func() error {
 				if srq != nil {
 					_, err := srq.PostRecv(wr)
 					return err
 				}
 				_, err := b.qp.PostRecv(wr)
 				return err
-			}}
+			}
 			const n = 10
 			for i := range n {
 				pl.send = func() {
 					send(t, a, SendWR{WRID: uint64(i), Opcode: WRSend, Flags: SendSignaled, InlineData: []byte("late"),
 						AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
-				}
-				if i == 0 {
-					if err := p.b.AddPoller(pl); err != nil {
-						t.Fatal(err)
-					}
-					defer p.b.RemovePoller(pl)
 				}
 				pl.armed.Store(true)
 				p.b.Wake()
@@ -203,21 +179,10 @@ func (p *countPolls) Idle(bool) bool { return false }
 // attached process's rings per frame it sends.
 func TestPollersLookAgainBounded(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	a := newNode(t, p.a, nodeOpts{typ: qpattr.UD, cap: qpattr.Cap{MaxSendWR: 256, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
-	b := newNode(t, p.b, nodeOpts{typ: qpattr.UD})
-	const qkey = 0x11111111
-	udUp(t, a, qkey)
-	udUp(t, b, qkey)
-	ah, err := a.pd.CreateAH(AV{DGID: b.gid(), DMAC: b.d.info.MAC})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ah.Destroy()
 	pl := &countPolls{}
-	if err := p.b.AddPoller(pl); err != nil {
-		t.Fatal(err)
-	}
-	defer p.b.RemovePoller(pl)
+	const qkey = 0x11111111
+	a, b, ah := udTo(t, p, nodeOpts{cap: qpattr.Cap{MaxSendWR: 256, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}},
+		nodeOpts{}, qkey, pl)
 	before := p.b.EngineCounters()
 	polls := pl.n.Load()
 	const n = 256
@@ -246,4 +211,26 @@ func TestPollersLookAgainBounded(t *testing.T) {
 	if batches >= n/2 {
 		t.Fatalf("%d batches for %d messages: too few a batch to tell", batches, n)
 	}
+}
+
+// udTo makes a UD node on each device, both up with qkey, and A's AH to B;
+// pl, if not nil, is B's poller until the test ends.
+func udTo(t *testing.T, p *pair, ao, bo nodeOpts, qkey uint32, pl Poller) (a, b *node, ah *AH) {
+	t.Helper()
+	ao.typ, bo.typ = qpattr.UD, qpattr.UD
+	a, b = newNode(t, p.a, ao), newNode(t, p.b, bo)
+	udUp(t, a, qkey)
+	udUp(t, b, qkey)
+	ah, err := a.pd.CreateAH(AV{DGID: b.gid(), DMAC: b.d.info.MAC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ah.Destroy() })
+	if pl != nil {
+		if err := p.b.AddPoller(pl); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.b.RemovePoller(pl) })
+	}
+	return a, b, ah
 }
