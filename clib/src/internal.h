@@ -80,7 +80,10 @@ struct xr_channel {
 };
 
 struct xr_cq {
-	struct ibv_cq cq;
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx; /* begins with ibv_cq's members; valid when ex */
+	};
 	struct xrnic_ring ring;
 	void *mem;
 	size_t memlen;
@@ -90,6 +93,10 @@ struct xr_cq {
 	uint32_t seen;	  /* ring events at the last get_cq_event that returned it */
 	uint32_t corrupt; /* the daemon's index was impossible */
 	uint32_t reported; /* events get_cq_event returned (cq.mutex): destroy waits for their acks */
+	/* Between ibv_start_poll and ibv_end_poll, under lock (cqex.c): the
+	 * current entry, cur entries past the ring's consumer index, read once. */
+	uint32_t cur;
+	struct xrnic_cqe wc;
 };
 
 struct xr_srq {
@@ -141,10 +148,17 @@ int xr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 int xr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int xr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void xr_publish(struct xr_conn *c, struct xrnic_ring *r, uint32_t k);
+void xr_polled(int got);
 
 /* The work request API of extended QPs (wr.c): send_ops the QP type allows,
  * and the QP's builders and setters. */
 uint64_t xr_send_ops(enum ibv_qp_type t);
 void xr_init_qp_ex(struct xr_qp *q);
+/* The polling API of extended CQs (cqex.c): the wc_flags xrnic fills (rxe's),
+ * and a CQ's start_poll, next_poll, end_poll and readers. */
+#define XR_WC_EX_FLAGS                                                                                          \
+	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |         \
+	 IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS)
+void xr_init_cq_ex(struct xr_cq *q);
 
 #endif

@@ -177,15 +177,21 @@ int xr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	if (k)
 		xrnic_ring_release(&q->ring, k);
 	pthread_spin_unlock(&q->lock);
-	/* Every XR_SPIN_EVERY-th of a thread's run of empty polls yields its
-	 * CPU: the daemon's engine is a thread, not rxe's softirq, and one woken
-	 * on this CPU may otherwise wait for the next tick (internal/spin). */
+	xr_polled(k);
+	return k;
+}
+
+/* xr_polled counts a thread's run of empty CQ polls: every XR_SPIN_EVERY-th
+ * yields its CPU, for the daemon's engine is a thread, not rxe's softirq,
+ * and one woken on this CPU may otherwise wait for the next tick
+ * (internal/spin). */
+void xr_polled(int got)
+{
 	static __thread unsigned empty;
-	if (k)
+	if (got)
 		empty = 0;
 	else if (++empty % XR_SPIN_EVERY == 0)
 		sched_yield();
-	return k;
 }
 
 int xr_req_notify_cq(struct ibv_cq *cq, int solicited_only)

@@ -159,6 +159,7 @@ XR_EXPORT __be64 ibv_get_device_guid(struct ibv_device *dev)
 
 static int xr_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr, size_t len);
 static struct ibv_qp *xr_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a);
+static struct ibv_cq_ex *xr_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a);
 
 XR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
@@ -186,13 +187,14 @@ XR_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	c->ops.post_srq_recv = xr_post_srq_recv;
 	c->ops.poll_cq = xr_poll_cq;
 	c->ops.req_notify_cq = xr_req_notify_cq;
-	/* The extended context: its ops are NULL but query_port and
-	 * create_qp_ex, and the headers' inline verbs fall back or answer
+	/* The extended context: its ops are NULL but query_port, create_qp_ex
+	 * and create_cq_ex, and the headers' inline verbs fall back or answer
 	 * EOPNOTSUPP. */
 	c->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	x->vctx.sz = sizeof(x->vctx);
 	x->vctx.query_port = xr_query_port_ex;
 	x->vctx.create_qp_ex = xr_create_qp_ex;
+	x->vctx.create_cq_ex = xr_create_cq_ex;
 	return c;
 }
 
@@ -538,13 +540,13 @@ static int srq_fits(const void *rep, size_t len)
 	return xrnic_ring_fits(0, r->entries, r->entry_size, min, len);
 }
 
-XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
-				       struct ibv_comp_channel *channel, int comp_vector)
+/* create_cq makes a CQ; ex: one of the polling API (ibv_create_cq_ex). */
+static struct xr_cq *create_cq(struct ibv_context *ctx, uint32_t cqe, void *cq_context,
+			       struct ibv_comp_channel *channel, int ex)
 {
 	struct xr_context *x = xr_ctx(ctx);
-	struct xrnic_create_cq req = {.cqe = cqe < 0 ? 0 : (uint32_t)cqe};
+	struct xrnic_create_cq req = {.cqe = cqe};
 	struct xrnic_create_cq_rep r;
-	(void)comp_vector;
 	struct xr_channel *ch = channel ? container_of(channel, struct xr_channel, ch) : NULL;
 	if (ch)
 		req.channel = ch->handle;
@@ -569,6 +571,8 @@ XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *c
 	q->cq.cqe = r.entries;
 	pthread_mutex_init(&q->cq.mutex, NULL);
 	pthread_cond_init(&q->cq.cond, NULL);
+	if (ex)
+		xr_init_cq_ex(q);
 	track(x, XRNIC_KIND_CQ, r.handle, &q->cq);
 	if (ch) {
 		pthread_mutex_lock(&x->chmu);
@@ -578,7 +582,31 @@ XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *c
 		ch->cqs = q;
 		pthread_mutex_unlock(&x->chmu);
 	}
-	return &q->cq;
+	return q;
+}
+
+XR_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				       struct ibv_comp_channel *channel, int comp_vector)
+{
+	(void)comp_vector;
+	struct xr_cq *q = create_cq(ctx, cqe < 0 ? 0 : (uint32_t)cqe, cq_context, channel, 0);
+	return q ? &q->cq : NULL;
+}
+
+/* xr_create_cq_ex is the context's create_cq_ex (ibv_create_cq_ex): rxe's
+ * wc_flags, and the flags that are hints (the CQ locks anyway, and the
+ * daemon counts its overruns anyway); a parent domain, or anything else, is
+ * EOPNOTSUPP. */
+static struct ibv_cq_ex *xr_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
+{
+	if (a->wc_flags & ~(uint64_t)XR_WC_EX_FLAGS || a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	     a->flags & ~(uint32_t)(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct xr_cq *q = create_cq(ctx, a->cqe, a->cq_context, a->channel, 1);
+	return q ? &q->cqx : NULL;
 }
 
 XR_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)

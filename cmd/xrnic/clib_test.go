@@ -129,9 +129,10 @@ func TestCLibrary(t *testing.T) {
 	// (clib/test/forkmem.c); ibv_query_srq's srq_limit is the limit armed,
 	// 0 once it fired (clib/test/querysrq.c); rdma_join_multicast's
 	// errnos, events and QP attach (clib/test/cmjoin.c); the work request
-	// API of extended QPs (clib/test/wrapi.c).
+	// API of extended QPs and the polling API of extended CQs
+	// (clib/test/extended.c).
 	for _, prog := range []string{"badinput", "extras", "spin", "cqevents", "cqnonblock", "ahfromwc", "cmqp", "cmsync", "cmdestroy",
-		"queryqp", "bindport", "forkmem", "querysrq", "cmjoin", "wrapi"} {
+		"queryqp", "bindport", "forkmem", "querysrq", "cmjoin", "extended"} {
 		t.Run(prog, func(t *testing.T) {
 			args := []string{buildCProg(t, prog)}
 			switch prog {

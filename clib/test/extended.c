@@ -1,13 +1,17 @@
-/* wrapi: the work request API of extended QPs (ibv_wr_post(3)). Two RC QPs of
- * the one device, connected to each other through its own GID, take one
- * posting of every operation RC has (builders and setters of each kind); an
- * aborted posting, and one that fails (inline data past max_inline_data, more
- * WRs than the queue holds, a setter before any builder, a QP not in RTS),
- * post nothing, and wr_complete returns rxe's errno; UD sends with
+/* extended: the work request API of extended QPs (ibv_wr_post(3)) and the
+ * polling API of extended CQs (ibv_create_cq_ex(3)). Two RC QPs of the one
+ * device, connected to each other through its own GID, take one posting of
+ * every operation RC has (builders and setters of each kind); an aborted
+ * posting, and one that fails (inline data past max_inline_data, more WRs
+ * than the queue holds, a setter before any builder, a QP not in RTS), post
+ * nothing, and wr_complete returns rxe's errno; UD sends with
  * wr_set_ud_addr. ibv_create_qp_ex refuses send_ops its QP type lacks
  * (EOPNOTSUPP) and a missing PD (EINVAL); ibv_qp_to_qp_ex is NULL for a QP
- * made without send_ops_flags. On xrnic's library against a daemon
- * (XRNIC_ATTACH); prints "ok". */
+ * made without send_ops_flags. Every completion is read with ibv_start_poll,
+ * ibv_next_poll and the readers, and some with ibv_poll_cq on the same CQ
+ * between; ibv_create_cq_ex refuses wc_flags rxe lacks and a parent domain
+ * (EOPNOTSUPP). On xrnic's library against a daemon (XRNIC_ATTACH); prints
+ * "ok". */
 #include <endian.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -66,11 +70,45 @@ static int ud_up(struct ibv_qp *qp)
 	return ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 
-/* next waits up to 5 s for the CQ's next completion of qpn; 0 on success. */
-static int next(struct ibv_cq *cq, uint32_t qpn, struct ibv_wc *wc)
+/* next waits up to 5 s for the CQ's next completion of qpn; 0 on success.
+ * Completions of other QPs wait in held. It reads with the extended CQ's
+ * polling API: a run of start_poll and next_poll takes up to 3 entries, the
+ * readers filling an ibv_wc each; every other call takes one with
+ * ibv_poll_cq, the same CQ's ordinary poll. */
+static struct ibv_wc held[64];
+static int nheld;
+
+static int poll_ex(struct ibv_cq_ex *cq)
 {
-	static struct ibv_wc held[64];
-	static int nheld;
+	static int calls;
+	if (++calls % 2 == 0) {
+		int n = ibv_poll_cq(ibv_cq_ex_to_cq(cq), 1, held + nheld);
+		nheld += n > 0 ? n : 0;
+		return n;
+	}
+	struct ibv_poll_cq_attr pa = {0};
+	int err = ibv_start_poll(cq, &pa);
+	if (err == ENOENT)
+		return 0;
+	if (err)
+		return -1;
+	int n = 0;
+	do {
+		struct ibv_wc *w = &held[nheld++];
+		*w = (struct ibv_wc){.wr_id = cq->wr_id, .status = cq->status, .opcode = ibv_wc_read_opcode(cq),
+				     .vendor_err = ibv_wc_read_vendor_err(cq), .byte_len = ibv_wc_read_byte_len(cq),
+				     .imm_data = ibv_wc_read_imm_data(cq), .qp_num = ibv_wc_read_qp_num(cq),
+				     .src_qp = ibv_wc_read_src_qp(cq), .wc_flags = ibv_wc_read_wc_flags(cq),
+				     .slid = ibv_wc_read_slid(cq), .sl = ibv_wc_read_sl(cq),
+				     .dlid_path_bits = ibv_wc_read_dlid_path_bits(cq)};
+		n++;
+	} while (n < 3 && nheld < 64 && !(err = ibv_next_poll(cq)));
+	ibv_end_poll(cq);
+	return err && err != ENOENT ? -1 : n;
+}
+
+static int next(struct ibv_cq_ex *cq, uint32_t qpn, struct ibv_wc *wc)
+{
 	struct timespec end, now;
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	end.tv_sec += 5;
@@ -83,10 +121,9 @@ static int next(struct ibv_cq *cq, uint32_t qpn, struct ibv_wc *wc)
 				return 0;
 			}
 		}
-		int n = ibv_poll_cq(cq, 64 - nheld, held + nheld);
+		int n = poll_ex(cq);
 		if (n < 0)
 			return -1;
-		nheld += n;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (!n && (now.tv_sec > end.tv_sec || (now.tv_sec == end.tv_sec && now.tv_nsec > end.tv_nsec)))
 			return -1;
@@ -107,8 +144,20 @@ int main(void)
 	CHECK(ctx);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	CHECK(pd);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 128, NULL, NULL, 0);
-	CHECK(cq);
+	/* What ibv_create_cq_ex refuses; an empty CQ's start_poll. */
+	struct ibv_cq_init_attr_ex ca = {.cqe = 128, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(ctx, &ca) && errno == EOPNOTSUPP);
+	ca = (struct ibv_cq_init_attr_ex){.cqe = 128, .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = pd};
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(ctx, &ca) && errno == EOPNOTSUPP);
+	ca = (struct ibv_cq_init_attr_ex){.cqe = 128, .wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_DLID_PATH_BITS,
+					  .comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS, .flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED};
+	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &ca);
+	CHECK(cq && ibv_cq_ex_to_cq(cq)->cqe >= 128);
+	struct ibv_poll_cq_attr none = {0};
+	CHECK(ibv_start_poll(cq, &none) == ENOENT);
+	struct ibv_cq *plaincq = ibv_cq_ex_to_cq(cq); /* the send and receive CQ of every QP here */
 	static uint8_t buf[1 << 16];
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf),
 				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -123,23 +172,23 @@ int main(void)
 
 	/* What ibv_create_qp_ex refuses, and a plain QP's qp_ex. */
 	errno = 0;
-	CHECK(!make(ctx, pd, cq, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE) && errno == EOPNOTSUPP);
+	CHECK(!make(ctx, pd, plaincq, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE) && errno == EOPNOTSUPP);
 	errno = 0;
-	CHECK(!make(ctx, pd, cq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ) && errno == EOPNOTSUPP);
+	CHECK(!make(ctx, pd, plaincq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ) && errno == EOPNOTSUPP);
 	errno = 0;
-	CHECK(!make(ctx, pd, cq, IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW) && errno == EOPNOTSUPP);
-	struct ibv_qp_init_attr_ex nopd = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+	CHECK(!make(ctx, pd, plaincq, IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW) && errno == EOPNOTSUPP);
+	struct ibv_qp_init_attr_ex nopd = {.send_cq = plaincq, .recv_cq = plaincq, .qp_type = IBV_QPT_RC,
 					   .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
 					   .comp_mask = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .send_ops_flags = IBV_QP_EX_WITH_SEND};
 	errno = 0;
 	CHECK(!ibv_create_qp_ex(ctx, &nopd) && errno == EINVAL);
-	struct ibv_qp_init_attr pqa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+	struct ibv_qp_init_attr pqa = {.send_cq = plaincq, .recv_cq = plaincq, .qp_type = IBV_QPT_RC,
 				       .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
 	struct ibv_qp *plain = ibv_create_qp(pd, &pqa);
 	CHECK(plain && !ibv_qp_to_qp_ex(plain));
 	CHECK(!ibv_destroy_qp(plain));
 
-	struct ibv_qp *a = make(ctx, pd, cq, IBV_QPT_RC, RC_OPS), *b = make(ctx, pd, cq, IBV_QPT_RC, RC_OPS);
+	struct ibv_qp *a = make(ctx, pd, plaincq, IBV_QPT_RC, RC_OPS), *b = make(ctx, pd, plaincq, IBV_QPT_RC, RC_OPS);
 	CHECK(a && b);
 	struct ibv_qp_ex *ax = ibv_qp_to_qp_ex(a);
 	CHECK(ax && &ax->qp_base == a);
@@ -269,8 +318,8 @@ int main(void)
 	SENTINEL();
 
 	/* UD: a send to the other QP through an AH of the device's own GID. */
-	struct ibv_qp *ua = make(ctx, pd, cq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
-	struct ibv_qp *ub = make(ctx, pd, cq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND);
+	struct ibv_qp *ua = make(ctx, pd, plaincq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
+	struct ibv_qp *ub = make(ctx, pd, plaincq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND);
 	CHECK(ua && ub && !ud_up(ua) && !ud_up(ub));
 	struct ibv_ah_attr aa = {.is_global = 1, .grh = {.dgid = gid, .sgid_index = 1, .hop_limit = 1}, .port_num = 1};
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
@@ -296,7 +345,8 @@ int main(void)
 	CHECK(!ibv_destroy_qp(ua) && !ibv_destroy_qp(ub));
 	CHECK(!ibv_destroy_qp(a) && !ibv_destroy_qp(b));
 	CHECK(!ibv_dereg_mr(mr));
-	CHECK(!ibv_destroy_cq(cq));
+	CHECK(ibv_start_poll(cq, &none) == ENOENT); /* every completion taken */
+	CHECK(!ibv_destroy_cq(plaincq));
 	CHECK(!ibv_dealloc_pd(pd));
 	CHECK(!ibv_close_device(ctx));
 	printf("ok\n");
