@@ -28,6 +28,8 @@ static int put_send(struct xr_qp *q, uint8_t *e, const struct ibv_send_wr *wr)
 	if (wr->num_sge < 0)
 		return EINVAL;
 	switch (wr->opcode) {
+	case IBV_WR_ATOMIC_WRITE: /* ibv_send_wr has no field for its data; the WR API has (wr.c) */
+		return EINVAL;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
 		w.remote_addr = wr->wr.atomic.remote_addr;

@@ -11,14 +11,16 @@
 
 #include "internal.h"
 
-/* What the QP types take, as rxe: RC all but MW binds and ATOMIC_WRITE (which
- * xrnic's ring has no fields for); UC no READ or atomics; UD sends. */
+/* What the QP types take, as rxe: RC all but MW binds (which xrnic's ring has
+ * no fields for) and FLUSH (which Debian's headers lack); UC no READ or
+ * atomics; UD sends. */
 #define XR_UD_OPS (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
 #define XR_UC_OPS                                                                                              \
 	(XR_UD_OPS | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | \
 	 IBV_QP_EX_WITH_SEND_WITH_INV)
-#define XR_RC_OPS \
-	(XR_UC_OPS | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+#define XR_RC_OPS                                                                                                    \
+	(XR_UC_OPS | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
+	 IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 uint64_t xr_send_ops(enum ibv_qp_type t)
 {
@@ -142,6 +144,14 @@ static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t add
 	atomic(x, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr, add, 0);
 }
 
+/* wr_atomic_write's 8 bytes go in the entry's swap, as given (docs/attach.md). */
+static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
+{
+	uint64_t v;
+	memcpy(&v, data, 8);
+	atomic(x, IBV_WR_ATOMIC_WRITE, rkey, addr, 0, v);
+}
+
 /* send builds a SEND; imm is its immediate data (network order) or the rkey
  * to invalidate (host order), as ibv_send_wr's union holds them. */
 static void send(struct ibv_qp_ex *x, uint32_t opcode, const void *imm)
@@ -257,12 +267,6 @@ static void wr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_
 static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
 	(void)srqn;
-	unsupported(x);
-}
-
-static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
-{
-	(void)rkey, (void)addr, (void)data;
 	unsupported(x);
 }
 

@@ -1,7 +1,8 @@
 /* extended: the work request API of extended QPs (ibv_wr_post(3)) and the
  * polling API of extended CQs (ibv_create_cq_ex(3)). Two RC QPs of the one
  * device, connected to each other through its own GID, take one posting of
- * every operation RC has (builders and setters of each kind); an aborted
+ * every operation RC has (builders and setters of each kind; ATOMIC_WRITE
+ * only this way: ibv_post_send refuses it); an aborted
  * posting, and one that fails (inline data past max_inline_data, more WRs
  * than the queue holds, a setter before any builder, a QP not in RTS), post
  * nothing, and wr_complete returns rxe's errno; UD sends with
@@ -242,6 +243,8 @@ int main(void)
 	ibv_wr_send(ax);
 	struct ibv_data_buf parts[2] = {{.addr = "hello, ", .length = 7}, {.addr = "world", .length = 5}};
 	ibv_wr_set_inline_data_list(ax, 2, parts);
+	ax->wr_id = 8;
+	ibv_wr_atomic_write(ax, mr->rkey, base + 0x4020, "8 bytes!");
 	CHECK(ibv_wr_complete(ax) == 0);
 	EXPECT(cq, a->qp_num, 1, IBV_WC_RDMA_WRITE);
 	EXPECT(cq, a->qp_num, 2, IBV_WC_RDMA_WRITE);
@@ -250,6 +253,7 @@ int main(void)
 	EXPECT(cq, a->qp_num, 5, IBV_WC_FETCH_ADD);
 	EXPECT(cq, a->qp_num, 6, IBV_WC_COMP_SWAP);
 	EXPECT(cq, a->qp_num, 7, IBV_WC_SEND);
+	EXPECT(cq, a->qp_num, 8, IBV_WC_ATOMIC_WRITE);
 	EXPECT(cq, b->qp_num, 1000, IBV_WC_RECV_RDMA_WITH_IMM);
 	CHECK((wc.wc_flags & IBV_WC_WITH_IMM) && be32toh(wc.imm_data) == 0x1234);
 	EXPECT(cq, b->qp_num, 1001, IBV_WC_RECV);
@@ -264,6 +268,12 @@ int main(void)
 	memcpy(got, buf + 0x4000, 8);
 	memcpy(got + 1, buf + 0x4010, 16);
 	CHECK(got[1] == 40 && got[2] == 42 && got[0] == 7); /* 40+2=42, then 42 swapped for 7 */
+	CHECK(!memcmp(buf + 0x4020, "8 bytes!", 8));
+	/* ibv_post_send has no field for an ATOMIC_WRITE's data. */
+	struct ibv_send_wr aw = {.wr_id = 9, .opcode = IBV_WR_ATOMIC_WRITE, .wr.rdma = {.remote_addr = base + 0x4020,
+									      .rkey = mr->rkey}},
+			   *awbad;
+	CHECK(ibv_post_send(a, &aw, &awbad) == EINVAL && awbad == &aw);
 
 	/* Postings that post nothing; each is followed by a SEND that must be
 	 * the next completion on both sides. */

@@ -119,6 +119,9 @@ func (ss *session) sendWR(q *qpObj, e []byte, k int) error {
 		RemoteQPN: h.RemoteQPN, RemoteQKey: h.RemoteQKey, SGL: w.SGL[:0]}
 	w.ImmData = binary.BigEndian.Uint32(h.Imm[:])
 	w.InvalidateRKey = binary.LittleEndian.Uint32(h.Imm[:])
+	if w.Opcode == verbs.WRAtomicWrite {
+		binary.LittleEndian.PutUint64(w.AtomicData[:], h.Swap) // swap's 8 bytes as the process gave them
+	}
 	if w.Flags&verbs.SendInline != 0 && (w.Opcode == verbs.WRSend || w.Opcode == verbs.WRSendWithImm ||
 		w.Opcode == verbs.WRRDMAWrite || w.Opcode == verbs.WRRDMAWriteWithImm) {
 		if int(h.NumSGE) > q.inline {
