@@ -626,7 +626,7 @@ func TestDemo(t *testing.T) {
 // when the daemon stops, the session ends and the process's calls fail.
 func TestDaemonAttach(t *testing.T) {
 	p := testenv.NewTestPair(t, testenv.PairOptions{})
-	d := startDaemon(t, p)
+	d := startDaemon(t, p, "--attach-max", "1")
 	if _, ok := d.errOut.WaitFor("attach socket "+d.attach, time.Second); !ok {
 		t.Errorf("the ready line does not name the attach socket:\n%s", d.errOut.String())
 	}
@@ -641,6 +641,14 @@ func TestDaemonAttach(t *testing.T) {
 	defer c.Close()
 	if !strings.HasPrefix(c.Name(), "xrnic") {
 		t.Errorf("attached to %q", c.Name())
+	}
+	// --attach-max 1: a second process is refused.
+	if c2, err := remote.Dial(d.attach); err == nil {
+		c2.Close()
+		t.Error("a second process attached past --attach-max 1")
+	}
+	if _, ok := d.errOut.WaitFor("refused: 1 sessions", time.Second); !ok {
+		t.Errorf("the daemon's log does not show the refusal:\n%s", d.errOut.String())
 	}
 	port, err := c.QueryPort()
 	if err != nil || port.State != uint32(verbs.PortActive) {

@@ -27,6 +27,10 @@ const (
 	defaultMetrics   = "127.0.0.1:9479"
 	defaultBenchTest = "write_bw"
 	controlDir       = "/run/xrnic"
+	// The attached processes at once (server.Config.MaxSessions): the
+	// default, and the most --attach-max takes.
+	defaultAttachMax = 64
+	maxAttachMax     = 4096
 )
 
 // config is the daemon's command line, checked. A plain value.
@@ -42,6 +46,7 @@ type config struct {
 	control   string     // unix socket path; "" = none
 	attach    string     // the attach socket's path; "" = none
 	attachGrp string     // --attach-group: a group whose processes may attach too
+	attachMax int        // --attach-max: processes attached at once
 	interval  time.Duration
 	pcap      string // --pcap: record the device's frames here; "" = no
 
@@ -86,6 +91,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.StringVar(&c.control, "control", "", `control socket, mode 0600, for root and the daemon's user only: it shows every session's keys and addresses (default `+controlDir+`/IFACE.sock; "" turns it off)`)
 	fs.StringVar(&c.attach, "attach", "", `attach socket, mode 0600, where processes of root and the daemon's user attach to the device (default `+controlDir+`/IFACE.attach; "" turns it off)`)
 	fs.StringVar(&c.attachGrp, "attach-group", "", `a group (name or number) whose processes may attach too, as /dev/infiniband's group: the attach socket becomes mode 0660 in that group, and a peer whose groups include it is served (each process still sees only its own objects)`)
+	fs.IntVar(&c.attachMax, "attach-max", defaultAttachMax, fmt.Sprintf("processes attached at once, up to %d (each device a process opens is one; more are refused): each holds at most 4096 objects and 256 MiB of rings, all of them together at most half the daemon's descriptors and mappings", maxAttachMax))
 	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
 	fs.StringVar(&c.pcap, "pcap", "", "record every frame the device sends and receives to this pcap file, as ibdump does (tcpdump on the interface misses what XDP redirects)")
 	fs.BoolP("help", "h", false, "show this help")
@@ -128,6 +134,9 @@ func parse(args []string) (config, error) {
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 			return c, fmt.Errorf("--metrics %q: bad port", c.metrics)
 		}
+	}
+	if c.attachMax < 1 || c.attachMax > maxAttachMax {
+		return c, fmt.Errorf("--attach-max %d outside 1..%d", c.attachMax, maxAttachMax)
 	}
 	if c.benchPort < 0 || c.benchPort > 65535 {
 		return c, fmt.Errorf("--bench-port %d outside 0..65535", c.benchPort)

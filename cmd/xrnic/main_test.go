@@ -52,16 +52,17 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.iface != "veth0" || c.kind != link.KindAuto || c.mode != bpf.AttachGeneric || c.metrics != defaultMetrics ||
-		c.benchPort != 18515 || c.bench.Test.Name != "write_bw" || c.control != "/run/xrnic/veth0.sock" || c.interval != 0 {
+		c.benchPort != 18515 || c.bench.Test.Name != "write_bw" || c.control != "/run/xrnic/veth0.sock" || c.interval != 0 ||
+		c.attachMax != 64 {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = parse([]string{"--interface=veth1", "--link", "udp", "--xdp-mode", "native", "--metrics", "",
-		"--bench-port", "0", "--control", "", "--interval", "1s"})
+		"--bench-port", "0", "--control", "", "--interval", "1s", "--attach-max", "256"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.kind != link.KindUDP || c.mode != bpf.AttachNative || c.metrics != "" || c.benchPort != 0 || c.bench != nil ||
-		c.control != "" || c.interval != time.Second {
+		c.control != "" || c.interval != time.Second || c.attachMax != 256 {
 		t.Errorf("every flag: %+v", c)
 	}
 	c, err = parse([]string{"-i", "veth0", "--bench-test", "send_bw", "--bench-opts", "-s 1M -q 2", "--control", "/tmp/x.sock"})
@@ -101,6 +102,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"-i", "veth0", "--metrics", "9479"}, "want HOST:PORT"},
 		{[]string{"-i", "veth0", "--metrics", ":99999"}, "bad port"},
 		{[]string{"-i", "veth0", "--bench-port", "70000"}, "outside 0..65535"},
+		{[]string{"-i", "veth0", "--attach-max", "0"}, "--attach-max 0 outside 1..4096"},
+		{[]string{"-i", "veth0", "--attach-max", "4097"}, "--attach-max 4097 outside 1..4096"},
 		{[]string{"-i", "veth0", "--bench-test", "ping"}, "unknown --bench-test"},
 		{[]string{"-i", "veth0", "--bench-opts", "-s 0"}, "--bench-opts: write_bw: message size"},
 		{[]string{"-i", "veth0", "--bench-opts", "192.0.2.1"}, "no server address"},
