@@ -474,6 +474,19 @@ func (h *handoff) next() ([]byte, bool) {
 	return s.buf[:s.size], true
 }
 
+// ready counts the filled frames from the oldest on (at most a ring's worth):
+// the ones next returns before it first fails.
+func (h *handoff) ready() int {
+	n := 0
+	for ; n < len(h.slots); n++ {
+		pos := h.head + uint64(n)
+		if h.slots[pos&h.mask].seq.Load() != pos+1 {
+			break
+		}
+	}
+	return n
+}
+
 func (h *handoff) done() {
 	h.slots[h.head&h.mask].seq.Store(h.head + h.mask + 1)
 	h.head++
@@ -602,18 +615,18 @@ func (e *engine) wakeHanded() {
 	e.handed = 0
 }
 
-// takeHanded handles the frames other shards handed to this one, at most a
-// ring's worth a pass, so that producers that keep handing over do not keep
-// the pass from the rest of its work; it reports whether there were any.
+// takeHanded handles the frames handed to this shard (by others, or looped
+// back by itself) that are in its ring as it starts: those that come
+// meanwhile are the next pass's, so that producers that keep handing over do
+// not keep the pass from the rest of its work, and one lookAgain serves the
+// frames it takes, as one serves a batch from the link. It reports whether
+// there were any.
 func (e *engine) takeHanded() bool {
 	h := e.sh.in
-	n := 0
-	for ; n < len(h.slots); n++ {
-		f, ok := h.next()
-		if !ok {
-			break
-		}
-		e.lookedAgain = false
+	n := h.ready()
+	e.lookedAgain = false
+	for range n {
+		f, _ := h.next()
 		e.handleFrame(f, true) // this engine's QP (or group members): handled here
 		h.done()
 	}
