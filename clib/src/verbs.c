@@ -764,12 +764,14 @@ XR_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 
 /* xr_create_qp_ex is the context's create_qp_ex (ibv_create_qp_ex): a PD's
  * QP, with the work request API when send_ops_flags asks for it; send_ops
- * the QP type does not take are EOPNOTSUPP, as rxe's. */
+ * the QP type does not take, and any create_flags, are EOPNOTSUPP, as
+ * rxe's. */
 static struct ibv_qp *xr_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
 {
 	int ops = (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0;
-	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ||
-	    (ops && a->send_ops_flags & ~xr_send_ops(a->qp_type))) {
+	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	if (a->comp_mask & ~known || (ops && a->send_ops_flags & ~xr_send_ops(a->qp_type)) ||
+	    ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}

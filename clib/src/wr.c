@@ -11,16 +11,16 @@
 
 #include "internal.h"
 
-/* What the QP types take, as rxe: RC all but MW binds (which xrnic's ring has
- * no fields for) and FLUSH (which Debian's headers lack); UC no READ or
- * atomics; UD sends. */
+/* What the QP types take, as the engine executes them (nic/engine/wr.go): RC
+ * all of rxe's but MW binds (which xrnic's ring has no fields for) and FLUSH
+ * (which Debian's headers lack); UC writes and sends, neither invalidating
+ * nor binding; UD sends. */
 #define XR_UD_OPS (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
-#define XR_UC_OPS                                                                                              \
-	(XR_UD_OPS | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | \
+#define XR_UC_OPS (XR_UD_OPS | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM)
+#define XR_RC_OPS                                                                                                \
+	(XR_UC_OPS | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |                              \
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_LOCAL_INV |           \
 	 IBV_QP_EX_WITH_SEND_WITH_INV)
-#define XR_RC_OPS                                                                                                    \
-	(XR_UC_OPS | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
-	 IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 uint64_t xr_send_ops(enum ibv_qp_type t)
 {
@@ -205,6 +205,7 @@ static void wr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge 
 		memcpy(e + sizeof(w) + i * sizeof(s), &s, sizeof(s));
 	}
 	w.num_sge = n;
+	w.send_flags &= ~IBV_SEND_INLINE; /* after an inline setter on the same WR: the last one holds */
 	put(e, &w);
 }
 

@@ -157,7 +157,9 @@ int main(void)
 	struct ibv_cq_ex *cq = ibv_create_cq_ex(ctx, &ca);
 	CHECK(cq && ibv_cq_ex_to_cq(cq)->cqe >= 128);
 	struct ibv_poll_cq_attr none = {0};
-	CHECK(ibv_start_poll(cq, &none) == ENOENT);
+	CHECK(ibv_start_poll(cq, &none) == ENOENT && ibv_start_poll(cq, NULL) == ENOENT); /* rxe reads no attr */
+	struct ibv_poll_cq_attr unknown = {.comp_mask = 1};
+	CHECK(ibv_start_poll(cq, &unknown) == EINVAL);
 	struct ibv_cq *plaincq = ibv_cq_ex_to_cq(cq); /* the send and receive CQ of every QP here */
 	static uint8_t buf[1 << 16];
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf),
@@ -176,6 +178,16 @@ int main(void)
 	CHECK(!make(ctx, pd, plaincq, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE) && errno == EOPNOTSUPP);
 	errno = 0;
 	CHECK(!make(ctx, pd, plaincq, IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ) && errno == EOPNOTSUPP);
+	errno = 0;
+	CHECK(!make(ctx, pd, plaincq, IBV_QPT_UC, IBV_QP_EX_WITH_LOCAL_INV) && errno == EOPNOTSUPP);
+	struct ibv_qp_init_attr_ex cf = {.send_cq = plaincq, .recv_cq = plaincq, .qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS, .pd = pd};
+	struct ibv_qp *noflags = ibv_create_qp_ex(ctx, &cf); /* create_flags 0: none asked */
+	CHECK(noflags && !ibv_qp_to_qp_ex(noflags) && !ibv_destroy_qp(noflags));
+	cf.create_flags = IBV_QP_CREATE_SCATTER_FCS;
+	errno = 0;
+	CHECK(!ibv_create_qp_ex(ctx, &cf) && errno == EOPNOTSUPP);
 	errno = 0;
 	CHECK(!make(ctx, pd, plaincq, IBV_QPT_RC, IBV_QP_EX_WITH_BIND_MW) && errno == EOPNOTSUPP);
 	struct ibv_qp_init_attr_ex nopd = {.send_cq = plaincq, .recv_cq = plaincq, .qp_type = IBV_QPT_RC,
@@ -201,7 +213,7 @@ int main(void)
 	CHECK(ibv_wr_complete(ax) == EINVAL);
 
 	CHECK(!rc_up(a, b->qp_num, &gid, pa.active_mtu) && !rc_up(b, a->qp_num, &gid, pa.active_mtu));
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < 16; i++) {
 		struct ibv_sge s = {.addr = base + 0x8000 + i * 256, .length = 256, .lkey = mr->lkey};
 		struct ibv_recv_wr r = {.wr_id = 1000 + i, .sg_list = &s, .num_sge = 1}, *bad;
 		CHECK(!ibv_post_recv(b, &r, &bad));
@@ -326,6 +338,20 @@ int main(void)
 	ibv_wr_set_sge_list(ax, 3, three);
 	CHECK(ibv_wr_complete(ax) == ENOSPC);
 	SENTINEL();
+	ibv_wr_start(ax); /* an operation xrnic's ring cannot carry */
+	ax->wr_id = 701;
+	ibv_wr_bind_mw(ax, NULL, 0, NULL);
+	CHECK(ibv_wr_complete(ax) == EOPNOTSUPP);
+	SENTINEL();
+	ibv_wr_start(ax); /* two data setters: the last holds */
+	ax->wr_id = 702;
+	ibv_wr_send(ax);
+	ibv_wr_set_inline_data(ax, "inline", 6);
+	ibv_wr_set_sge(ax, mr->lkey, base + 10, 3);
+	CHECK(ibv_wr_complete(ax) == 0);
+	EXPECT(cq, a->qp_num, 702, IBV_WC_SEND);
+	CHECK(!next(cq, b->qp_num, &wc));
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == 3 && !memcmp(buf + 0x8000 + (wc.wr_id - 1000) * 256, buf + 10, 3));
 
 	/* UD: a send to the other QP through an AH of the device's own GID. */
 	struct ibv_qp *ua = make(ctx, pd, plaincq, IBV_QPT_UD, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
@@ -346,16 +372,20 @@ int main(void)
 	ibv_wr_set_ud_addr(uax, ah, ub->qp_num, 0x11111111);
 	ibv_wr_set_sge(uax, mr->lkey, base, 64);
 	CHECK(ibv_wr_complete(uax) == 0);
+	ibv_wr_start(uax); /* no AH */
+	ibv_wr_send(uax);
+	ibv_wr_set_ud_addr(uax, NULL, ub->qp_num, 0x11111111);
+	CHECK(ibv_wr_complete(uax) == EINVAL);
 	EXPECT(cq, ua->qp_num, 20, IBV_WC_SEND);
 	EXPECT(cq, ub->qp_num, 2000, IBV_WC_RECV);
 	CHECK(wc.byte_len == 40 + 64 && wc.src_qp == ua->qp_num && be32toh(wc.imm_data) == 5);
 	CHECK(!memcmp(buf + 0x9000 + 40, buf, 64));
 
+	CHECK(ibv_start_poll(cq, &none) == ENOENT); /* every completion taken (B's receives left flush at destroy) */
 	CHECK(!ibv_destroy_ah(ah));
 	CHECK(!ibv_destroy_qp(ua) && !ibv_destroy_qp(ub));
 	CHECK(!ibv_destroy_qp(a) && !ibv_destroy_qp(b));
 	CHECK(!ibv_dereg_mr(mr));
-	CHECK(ibv_start_poll(cq, &none) == ENOENT); /* every completion taken */
 	CHECK(!ibv_destroy_cq(plaincq));
 	CHECK(!ibv_dealloc_pd(pd));
 	CHECK(!ibv_close_device(ctx));

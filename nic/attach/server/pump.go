@@ -123,7 +123,7 @@ func (ss *session) sendWR(q *qpObj, e []byte, k int) error {
 		binary.LittleEndian.PutUint64(w.AtomicData[:], h.Swap) // swap's 8 bytes as the process gave them
 	}
 	if w.Flags&verbs.SendInline != 0 && (w.Opcode == verbs.WRSend || w.Opcode == verbs.WRSendWithImm ||
-		w.Opcode == verbs.WRRDMAWrite || w.Opcode == verbs.WRRDMAWriteWithImm) {
+		w.Opcode == verbs.WRSendWithInv || w.Opcode == verbs.WRRDMAWrite || w.Opcode == verbs.WRRDMAWriteWithImm) {
 		if int(h.NumSGE) > q.inline {
 			return errBadWQE
 		}

@@ -104,3 +104,55 @@ func TestPendingBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestSendWRDecodes: a send entry becomes the WR the process wrote: inline
+// data for every opcode that carries it (SEND_WITH_INV's was read as SGEs,
+// and the QP went to the error state), SGEs otherwise, the invalidated R_Key
+// and immediate data from the same four bytes, and an ATOMIC_WRITE's 8 bytes
+// from swap as the process laid them out (ibv_wr_atomic_write).
+func TestSendWRDecodes(t *testing.T) {
+	ss := &session{}
+	q := &qpObj{typ: verbs.RC, inline: 64, wrs: make([]verbs.SendWR, 1), sgls: [][]verbs.SGE{make([]verbs.SGE, 0, 2)},
+		scratch: make([]shm.SGE, 2)}
+	inv := [4]byte{0x78, 0x56, 0x34, 0x12} // 0x12345678, little-endian
+	sge := []shm.SGE{{Addr: 0x1000, Length: 16, LKey: 7}}
+	for _, tc := range []struct {
+		op     verbs.WROpcode
+		inline bool
+		swap   uint64
+	}{
+		{verbs.WRSend, true, 0}, {verbs.WRSendWithImm, true, 0}, {verbs.WRSendWithInv, true, 0},
+		{verbs.WRRDMAWrite, true, 0}, {verbs.WRRDMAWriteWithImm, true, 0},
+		{verbs.WRSendWithInv, false, 0}, {verbs.WRRDMARead, false, 0},
+		{verbs.WRAtomicWrite, false, 0x0807060504030201},
+	} {
+		e := make([]byte, shm.SendHeadLen+64)
+		h := shm.SendWQE{WRID: 9, Opcode: uint32(tc.op), Imm: inv, RKey: 5, RemoteAddr: 0x2000, Swap: tc.swap}
+		var err error
+		if tc.inline {
+			h.Flags = uint32(verbs.SendInline)
+			err = shm.PutSendWQE(e, &h, nil, []byte("inline"))
+		} else {
+			err = shm.PutSendWQE(e, &h, sge, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ss.sendWR(q, e, 0); err != nil {
+			t.Fatalf("%v: %v", tc.op, err)
+		}
+		w := q.wrs[0]
+		switch {
+		case w.Opcode != tc.op || w.WRID != 9 || w.RKey != 5 || w.RemoteAddr != 0x2000:
+			t.Errorf("%v: %+v", tc.op, w)
+		case w.InvalidateRKey != 0x12345678 || w.ImmData != 0x78563412:
+			t.Errorf("%v: invalidate %#x, imm %#x", tc.op, w.InvalidateRKey, w.ImmData)
+		case tc.inline && (string(w.InlineData) != "inline" || len(w.SGL) != 0):
+			t.Errorf("%v inline: data %q, SGL %v", tc.op, w.InlineData, w.SGL)
+		case !tc.inline && (w.InlineData != nil || len(w.SGL) != 1 || w.SGL[0] != (verbs.SGE{Addr: 0x1000, Length: 16, LKey: 7})):
+			t.Errorf("%v: data %q, SGL %v", tc.op, w.InlineData, w.SGL)
+		case tc.op == verbs.WRAtomicWrite && w.AtomicData != [8]byte{1, 2, 3, 4, 5, 6, 7, 8}:
+			t.Errorf("atomic write's data %v", w.AtomicData)
+		}
+	}
+}
