@@ -3,13 +3,18 @@
  * established already is -1/EISCONN; on a request not yet accepted, an ID
  * with no connection and a listener -1/EINVAL; other events -1/EINVAL
  * (IBV_EVENT_PATH_MIG: no alternate path).
- *   server LOCAL: a synchronous listener on port 7997 takes one connection.
- *   client PEER: connects to it.
+ *   server LOCAL: a synchronous listener on port 7997 takes one connection;
+ *     its checks done, it SENDs one byte, and waits for the client's
+ *     disconnect.
+ *   client PEER: connects to it; its checks done, it waits for that byte
+ *     before it disconnects (each side checks a connection the other has not
+ *     yet begun to end: a DREQ first made the server's EISCONN an EINVAL).
  * On xrnic's library against a daemon (XRNIC_ATTACH). Each prints "ok". */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 #include <stdio.h>
 #include <string.h>
 #include "test.h"
@@ -41,12 +46,18 @@ static int server(const char *local)
 	fflush(stdout);
 	WANT(l, IBV_EVENT_COMM_EST, EINVAL, "a listener");
 	CHECK(!rdma_get_request(l, &id));
+	static char done = 'd';
+	struct ibv_mr *mr = rdma_reg_msgs(id, &done, 1);
+	CHECK(mr);
 	WANT(id, IBV_EVENT_COMM_EST, EINVAL, "a request not accepted");
 	CHECK(!rdma_accept(id, NULL)); /* synchronous: returns established */
 	WANT(id, IBV_EVENT_COMM_EST, EISCONN, "an accepted connection");
 	WANT(id, IBV_EVENT_PATH_MIG, EINVAL, "an accepted connection");
 	WANT(id, IBV_EVENT_QP_FATAL, EINVAL, "an accepted connection");
 	WANT(id, (enum ibv_event_type)260, EINVAL, "an accepted connection"); /* 4 + 256: not COMM_EST */
+	struct ibv_wc wc;
+	CHECK(!rdma_post_send(id, NULL, &done, 1, mr, IBV_SEND_SIGNALED));
+	CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS);
 	/* Wait for the client's disconnect, so that its checks ran. */
 	struct rdma_cm_event *ev;
 	CHECK(!rdma_get_cm_event(id->channel, &ev));
@@ -54,6 +65,7 @@ static int server(const char *local)
 		FAIL("event %s, want DISCONNECTED", rdma_event_str(ev->event));
 	rdma_ack_cm_event(ev);
 	rdma_disconnect(id);
+	CHECK(!rdma_dereg_mr(mr));
 	rdma_destroy_ep(id);
 	rdma_destroy_ep(l);
 	rdma_freeaddrinfo(res);
@@ -73,10 +85,16 @@ static int client(const char *peer)
 	CHECK(!rdma_resolve_route(id, 2000));
 	struct ibv_qp_init_attr qa = qattr();
 	CHECK(!rdma_create_qp(id, NULL, &qa));
+	static char done;
+	struct ibv_mr *mr = rdma_reg_msgs(id, &done, 1);
+	CHECK(mr && !rdma_post_recv(id, NULL, &done, 1, mr));
 	CHECK(!rdma_connect(id, NULL));
 	WANT(id, IBV_EVENT_COMM_EST, EISCONN, "a connected ID");
 	WANT(id, IBV_EVENT_PATH_MIG, EINVAL, "a connected ID");
+	struct ibv_wc wc;
+	CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS && done == 'd'); /* the server's checks ran */
 	CHECK(!rdma_disconnect(id));
+	CHECK(!rdma_dereg_mr(mr));
 	rdma_destroy_qp(id);
 	CHECK(!rdma_destroy_id(id));
 	CHECK(!rdma_destroy_id(idle));
