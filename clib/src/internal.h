@@ -119,7 +119,6 @@ struct xr_qp {
 	size_t memlen;
 	struct ibv_qp_cap cap;
 	int sq_sig_all; /* ibv_query_qp(3): init_attr returns it */
-	int ex;         /* made with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: ibv_qp_to_qp_ex returns qpx */
 	/* Between ibv_wr_start and ibv_wr_complete or ibv_wr_abort, under sqlock
 	 * (wr.c): the entries built so far end at cur; err is the first failure. */
 	uint32_t cur;
@@ -148,6 +147,7 @@ int xr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_rec
 int xr_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int xr_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 void xr_publish(struct xr_conn *c, struct xrnic_ring *r, uint32_t k);
+void xr_put_sges(uint8_t *tail, const struct ibv_sge *sgl, size_t n);
 void xr_polled(int got);
 
 /* The work request API of extended QPs (wr.c): send_ops the QP type allows,

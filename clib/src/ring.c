@@ -18,6 +18,16 @@ void xr_publish(struct xr_conn *c, struct xrnic_ring *r, uint32_t k)
 
 static struct xr_conn *conn_of(struct ibv_context *ctx) { return &xr_ctx(ctx)->conn; }
 
+/* xr_put_sges writes n SGEs in the protocol's layout from tail on (the
+ * entry's tail, sized for the queue's SGE limit, which the caller checked). */
+void xr_put_sges(uint8_t *tail, const struct ibv_sge *sgl, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct xrnic_sge x = {.addr = sgl[i].addr, .length = sgl[i].length, .lkey = sgl[i].lkey};
+		memcpy(tail + i * sizeof(x), &x, sizeof(x));
+	}
+}
+
 /* put_send writes one work request into entry e; an error is libibverbs'
  * errno for the request. Inline data are copied from the SGEs now, as the
  * verbs' IBV_SEND_INLINE allows the buffers to be reused at once. */
@@ -63,11 +73,7 @@ static int put_send(struct xr_qp *q, uint8_t *e, const struct ibv_send_wr *wr)
 	} else {
 		if ((uint32_t)wr->num_sge > q->cap.max_send_sge)
 			return EINVAL;
-		for (int i = 0; i < wr->num_sge; i++) {
-			const struct ibv_sge *s = &wr->sg_list[i];
-			struct xrnic_sge x = {.addr = s->addr, .length = s->length, .lkey = s->lkey};
-			memcpy(tail + i * sizeof(x), &x, sizeof(x));
-		}
+		xr_put_sges(tail, wr->sg_list, wr->num_sge);
 		w.num_sge = wr->num_sge;
 	}
 	memcpy(e, &w, sizeof(w));
@@ -119,11 +125,7 @@ static int post_recv(struct xr_conn *c, struct xrnic_ring *r, pthread_spinlock_t
 		uint8_t *e = xrnic_ring_entry(r, r->own + k);
 		struct xrnic_recv_wqe w = {.wr_id = wr->wr_id, .num_sge = wr->num_sge};
 		memcpy(e, &w, sizeof(w));
-		for (int i = 0; i < wr->num_sge; i++) {
-			const struct ibv_sge *s = &wr->sg_list[i];
-			struct xrnic_sge x = {.addr = s->addr, .length = s->length, .lkey = s->lkey};
-			memcpy(e + sizeof(w) + i * sizeof(x), &x, sizeof(x));
-		}
+		xr_put_sges(e + sizeof(w), wr->sg_list, wr->num_sge);
 	}
 	xr_publish(c, r, k);
 	pthread_spin_unlock(lock);

@@ -1081,7 +1081,7 @@ XR_EXPORT int ibv_resolve_eth_l2_from_gid(struct ibv_context *ctx, struct ibv_ah
 XR_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
 	struct xr_qp *q = container_of(qp, struct xr_qp, qp);
-	return q->ex ? &q->qpx : NULL; /* as libibverbs: only a QP made with send_ops_flags */
+	return q->qpx.wr_start ? &q->qpx : NULL; /* as libibverbs: only a QP made with send_ops_flags (xr_init_qp_ex) */
 }
 
 /* xrnic_call is a request on the context's session, for xrnic's librdmacm

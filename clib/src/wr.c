@@ -93,7 +93,12 @@ static uint8_t *last(struct ibv_qp_ex *x, struct xrnic_send_wqe *w)
 
 static void put(uint8_t *e, const struct xrnic_send_wqe *w) { memcpy(e, w, sizeof(*w)); }
 
-static void rdma(struct ibv_qp_ex *x, uint32_t opcode, uint32_t rkey, uint64_t addr, const void *imm)
+/* op builds a WR of opcode with its remote address and key, its four bytes
+ * of imm (immediate data in network order, or an rkey to invalidate in host
+ * order, as ibv_send_wr's union holds them; NULL: none) and its atomic
+ * operands. */
+static void op(struct ibv_qp_ex *x, uint32_t opcode, uint32_t rkey, uint64_t addr, const void *imm, uint64_t cmp_add,
+	       uint64_t swap)
 {
 	struct xrnic_send_wqe w;
 	uint8_t *e = build(x, opcode, &w);
@@ -103,45 +108,34 @@ static void rdma(struct ibv_qp_ex *x, uint32_t opcode, uint32_t rkey, uint64_t a
 	w.remote_addr = addr;
 	if (imm)
 		memcpy(w.imm, imm, 4);
-	put(e, &w);
-}
-
-static void wr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
-{
-	rdma(x, IBV_WR_RDMA_WRITE, rkey, addr, NULL);
-}
-
-static void wr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, __be32 imm)
-{
-	rdma(x, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, addr, &imm);
-}
-
-static void wr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
-{
-	rdma(x, IBV_WR_RDMA_READ, rkey, addr, NULL);
-}
-
-static void atomic(struct ibv_qp_ex *x, uint32_t opcode, uint32_t rkey, uint64_t addr, uint64_t cmp_add, uint64_t swap)
-{
-	struct xrnic_send_wqe w;
-	uint8_t *e = build(x, opcode, &w);
-	if (!e)
-		return;
-	w.rkey = rkey;
-	w.remote_addr = addr;
 	w.compare_add = cmp_add;
 	w.swap = swap;
 	put(e, &w);
 }
 
+static void wr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	op(x, IBV_WR_RDMA_WRITE, rkey, addr, NULL, 0, 0);
+}
+
+static void wr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, __be32 imm)
+{
+	op(x, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, addr, &imm, 0, 0);
+}
+
+static void wr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	op(x, IBV_WR_RDMA_READ, rkey, addr, NULL, 0, 0);
+}
+
 static void wr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap)
 {
-	atomic(x, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, addr, compare, swap);
+	op(x, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, addr, NULL, compare, swap);
 }
 
 static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t add)
 {
-	atomic(x, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr, add, 0);
+	op(x, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, addr, NULL, add, 0);
 }
 
 /* wr_atomic_write's 8 bytes go in the entry's swap, as given (docs/attach.md). */
@@ -149,29 +143,16 @@ static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, c
 {
 	uint64_t v;
 	memcpy(&v, data, 8);
-	atomic(x, IBV_WR_ATOMIC_WRITE, rkey, addr, 0, v);
+	op(x, IBV_WR_ATOMIC_WRITE, rkey, addr, NULL, 0, v);
 }
 
-/* send builds a SEND; imm is its immediate data (network order) or the rkey
- * to invalidate (host order), as ibv_send_wr's union holds them. */
-static void send(struct ibv_qp_ex *x, uint32_t opcode, const void *imm)
-{
-	struct xrnic_send_wqe w;
-	uint8_t *e = build(x, opcode, &w);
-	if (!e)
-		return;
-	if (imm)
-		memcpy(w.imm, imm, 4);
-	put(e, &w);
-}
+static void wr_send(struct ibv_qp_ex *x) { op(x, IBV_WR_SEND, 0, 0, NULL, 0, 0); }
 
-static void wr_send(struct ibv_qp_ex *x) { send(x, IBV_WR_SEND, NULL); }
+static void wr_send_imm(struct ibv_qp_ex *x, __be32 imm) { op(x, IBV_WR_SEND_WITH_IMM, 0, 0, &imm, 0, 0); }
 
-static void wr_send_imm(struct ibv_qp_ex *x, __be32 imm) { send(x, IBV_WR_SEND_WITH_IMM, &imm); }
+static void wr_send_inv(struct ibv_qp_ex *x, uint32_t rkey) { op(x, IBV_WR_SEND_WITH_INV, 0, 0, &rkey, 0, 0); }
 
-static void wr_send_inv(struct ibv_qp_ex *x, uint32_t rkey) { send(x, IBV_WR_SEND_WITH_INV, &rkey); }
-
-static void wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey) { send(x, IBV_WR_LOCAL_INV, &rkey); }
+static void wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey) { op(x, IBV_WR_LOCAL_INV, 0, 0, &rkey, 0, 0); }
 
 static void wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
 {
@@ -200,10 +181,7 @@ static void wr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge 
 		q->err = ENOSPC;
 		return;
 	}
-	for (size_t i = 0; i < n; i++) {
-		struct xrnic_sge s = {.addr = sgl[i].addr, .length = sgl[i].length, .lkey = sgl[i].lkey};
-		memcpy(e + sizeof(w) + i * sizeof(s), &s, sizeof(s));
-	}
+	xr_put_sges(e + sizeof(w), sgl, n);
 	w.num_sge = n;
 	w.send_flags &= ~IBV_SEND_INLINE; /* after an inline setter on the same WR: the last one holds */
 	put(e, &w);
@@ -274,7 +252,6 @@ static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 void xr_init_qp_ex(struct xr_qp *q)
 {
 	struct ibv_qp_ex *x = &q->qpx;
-	q->ex = 1;
 	x->wr_start = wr_start;
 	x->wr_complete = wr_complete;
 	x->wr_abort = wr_abort;
