@@ -397,6 +397,41 @@ func guestStalled(t *testing.T, path string) bool {
 	return !lastGuest.IsZero() && !lastGuest.Before(lastXrnic) && end.Sub(lastGuest) >= quietLimit
 }
 
+// rxeShift tells a run that met the rxe requester's retry flaw that
+// TestRxeRetryShift reproduces (Debian's 6.1 kernel in the guest): after a
+// spurious retransmit timeout its completer moves comp.psn past a WQE it has
+// not completed, and req_retry then resends that WQE as an empty ONLY at a PSN
+// it had already used and shifts every later packet by one. A responder
+// takes a resent PSN it executed as a duplicate (C9-105), which holds only if
+// the resend is the packet it took; one that took the first copy then sees a
+// message of the wrong length or a FIRST mid-message and NAKs it (rxe's
+// responder too), and the run fails through no fault of xrnic's. The sign on the wire: the guest sends an RC
+// request at a PSN of a QP where it earlier sent one with another opcode or
+// payload length. It returns what it saw, or "".
+func rxeShift(pkts []rocePacket) string {
+	type key struct {
+		qpn uint32
+		psn wire.PSN
+	}
+	type sent struct {
+		op wire.Opcode
+		n  int
+	}
+	seen := map[key]sent{}
+	for _, p := range pkts {
+		if p.Opcode >= 0x20 || p.Info().Mask&wire.MaskReq == 0 {
+			continue // not an RC request: ACKs repeat their PSN by design
+		}
+		k, s := key{p.BTH.DestQPN(), p.BTH.PSN()}, sent{p.Opcode, len(p.Payload)}
+		if was, ok := seen[k]; ok && was != s {
+			return fmt.Sprintf("rxe sent PSN %#x of QP %#x as %v (%d bytes) after it had as %v (%d bytes)",
+				uint32(k.psn), k.qpn, s.op, s.n, was.op, was.n)
+		}
+		seen[k] = s
+	}
+	return ""
+}
+
 // waitHostListen waits until a TCP socket listens on port in xrnic's namespace.
 func waitHostListen(t *testing.T, h *host, port int) {
 	t.Helper()
@@ -499,6 +534,13 @@ func playWith(t *testing.T, g *guest, name string, bench []string, guestCmd stri
 			t.Logf("attempt %d: the guest no longer answers ping: rebooting it, then again", attempt)
 			g.reboot(t, name)
 			continue
+		}
+		if (gErr != nil || xErr != nil) && attempt < 3 {
+			if why := rxeShift(roce(t, frames(t, c.path), ipGuest)); why != "" {
+				ended("again: rxe's retry shift")
+				t.Logf("attempt %d: %s (%s.pcap; rxe's flaw, TestRxeRetryShift): again", attempt, why, name)
+				continue
+			}
 		}
 		if gErr != nil && attempt < 3 && guestStalled(t, c.path) {
 			ended("again: guest stalled")

@@ -286,3 +286,60 @@ func TestEndRace(t *testing.T) {
 		}
 	}
 }
+
+// TestRxeShiftSeen: the capture of a CI run that met rxe's retry flaw
+// (testdata/rxe-retry-shift.pcap: the guest's frames at PSNs 0x6dba8a-0x6dba8c
+// of mtu1024/write_bw_-b/xrnic_server) is told by rxeShift, and the run is
+// played again; an ordinary go-back-N resend (the same frames up to the flaw),
+// ACKs repeating a PSN, and the same PSN on another QP are not.
+func TestRxeShiftSeen(t *testing.T) {
+	all := roce(t, frames(t, "testdata/rxe-retry-shift.pcap"), ipGuest)
+	if len(all) != 7 {
+		t.Fatalf("%d of the guest's RoCE frames in the capture, want 7", len(all))
+	}
+	const want = "rxe sent PSN 0x6dba8b of QP 0x11 as RC_RDMA_WRITE_ONLY (0 bytes) after it had as RC_RDMA_WRITE_FIRST (1024 bytes)"
+	if got := rxeShift(all); got != want {
+		t.Errorf("rxeShift = %q, want %q", got, want)
+	}
+	if got := rxeShift(all[:5]); got != "" {
+		t.Errorf("a go-back-N resend of the same packets: rxeShift = %q, want none", got)
+	}
+	// The shifted FIRST alone (one PSN on, where a MIDDLE went) is the flaw too.
+	if got := rxeShift(append(all[:5:5], all[6])); !strings.Contains(got, "as RC_RDMA_WRITE_FIRST (1024 bytes) after it had as RC_RDMA_WRITE_MIDDLE (1024 bytes)") {
+		t.Errorf("the shifted FIRST alone: rxeShift = %q", got)
+	}
+	qpn, psn := all[5].BTH.DestQPN(), all[5].BTH.PSN()
+	pkt := func(f wire.IBFields) rocePacket {
+		f.BTH.PKey = wire.DefaultPKey
+		ff := wire.FrameFields{
+			IPVersion: 4,
+			IPv4:      wire.IPv4Fields{TTL: 64, Src: netip.MustParseAddr(ipGuest), Dst: netip.MustParseAddr(ipXrnic)},
+			UDP:       wire.UDPFields{SrcPort: wire.UDPPortRoCEv2},
+			IB:        f,
+		}
+		b := make([]byte, ff.Len())
+		n, err := ff.Encode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p rocePacket
+		if err := wire.Parse(b[:n], &p.Packet); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ack := pkt(wire.IBFields{
+		BTH:  wire.BTHFields{Opcode: wire.RCAcknowledge, DestQPN: qpn, PSN: psn},
+		AETH: wire.AETHFields{Syndrome: wire.ACKSyndrome(wire.CreditsUnlimited)},
+	})
+	if got := rxeShift([]rocePacket{all[0], all[1], ack, ack}); got != "" {
+		t.Errorf("ACKs at a request's PSN: rxeShift = %q, want none", got)
+	}
+	other := pkt(wire.IBFields{BTH: wire.BTHFields{Opcode: wire.RCRDMAWriteOnly, DestQPN: qpn + 1, PSN: psn}})
+	if got := rxeShift([]rocePacket{all[0], all[1], other}); got != "" {
+		t.Errorf("another QP's request at the same PSN: rxeShift = %q, want none", got)
+	}
+	if got := rxeShift([]rocePacket{all[0], all[1], all[5]}); got == "" {
+		t.Error("the empty ONLY after the FIRST at its PSN: not seen")
+	}
+}
