@@ -137,7 +137,7 @@ func runDaemon(ctx context.Context, c config, out, errOut io.Writer) (err error)
 		cl.add(func() { ctl.Close() })
 	}
 	var attachLn *net.UnixListener
-	attachCfg := server.Config{MaxSessions: c.attachMax, Logf: d.lg.printf}
+	attachCfg := c.attachConfig(d.lg.printf)
 	if c.attach != "" {
 		if attachLn, err = listenUnix("unixpacket", c.attach); err != nil {
 			return fmt.Errorf("attach socket: %w", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xrnic/xrnic/bpf"
 	"github.com/xrnic/xrnic/cmd/internal/perftest"
+	"github.com/xrnic/xrnic/nic/attach/server"
 	"github.com/xrnic/xrnic/nic/link"
 	"github.com/xrnic/xrnic/verbs"
 	"github.com/xrnic/xrnic/verbs/remote"
@@ -47,6 +48,7 @@ type config struct {
 	attach    string     // the attach socket's path; "" = none
 	attachGrp string     // --attach-group: a group whose processes may attach too
 	attachMax int        // --attach-max: processes attached at once
+	attachUsr int        // --attach-max-user: of them, one user's; 0 = --attach-max
 	interval  time.Duration
 	pcap      string // --pcap: record the device's frames here; "" = no
 
@@ -92,6 +94,7 @@ func daemonFlags(c *config) *flag.FlagSet {
 	fs.StringVar(&c.attach, "attach", "", `attach socket, mode 0600, where processes of root and the daemon's user attach to the device (default `+controlDir+`/IFACE.attach; "" turns it off)`)
 	fs.StringVar(&c.attachGrp, "attach-group", "", `a group (name or number) whose processes may attach too, as /dev/infiniband's group: the attach socket becomes mode 0660 in that group, and a peer whose groups include it is served (each process still sees only its own objects)`)
 	fs.IntVar(&c.attachMax, "attach-max", defaultAttachMax, fmt.Sprintf("processes attached at once, up to %d (each device a process opens is one; more are refused): each holds at most 4096 objects and 256 MiB of rings, all of them together at most half the daemon's descriptors and mappings", maxAttachMax))
+	fs.IntVar(&c.attachUsr, "attach-max-user", 0, "of the processes attached at once, the most one user's may be (default: --attach-max); with --attach-group, a smaller one keeps one user from taking every place")
 	fs.DurationVar(&c.interval, "interval", 0, "print the counters this often (0: never)")
 	fs.StringVar(&c.pcap, "pcap", "", "record every frame the device sends and receives to this pcap file, as ibdump does (tcpdump on the interface misses what XDP redirects)")
 	fs.BoolP("help", "h", false, "show this help")
@@ -137,6 +140,12 @@ func parse(args []string) (config, error) {
 	}
 	if c.attachMax < 1 || c.attachMax > maxAttachMax {
 		return c, fmt.Errorf("--attach-max %d outside 1..%d", c.attachMax, maxAttachMax)
+	}
+	if c.attachUsr == 0 {
+		c.attachUsr = c.attachMax
+	}
+	if c.attachUsr < 1 || c.attachUsr > c.attachMax {
+		return c, fmt.Errorf("--attach-max-user %d outside 1..%d (--attach-max)", c.attachUsr, c.attachMax)
 	}
 	if c.benchPort < 0 || c.benchPort > 65535 {
 		return c, fmt.Errorf("--bench-port %d outside 0..65535", c.benchPort)
@@ -286,4 +295,9 @@ func parseClient(args []string) (clientConfig, error) {
 		c.socket = defaultControl(*iface)
 	}
 	return c, nil
+}
+
+// attachConfig is the attach server's bounds as the flags set them.
+func (c config) attachConfig(logf func(string, ...any)) server.Config {
+	return server.Config{MaxSessions: c.attachMax, MaxUserSessions: c.attachUsr, Logf: logf}
 }

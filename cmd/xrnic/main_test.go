@@ -53,16 +53,19 @@ func TestParse(t *testing.T) {
 	}
 	if c.iface != "veth0" || c.kind != link.KindAuto || c.mode != bpf.AttachGeneric || c.metrics != defaultMetrics ||
 		c.benchPort != 18515 || c.bench.Test.Name != "write_bw" || c.control != "/run/xrnic/veth0.sock" || c.interval != 0 ||
-		c.attachMax != 64 {
+		c.attachMax != 64 || c.attachUsr != 64 {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = parse([]string{"--interface=veth1", "--link", "udp", "--xdp-mode", "native", "--metrics", "",
-		"--bench-port", "0", "--control", "", "--interval", "1s", "--attach-max", "256"})
+		"--bench-port", "0", "--control", "", "--interval", "1s", "--attach-max", "256", "--attach-max-user", "8"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.kind != link.KindUDP || c.mode != bpf.AttachNative || c.metrics != "" || c.benchPort != 0 || c.bench != nil ||
-		c.control != "" || c.interval != time.Second || c.attachMax != 256 {
+		c.control != "" || c.interval != time.Second || c.attachMax != 256 || c.attachUsr != 8 {
+		t.Errorf("every flag: %+v", c)
+	}
+	if a := c.attachConfig(nil); a.MaxSessions != 256 || a.MaxUserSessions != 8 {
 		t.Errorf("every flag: %+v", c)
 	}
 	c, err = parse([]string{"-i", "veth0", "--bench-test", "send_bw", "--bench-opts", "-s 1M -q 2", "--control", "/tmp/x.sock"})
@@ -104,6 +107,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"-i", "veth0", "--bench-port", "70000"}, "outside 0..65535"},
 		{[]string{"-i", "veth0", "--attach-max", "0"}, "--attach-max 0 outside 1..4096"},
 		{[]string{"-i", "veth0", "--attach-max", "4097"}, "--attach-max 4097 outside 1..4096"},
+		{[]string{"-i", "veth0", "--attach-max-user", "65"}, "--attach-max-user 65 outside 1..64 (--attach-max)"},
+		{[]string{"-i", "veth0", "--attach-max", "8", "--attach-max-user", "-1"}, "--attach-max-user -1 outside 1..8"},
 		{[]string{"-i", "veth0", "--bench-test", "ping"}, "unknown --bench-test"},
 		{[]string{"-i", "veth0", "--bench-opts", "-s 0"}, "--bench-opts: write_bw: message size"},
 		{[]string{"-i", "veth0", "--bench-opts", "192.0.2.1"}, "no server address"},

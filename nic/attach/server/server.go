@@ -25,6 +25,10 @@ import (
 type Config struct {
 	// MaxSessions attached at once (default 64); more are refused at accept.
 	MaxSessions int
+	// MaxUserSessions one user (SO_PEERCRED's uid) may hold at once (default
+	// MaxSessions: no bound of its own). Where several users may attach
+	// (--attach-group) a smaller one keeps one user from taking every slot.
+	MaxUserSessions int
 	// MaxObjects one session may hold (default 4096).
 	MaxObjects int
 	// MaxAllObjects all sessions together may hold (default: half the smaller
@@ -52,6 +56,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = 64
+	}
+	if c.MaxUserSessions <= 0 || c.MaxUserSessions > c.MaxSessions {
+		c.MaxUserSessions = c.MaxSessions
 	}
 	if c.MaxObjects <= 0 {
 		c.MaxObjects = 4096
@@ -105,6 +112,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
+	perUser  map[uint32]int // sessions by uid (MaxUserSessions)
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -112,7 +120,7 @@ type Server struct {
 // New starts a server for dev; Close stops it.
 func New(dev *verbs.Device, cfg Config) *Server {
 	cfg.setDefaults()
-	s := &Server{dev: dev, cfg: cfg, sessions: map[*session]struct{}{}}
+	s := &Server{dev: dev, cfg: cfg, sessions: map[*session]struct{}{}, perUser: map[uint32]int{}}
 	s.unreg = dev.RegisterEventHandler(s.event)
 	return s
 }
@@ -187,6 +195,12 @@ func (s *Server) Attach(c *net.UnixConn) {
 		c.Close()
 		return
 	}
+	if n := s.perUser[cred.Uid]; n >= s.cfg.MaxUserSessions {
+		s.mu.Unlock()
+		s.cfg.Logf("attach: pid %d refused: uid %d holds %d sessions", cred.Pid, cred.Uid, n)
+		c.Close()
+		return
+	}
 	ss, err := newSession(s, c, cred)
 	if err != nil {
 		s.mu.Unlock()
@@ -195,6 +209,7 @@ func (s *Server) Attach(c *net.UnixConn) {
 		return
 	}
 	s.sessions[ss] = struct{}{}
+	s.perUser[cred.Uid]++
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
@@ -202,6 +217,9 @@ func (s *Server) Attach(c *net.UnixConn) {
 		ss.run()
 		s.mu.Lock()
 		delete(s.sessions, ss)
+		if s.perUser[cred.Uid]--; s.perUser[cred.Uid] == 0 {
+			delete(s.perUser, cred.Uid)
+		}
 		s.mu.Unlock()
 	}()
 }
