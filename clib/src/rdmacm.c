@@ -8,7 +8,9 @@
  * REJECTED, UNREACHABLE and rdma_disconnect.
  *
  * The IDs of a process live on one device, the first that libibverbs lists
- * (its daemon's session holds them and the QPs they name): id->verbs. */
+ * (its daemon's session holds them and the QPs they name): id->verbs, and
+ * id->pd the device's PD, as librdmacm gives an ID with its device
+ * (ucma_get_device). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -82,7 +84,7 @@ struct xr_event {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t acked = PTHREAD_COND_INITIALIZER; /* an xr_id's completed grew */
 static struct ibv_context *dev;	   /* the CM's device */
-static struct ibv_pd *default_pd;   /* librdmacm's per-device PD, for QPs made without one */
+static struct ibv_pd *default_pd;   /* librdmacm's per-device PD (cma_dev->pd): an ID's id->pd */
 static struct ibv_device **devlist; /* kept open for rdma_get_devices */
 static struct xr_id *ids;	   /* by handle, for events */
 
@@ -147,21 +149,22 @@ static int complete(struct rdma_cm_id *id)
 	return id->event->status ? fail(event_errno(id->event)) : 0;
 }
 
-/* pd_of is the PD a QP made without one takes: the ID's, or the device's
- * default one, made once (librdmacm's cma_dev->pd). */
-static struct ibv_pd *pd_of(struct rdma_cm_id *id)
+/* device_pd is the device's PD, made once (librdmacm's cma_dev->pd): every
+ * ID's id->pd until a QP of another PD is made on it. */
+static struct ibv_pd *device_pd(void)
 {
-	if (id->pd)
-		return id->pd;
+	if (!device())
+		return NULL;
 	pthread_mutex_lock(&mu);
-	if (!default_pd && dev)
+	if (!default_pd)
 		default_pd = ibv_alloc_pd(dev); /* failing, it sets errno */
-	else if (!dev)
-		errno = ENODEV;
 	struct ibv_pd *pd = default_pd;
 	pthread_mutex_unlock(&mu);
 	return pd;
 }
+
+/* pd_of is the PD a QP made without one takes: the ID's. */
+static struct ibv_pd *pd_of(struct rdma_cm_id *id) { return id->pd ? id->pd : device_pd(); }
 
 /* stashed is a copy of the message msg (an event), NULL if out of memory
  * (the event is lost then, as one past a full queue is). */
@@ -419,6 +422,9 @@ static struct xr_id *new_id(uint32_t handle, struct rdma_event_channel *ch, void
 		return NULL;
 	x->handle = handle;
 	x->id.verbs = dev;
+	pthread_mutex_lock(&mu);
+	x->id.pd = default_pd; /* made before the first ID (rdma_create_id) */
+	pthread_mutex_unlock(&mu);
 	x->id.channel = ch;
 	x->id.context = context;
 	x->id.ps = ps;
@@ -433,6 +439,11 @@ XR_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_
 			     enum rdma_port_space ps)
 {
 	struct xr_chan *own = NULL;
+	/* An ID with its device has the device's PD (librdmacm's
+	 * ucma_get_device): UCX's rdmacm transport makes its QPs on id->pd,
+	 * and reads id->pd->context. */
+	if (!device_pd())
+		return -1;
 	if (!channel) { /* synchronous: a channel of the ID's own */
 		if (!(channel = rdma_create_event_channel()))
 			return -1;

@@ -1,8 +1,10 @@
 /* cmqp: rdma_create_qp without CQs of the caller's makes the ID's own (two
  * CQs and two completion channels, as librdmacm's ucma_create_cqs), and
  * rdma_destroy_qp frees them: 50 cycles leave no descriptor open. argv[1]:
- * a local IPv4 address of the device. On xrnic's library against a daemon
- * (XRNIC_ATTACH). rdma_create_qp_ex takes send_ops_flags. Prints "ok". */
+ * a local IPv4 address of the device. A bound ID has its device's PD in
+ * id->pd, as librdmacm's (ucma_get_device; UCX makes QPs on it). On xrnic's
+ * library against a daemon (XRNIC_ATTACH). rdma_create_qp_ex takes
+ * send_ops_flags. Prints "ok". */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -28,6 +30,8 @@ int main(int argc, char **argv)
 			FAIL("create_id");
 		if (rdma_bind_addr(id, (struct sockaddr *)&sa))
 			FAIL("bind_addr %s", argv[1]);
+		if (!id->pd || id->pd->context != id->verbs)
+			FAIL("a bound ID has no PD of its device");
 		struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
 		if (!pd)
 			FAIL("alloc_pd");

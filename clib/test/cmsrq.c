@@ -36,6 +36,7 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		struct rdma_cm_id *req;
 		CHECK(!rdma_get_request(id, &req));
+		CHECK(req->pd && req->pd->context == req->verbs); /* a request's ID has its device's PD */
 		struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
 		CHECK(!rdma_create_srq(req, NULL, &sa));
 		CHECK(req->srq && req->pd);
