@@ -43,6 +43,46 @@ func xrnicExec(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, p
 	return startProc(t, cmd)
 }
 
+// ucxExec is xrnicExec for UCX: UCX takes a verbs device only if
+// /dev/infiniband/DEV_NAME is a character device it may open
+// (uct_ib_device_is_accessible), which a kernel's uverbs makes; here a null
+// device of that name (uverbs0, the library's first) in the program's own
+// /dev, an overlay in the mount namespace ip netns exec gives it. The UD
+// transport's GRH check is off (UCX_UD_VERBS_ETH_DGID_CHECK=n): UCX 1.13
+// reads an IPv4 packet's GRH as mlx5's completions describe it, in wc.sl,
+// which rxe and xrnic leave 0 (docs/ucx.md).
+func ucxExec(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, prog ...string) *benchProc {
+	t.Helper()
+	testutil.RequireCommand(t, prog[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	const dev = `set -e
+o=$(mktemp -d)
+mount -t tmpfs tmpfs "$o"
+mkdir "$o/u" "$o/w" "$o/u/infiniband"
+mknod -m 666 "$o/u/infiniband/uverbs0" c 1 3
+mount -t overlay overlay -o "lowerdir=/dev,upperdir=$o/u,workdir=$o/w" /dev
+mount -t tmpfs tmpfs /dev/shm
+exec "$@"`
+	cmd := end.NS.Exec(ctx, "sh", append([]string{"-c", dev, "sh", os.Args[0], "exec", "--attach", d.attach, "--lib", lib, "--"}, prog...)...)
+	cmd.Env = append(os.Environ(), "XRNIC_TEST_MAIN=1", "UCX_TLS=rc_verbs,ud_verbs", "UCX_UD_VERBS_ETH_DGID_CHECK=n",
+		"UCX_LOG_LEVEL=info")
+	return startProc(t, cmd)
+}
+
+// checkUCX waits for both UCX programs to exit 0, the client printing row.
+func checkUCX(t *testing.T, srv, cli *benchProc, row string) {
+	t.Helper()
+	for _, c := range []*benchProc{cli, srv} {
+		if err := c.wait(90 * time.Second); err != nil {
+			t.Fatalf("%v\nserver:\n%s\nclient:\n%s", err, srv.out.String(), cli.out.String())
+		}
+	}
+	if !strings.Contains(cli.out.String(), row) {
+		t.Fatalf("the client printed no %q:\n%s", row, cli.out.String())
+	}
+}
+
 // Debian's libibverbs programs, unmodified, on xrnic's libibverbs through
 // `xrnic exec`, host to host: each end's program attaches to its end's
 // daemon. The programs check their data where they do (the pingpongs verify
@@ -269,6 +309,42 @@ func TestCLibrary(t *testing.T) {
 		snd.cmd.Process.Kill() // it sends on, a UD sender knowing of no receiver
 		snd.wait(10 * time.Second)
 		waitDetached(t, a)
+	})
+	// UCX (Debian's 1.13, as Open MPI's pml ucx runs on it) over the verbs
+	// transports: ucx_perftest's tag_bw of 1 MB messages (rendezvous: RDMA
+	// on rc_verbs, wireup on ud_verbs), and io_demo, which connects through
+	// librdmacm (UCX's sockaddr CM: its QPs on the ID's PD) and checks
+	// every byte of its reads and writes (-q on both sides). What UCX needs
+	// of the host beyond the libraries is docs/ucx.md's: a node in
+	// /dev/infiniband (ucxEnv) and, over IPv4, its UD GRH check off.
+	t.Run("ucx_perftest", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		args := []string{"ucx_perftest", "-t", "tag_bw", "-s", "1000000", "-n", "50", "-p", "13337"}
+		srv := ucxExec(t, &p.B, b, lib, args...)
+		waitListening(t, &p.B, "13337", srv)
+		cli := ucxExec(t, &p.A, a, lib, append(args[:1:1], append([]string{p.B.IPv4.String()}, args[1:]...)...)...)
+		checkUCX(t, srv, cli, "Final:")
+		if i := strings.Index(cli.out.String(), "Final:"); i >= 0 {
+			t.Logf("ucx_perftest %s", strings.SplitN(cli.out.String()[i:], "\n", 2)[0])
+		}
+		// Over the device, not a shared-memory or TCP transport.
+		if !strings.Contains(cli.out.String(), "tag(rc_verbs/") {
+			t.Errorf("ucx_perftest's lanes are not rc_verbs':\n%s", cli.out.String())
+		}
+	})
+	t.Run("io_demo", func(t *testing.T) {
+		waitDetached(t, a)
+		waitDetached(t, b)
+		args := []string{"io_demo", "-p", "13338", "-q", "-d", "1000:200000", "-o", "read,write"}
+		srv := ucxExec(t, &p.B, b, lib, args...)
+		waitCMListener(t, b, srv)
+		cli := ucxExec(t, &p.A, a, lib, append(args, "-i", "200", p.B.IPv4.String())...)
+		if err := cli.wait(90 * time.Second); err != nil || !strings.Contains(cli.out.String(), "Client exit with status 'OK'") {
+			t.Fatalf("io_demo's client: %v\n%s\nserver:\n%s", err, cli.out.String(), srv.out.String())
+		}
+		srv.cmd.Process.Kill() // io_demo's server serves on
+		srv.wait(10 * time.Second)
 	})
 	// rdmacm-utils' rdma_server and rdma_client: the endpoint calls
 	// (rdma_create_ep, rdma_get_request) and librdmacm's synchronous mode,
