@@ -57,7 +57,7 @@ func ucxExec(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, pro
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	const dev = `set -e
-o=$(mktemp -d)
+o=$XRNIC_DEV_DIR
 mount -t tmpfs tmpfs "$o"
 mkdir "$o/u" "$o/w" "$o/u/infiniband"
 mknod -m 666 "$o/u/infiniband/uverbs0" c 1 3
@@ -65,8 +65,8 @@ mount -t overlay overlay -o "lowerdir=/dev,upperdir=$o/u,workdir=$o/w" /dev
 mount -t tmpfs tmpfs /dev/shm
 exec "$@"`
 	cmd := end.NS.Exec(ctx, "sh", append([]string{"-c", dev, "sh", os.Args[0], "exec", "--attach", d.attach, "--lib", lib, "--"}, prog...)...)
-	cmd.Env = append(os.Environ(), "XRNIC_TEST_MAIN=1", "UCX_TLS=rc_verbs,ud_verbs", "UCX_UD_VERBS_ETH_DGID_CHECK=n",
-		"UCX_LOG_LEVEL=info")
+	cmd.Env = append(os.Environ(), "XRNIC_TEST_MAIN=1", "XRNIC_DEV_DIR="+t.TempDir(), "UCX_TLS=rc_verbs,ud_verbs",
+		"UCX_UD_VERBS_ETH_DGID_CHECK=n", "UCX_LOG_LEVEL=info")
 	return startProc(t, cmd)
 }
 
