@@ -168,3 +168,25 @@ func TestSetPortState(t *testing.T) {
 		}
 	}
 }
+
+// TestPortWidthSpeedVeth: a port on veth (10000 Mb/s to ethtool) reports 1X
+// FDR10, as rxe's on the same netdev (ib_get_eth_speed), for either kind of
+// link.
+func TestPortWidthSpeedVeth(t *testing.T) {
+	p := testenv.NewTestPair(t, testenv.PairOptions{})
+	for _, k := range []link.Kind{link.KindUDP, link.KindAFXDP} {
+		var d *Device
+		if err := p.A.Do(func() (err error) {
+			d, err = Open(Options{Interface: p.A.Name, LinkKind: k, Logf: t.Logf})
+			return err
+		}); err != nil {
+			t.Fatalf("Open %s on %s: %v", k, p.A.Name, err)
+		}
+		a := d.QueryPort()
+		d.Close()
+		if a.ActiveWidth != Width1X || a.ActiveSpeed != SpeedFDR10 {
+			t.Errorf("%s: active width %v (%d) speed %v (%d), want 1X (1), 10.0 Gbps (8: FDR10)", k, a.ActiveWidth,
+				a.ActiveWidth, a.ActiveSpeed, a.ActiveSpeed)
+		}
+	}
+}

@@ -59,6 +59,8 @@ type (
 	SendFlags   = engine.SendFlags
 	DeviceAttr  = engine.DeviceAttr
 	PortAttr    = engine.PortAttr
+	PortWidth   = engine.PortWidth
+	PortSpeed   = engine.PortSpeed
 	EventType   = engine.EventType
 	Counters    = engine.Counters
 	WC          = cq.WC
@@ -216,6 +218,24 @@ const (
 const (
 	PortDown   = engine.PortDown
 	PortActive = engine.PortActive
+)
+
+// Port widths and lane speeds (enum ibv_port_width, ibv_port_attr's
+// active_speed), PortAttr.ActiveWidth and ActiveSpeed.
+const (
+	Width1X    = engine.Width1X
+	Width2X    = engine.Width2X
+	Width4X    = engine.Width4X
+	Width8X    = engine.Width8X
+	Width12X   = engine.Width12X
+	SpeedSDR   = engine.SpeedSDR
+	SpeedDDR   = engine.SpeedDDR
+	SpeedQDR   = engine.SpeedQDR
+	SpeedFDR10 = engine.SpeedFDR10
+	SpeedFDR   = engine.SpeedFDR
+	SpeedEDR   = engine.SpeedEDR
+	SpeedHDR   = engine.SpeedHDR
+	SpeedNDR   = engine.SpeedNDR
 )
 
 // Asynchronous event types (enum ibv_event_type) that xrnic raises.

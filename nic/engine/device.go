@@ -190,6 +190,10 @@ type PortAttr struct {
 	MAC         net.HardwareAddr
 	GIDs        []netdev.GID
 	PortCapRoCE bool // RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP
+	// ActiveWidth and ActiveSpeed are the link's speed as rxe reports a
+	// netdev's (EthWidthSpeed of link.Info.Speed).
+	ActiveWidth PortWidth
+	ActiveSpeed PortSpeed
 }
 
 // Device is one RDMA device: a port on a link, its engine goroutine, and the
@@ -489,11 +493,13 @@ func (d *Device) QueryPort() PortAttr {
 		st = PortDown
 	}
 	maxMTU, _ := qpattr.MTUFloor(activeMTU(d.info.MTU))
+	width, speed := EthWidthSpeed(d.info.Speed)
 	return PortAttr{
 		State: st, MaxMTU: maxMTU, ActiveMTU: d.mtu, GIDTblLen: GIDTableLen,
 		PKeyTblLen: MaxPKeys, MaxMsgSize: MaxMsgSize, LinkLayer: "Ethernet",
 		LinkMTU: d.info.MTU, LinkKind: d.info.Kind, MAC: d.info.MAC,
 		GIDs: append([]netdev.GID(nil), d.cfg.GIDs...), PortCapRoCE: true,
+		ActiveWidth: width, ActiveSpeed: speed,
 	}
 }
 

@@ -93,7 +93,8 @@ func NewAFXDP(opts AFXDPOptions) (_ *AFXDP, err error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	l := &AFXDP{queue: opts.Queue, att: opts.Attachment, pkts: make([]xsk.Packet, 64),
-		info: Info{Kind: KindAFXDP, Name: ifc.Name, Index: ifc.Index, MTU: ifc.MTU, MAC: ifc.MAC}}
+		info: Info{Kind: KindAFXDP, Name: ifc.Name, Index: ifc.Index, MTU: ifc.MTU, MAC: ifc.MAC,
+			Speed: interfaceSpeed(ifc.Name)}}
 	defer func() {
 		if err != nil {
 			l.release()

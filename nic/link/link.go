@@ -193,6 +193,10 @@ type Info struct {
 	Index int    // interface index
 	MTU   int    // IP MTU of the interface: the largest IP packet a frame may carry
 	MAC   net.HardwareAddr
+	// Speed is the interface's link speed in Mb/s as ethtool reports it when
+	// the link is opened (InterfaceSpeed), DefaultSpeed when it reports none;
+	// 0 for memory links. The port's active width and speed follow it.
+	Speed uint32
 	// FixedSourcePort, when non-zero, is the UDP source port every frame leaves with,
 	// whatever the engine wrote (a kernel socket bound to 4791 sends from 4791). The
 	// engine must build frames with it so that the ICRC the peer checks matches.

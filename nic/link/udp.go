@@ -110,7 +110,7 @@ func NewUDP(opts UDPOptions) (*UDP, error) {
 		kind = KindUDPGSO
 	}
 	l := &UDP{info: Info{Kind: kind, Name: ifc.Name, Index: ifc.Index, MTU: ifc.MTU, MAC: ifc.HardwareAddr,
-		FixedSourcePort: uint16(opts.Port), FixedIPv4ID: true}}
+		Speed: interfaceSpeed(ifc.Name), FixedSourcePort: uint16(opts.Port), FixedIPv4ID: true}}
 	ok := false
 	defer func() {
 		if !ok {
