@@ -270,8 +270,8 @@ static int xr_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_po
 	a.port_cap_flags = IBV_PORT_CM_SUP; /* as rxe's */
 	a.pkey_tbl_len = 1;
 	a.max_vl_num = 1;
-	a.active_width = 1;			  /* 1X */
-	a.active_speed = 1;			  /* 2.5 Gb/s */
+	a.active_width = r.active_width; /* the link's ethtool speed, as rxe's */
+	a.active_speed = r.active_speed;
 	a.phys_state = r.state == IBV_PORT_ACTIVE ? 5 : 3; /* LinkUp, Disabled */
 	a.link_layer = IBV_LINK_LAYER_ETHERNET;
 	memcpy(attr, &a, len < sizeof(a) ? len : sizeof(a));

@@ -1,7 +1,7 @@
 /* extras: the public calls beyond the everyday verbs, present and answering
- * as libibverbs' do: the rate conversions, the GID table, the P_Key index,
- * ibv_reg_mr_iova, ibv_query_srq, and the verbs the device lacks failing
- * with EOPNOTSUPP (not a missing symbol). */
+ * as libibverbs' do: the rate conversions, the port's width and speed (run on
+ * veth), the GID table, the P_Key index, ibv_reg_mr_iova, ibv_query_srq, and
+ * the verbs the device lacks failing with EOPNOTSUPP (not a missing symbol). */
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,8 @@ int main(void)
 	CHECK(ctx);
 	struct ibv_port_attr pa;
 	CHECK(ibv_query_port(ctx, 1, &pa) == 0);
+	/* veth's 10000 Mb/s, as rxe's ib_get_eth_speed maps it: 1X FDR10. */
+	CHECK(pa.active_width == 1 && pa.active_speed == 8);
 	/* The GID table: the valid entries, each as ibv_query_gid reads it. */
 	struct ibv_gid_entry t[8];
 	ssize_t n = ibv_query_gid_table(ctx, t, 8, 0);

@@ -66,6 +66,8 @@ static void layout(void)
 	F(xrnic_cm_event, ah_attr);
 	F(xrnic_mcast, qp);
 	F(xrnic_mcast, mlid);
+	F(xrnic_port, active_width);
+	F(xrnic_port, active_speed);
 	printf("op_cm_leave_mcast %d\n", XRNIC_OP_CM_LEAVE_MCAST);
 	F(xrnic_ring_hdr, cons);
 	F(xrnic_ring_hdr, flags);

@@ -104,9 +104,11 @@ func TestCLibrary(t *testing.T) {
 		if err := c.wait(60 * time.Second); err != nil {
 			t.Fatalf("ibv_devinfo: %v\n%s", err, c.out.String())
 		}
-		// As ibv_devinfo shows rxe: IB transport, rxe's vendor_id, RoCE v2.
+		// As ibv_devinfo shows rxe: IB transport, rxe's vendor_id, RoCE v2,
+		// and veth's 10000 Mb/s as 1X FDR10 (ib_get_eth_speed).
 		for _, want := range []string{"transport:\t\t\tInfiniBand (0)", "vendor_id:\t\t\t0xffffff", "PORT_ACTIVE",
-			"link_layer:\t\tEthernet", "::ffff:" + p.A.IPv4.String() + ", RoCE v2"} {
+			"link_layer:\t\tEthernet", "::ffff:" + p.A.IPv4.String() + ", RoCE v2", "active_width:\t\t1X (1)",
+			"active_speed:\t\t10.0 Gbps (8)"} {
 			if !strings.Contains(c.out.String(), want) {
 				t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, c.out.String())
 			}

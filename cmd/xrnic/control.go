@@ -55,6 +55,8 @@ type snapshot struct {
 	Link      string               `json:"link"`
 	XDPMode   string               `json:"xdp_mode,omitempty"`
 	PortState string               `json:"port_state"`
+	Width     string               `json:"active_width"` // "1X", as ibv_devinfo shows it
+	Speed     string               `json:"active_speed"` // "10.0 Gbps", as ibv_devinfo shows it
 	PID       int                  `json:"pid"`
 	Comm      string               `json:"comm"`
 	Counters  []namedValue         `json:"counters"`              // in the order of verbs.Counter
@@ -91,9 +93,11 @@ func (d *daemon) snapshot() (snapshot, error) {
 		return snapshot{}, err
 	}
 	info := d.l.Info()
+	port := d.dev.QueryPort()
 	s := snapshot{
 		Device: d.dev.Name(), Port: 1, Interface: info.Name, Link: info.Kind.String(),
-		PortState: d.dev.QueryPort().State.String(), PID: d.pid, Comm: d.comm,
+		PortState: port.State.String(), Width: port.ActiveWidth.String(), Speed: port.ActiveSpeed.String(),
+		PID: d.pid, Comm: d.comm,
 		Resources: res, CMIDs: rdmacm.Resources(d.dev),
 	}
 	for _, l := range d.ls {

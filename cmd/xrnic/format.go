@@ -29,6 +29,10 @@ func formatStatistic(w io.Writer, s *snapshot, details bool) {
 			fmt.Fprintf(&b, " xdp-mode %s", s.XDPMode)
 		}
 		fmt.Fprintf(&b, " state %s", s.PortState)
+		if s.Width != "" {
+			// ibv_devinfo's "10.0 Gbps" as one word.
+			fmt.Fprintf(&b, " width %s speed %s", s.Width, strings.ReplaceAll(s.Speed, " ", ""))
+		}
 		if s.Link != "af_xdp" {
 			// The AF_XDP link counts no frames of its own: the XDP program and
 			// the engine do.

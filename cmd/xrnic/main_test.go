@@ -177,6 +177,7 @@ func TestHelp(t *testing.T) {
 // fixture is a snapshot with one of everything.
 func fixture() snapshot {
 	s := snapshot{Device: "xrnic0", Port: 1, Interface: "veth0", Link: "af_xdp", XDPMode: "generic", PortState: "ACTIVE",
+		Width: "1X", Speed: "10.0 Gbps",
 		PID: 4242, Comm: "xrnic", LinkStats: link.Stats{RxDropped: 1, TxErrors: 2},
 		XDP: &bpf.Counters{Seen: 2100, Redirected: 2030, Passed: 70}}
 	for i := range verbs.NumCounters {

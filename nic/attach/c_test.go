@@ -98,7 +98,8 @@ func TestCLayout(t *testing.T) {
 		"xrnic_qp_attr.sq_draining": {QPAttr{}, "SQDrainNotify"}, "xrnic_qp_attr.ah_attr": {QPAttr{}, "AV"},
 		"xrnic_conn_param.private_data": {CMParam{}, "Private"}, "xrnic_cm_event.param": {CMEventMsg{}, "Param"},
 		"xrnic_cm_event.ah_attr": {CMEventMsg{}, "AV"}, "xrnic_mcast.qp": {McastReq{}, "QP"},
-		"xrnic_mcast.mlid": {McastReq{}, "MLID"},
+		"xrnic_mcast.mlid": {McastReq{}, "MLID"}, "xrnic_port.active_width": {PortRep{}, "ActiveWidth"},
+		"xrnic_port.active_speed": {PortRep{}, "ActiveSpeed"},
 	} {
 		want[c] = offset(t, f.v, f.name)
 	}

@@ -21,8 +21,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Version is the protocol's; HELLO refuses another.
-const Version = 5
+// Version is the protocol's, the newest the daemon speaks; HELLO refuses one
+// before MinVersion or after Version.
+const Version = 6
+
+// MinVersion is the oldest version the daemon still serves: version 5 differs
+// only in QUERY_PORT's reply, whose active_width and active_speed were pad
+// (a version 5 client reads them as such).
+const MinVersion = 5
 
 // MaxMessage bounds a message, header and payload.
 const MaxMessage = 1024
@@ -169,7 +175,10 @@ type (
 		ActiveMTU  uint32
 		GIDTblLen  uint32
 		MaxMsgSize uint32
-		_          uint32
+		// ActiveWidth and ActiveSpeed are ibv_port_attr's (version 6).
+		ActiveWidth uint8
+		ActiveSpeed uint8
+		_           uint16
 	}
 	GIDReq struct {
 		Index uint32

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -80,6 +81,8 @@ func TestHostileControl(t *testing.T) {
 		{"short header", false, []byte{1, 0, 0}, 0},
 		{"before HELLO", false, hdr(attach.OpAllocPD, 1, 0), 0},
 		{"bad version", false, append(hdr(attach.OpHello, 1, 8), 9, 0, 0, 0, 0, 0, 0, 0), 0},
+		{"version before the oldest", false, append(hdr(attach.OpHello, 1, 8), attach.MinVersion-1, 0, 0, 0, 0, 0, 0, 0), 0},
+		{"version after the newest", false, append(hdr(attach.OpHello, 1, 8), attach.Version+1, 0, 0, 0, 0, 0, 0, 0), 0},
 		{"a second HELLO", true, append(hdr(attach.OpHello, 2, 8), attach.Version, 0, 0, 0, 0, 0, 0, 0), 0},
 		{"length lies", true, append(hdr(attach.OpQueryGID, 2, 100), 0, 0, 0, 0, 0, 0, 0, 0), 0},
 		{"payload too short", true, append(hdr(attach.OpQueryGID, 2, 4), 0, 0, 0, 0), 0},
@@ -773,4 +776,48 @@ func TestHostileRegisteredMemoryBound(t *testing.T) {
 		t.Fatalf("after a deregistration gave room back: %v", err)
 	}
 	m.Dereg()
+}
+
+// A version 5 client is served: its HELLO's reply says 5, and QUERY_PORT's
+// reply, whose active_width and active_speed were pad in 5, is version 6's.
+// The rig's memory links report no speed: 1X SDR, as rxe's default.
+func TestHelloVersion5(t *testing.T) {
+	r := newRig(t, server.Config{})
+	c := rawConn(t, r.sock)
+	call := func(op attach.Op, seq uint32, req, rep any) []int {
+		t.Helper()
+		msg, err := attach.Encode(nil, op, seq, 0, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := attach.Send(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		b, fds, err := attach.Recv(c, make([]byte, attach.MaxMessage), make([]byte, attach.OOBSpace))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, p, err := attach.DecodeHeader(b)
+		if err == nil && h.Status != 0 {
+			err = fmt.Errorf("status %d", h.Status)
+		}
+		if err == nil {
+			err = attach.DecodePayload(p, rep)
+		}
+		if err != nil {
+			attach.CloseFDs(fds)
+			t.Fatalf("%v: %v", op, err)
+		}
+		return fds
+	}
+	var hr attach.HelloRep
+	attach.CloseFDs(call(attach.OpHello, 1, &attach.HelloReq{Version: 5}, &hr))
+	if hr.Version != 5 {
+		t.Errorf("HELLO of version 5 answered version %d", hr.Version)
+	}
+	var pr attach.PortRep
+	call(attach.OpQueryPort, 2, nil, &pr)
+	if pr.State != uint32(verbs.PortActive) || pr.ActiveWidth != 1 || pr.ActiveSpeed != 1 {
+		t.Errorf("QUERY_PORT: %+v, want active, 1X SDR", pr)
+	}
 }

@@ -1,4 +1,4 @@
-/* The attach protocol of the xrnic daemon, version 5: docs/attach.md in C.
+/* The attach protocol of the xrnic daemon, version 6: docs/attach.md in C.
  * Little-endian, natural alignment (no packed structs). Written from the
  * protocol's document; nic/shm's TestCLayout holds it to the Go side. */
 #ifndef XRNIC_ATTACH_H
@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#define XRNIC_ATTACH_VERSION 5
+#define XRNIC_ATTACH_VERSION 6
 #define XRNIC_MAX_MESSAGE 1024
 #define XRNIC_MAX_FDS 2
 
@@ -77,7 +77,11 @@ struct xrnic_device {
 		max_inline, atomic_cap;
 	char fw_ver[32];
 };
-struct xrnic_port { uint32_t state, max_mtu, active_mtu, gid_tbl_len, max_msg_sz, pad; };
+struct xrnic_port {
+	uint32_t state, max_mtu, active_mtu, gid_tbl_len, max_msg_sz;
+	uint8_t active_width, active_speed; /* ibv_port_attr's */
+	uint16_t pad;
+};
 struct xrnic_gid_req { uint32_t index, pad; };
 struct xrnic_gid_rep { uint8_t gid[16]; };
 struct xrnic_handle_rep { uint32_t handle, pad; };

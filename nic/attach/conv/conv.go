@@ -76,14 +76,16 @@ func VerbsDevice(r attach.DeviceRep) verbs.DeviceAttr {
 // WirePort is a port's attributes as QUERY_PORT answers them.
 func WirePort(a verbs.PortAttr) attach.PortRep {
 	return attach.PortRep{State: uint32(a.State), MaxMTU: uint32(a.MaxMTU), ActiveMTU: uint32(a.ActiveMTU),
-		GIDTblLen: uint32(a.GIDTblLen), MaxMsgSize: a.MaxMsgSize}
+		GIDTblLen: uint32(a.GIDTblLen), MaxMsgSize: a.MaxMsgSize, ActiveWidth: uint8(a.ActiveWidth),
+		ActiveSpeed: uint8(a.ActiveSpeed)}
 }
 
 // VerbsPort is WirePort's inverse: a RoCE port with one P_Key.
 func VerbsPort(r attach.PortRep) verbs.PortAttr {
 	return verbs.PortAttr{State: verbs.PortState(r.State), MaxMTU: verbs.MTU(r.MaxMTU), ActiveMTU: verbs.MTU(r.ActiveMTU),
 		GIDTblLen: int(r.GIDTblLen), PKeyTblLen: 1, MaxMsgSize: r.MaxMsgSize, LinkLayer: "Ethernet",
-		PortCapRoCE: true}
+		PortCapRoCE: true, ActiveWidth: verbs.PortWidth(r.ActiveWidth),
+		ActiveSpeed: verbs.PortSpeed(r.ActiveSpeed)}
 }
 
 func u32(n int) uint32 { return uint32(max(n, 0)) }

@@ -30,9 +30,10 @@ func TestRoundTrips(t *testing.T) {
 		t.Errorf("device: %+v, want %+v", VerbsDevice(wd), d)
 	}
 	p := verbs.PortAttr{State: verbs.PortActive, MaxMTU: 5, ActiveMTU: 3, GIDTblLen: 4, PKeyTblLen: 1, MaxMsgSize: 1 << 31,
-		LinkLayer: "Ethernet", PortCapRoCE: true}
+		LinkLayer: "Ethernet", PortCapRoCE: true, ActiveWidth: 16, ActiveSpeed: 32}
 	if got := VerbsPort(WirePort(p)); got.State != p.State || got.MaxMTU != p.MaxMTU || got.ActiveMTU != p.ActiveMTU ||
-		got.GIDTblLen != p.GIDTblLen || got.MaxMsgSize != p.MaxMsgSize {
+		got.GIDTblLen != p.GIDTblLen || got.MaxMsgSize != p.MaxMsgSize || got.ActiveWidth != p.ActiveWidth ||
+		got.ActiveSpeed != p.ActiveSpeed {
 		t.Errorf("port: %+v, want %+v", got, p)
 	}
 	c := rdmacm.ConnParam{PrivateData: []byte("hi"), ResponderResources: 1, InitiatorDepth: 2, FlowControl: true,

@@ -291,10 +291,11 @@ func (ss *session) handle(op attach.Op, p []byte, fds []int) (rep any, rfd int, 
 		if ss.asyncPeer < 0 {
 			return nil, -1, fmt.Errorf("%w: a second HELLO", attach.ErrProtocol)
 		}
-		if req.Version != attach.Version {
-			return nil, -1, fmt.Errorf("%w: version %d, the daemon speaks %d", attach.ErrProtocol, req.Version, attach.Version)
+		if req.Version < attach.MinVersion || req.Version > attach.Version {
+			return nil, -1, fmt.Errorf("%w: version %d, the daemon speaks %d to %d", attach.ErrProtocol, req.Version,
+				attach.MinVersion, attach.Version)
 		}
-		r := &attach.HelloRep{Version: attach.Version, NodeGUID: d.NodeGUID()}
+		r := &attach.HelloRep{Version: req.Version, NodeGUID: d.NodeGUID()}
 		copy(r.Name[:], d.Name())
 		if ss.engineBell >= 0 {
 			return r, ss.engineBell, nil
