@@ -35,11 +35,19 @@ func buildCLib(t testing.TB) string {
 // end's namespace (this test binary is xrnic for XRNIC_TEST_MAIN).
 func xrnicExec(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, prog ...string) *benchProc {
 	t.Helper()
+	return xrnicExecUnder(t, end, d, lib, nil, nil, prog...)
+}
+
+// xrnicExecUnder is xrnicExec with `xrnic exec` run by the command wrap
+// (which execs its arguments), with env added to the environment.
+func xrnicExecUnder(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, wrap, env []string, prog ...string) *benchProc {
+	t.Helper()
 	testutil.RequireCommand(t, prog[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	cmd := end.NS.Exec(ctx, os.Args[0], append([]string{"exec", "--attach", d.attach, "--lib", lib, "--"}, prog...)...)
-	cmd.Env = append(os.Environ(), "XRNIC_TEST_MAIN=1")
+	argv := append(append(wrap, os.Args[0], "exec", "--attach", d.attach, "--lib", lib, "--"), prog...)
+	cmd := end.NS.Exec(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), "XRNIC_TEST_MAIN=1"), env...)
 	return startProc(t, cmd)
 }
 
@@ -53,9 +61,6 @@ func xrnicExec(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, p
 // which rxe and xrnic leave 0 (docs/ucx.md).
 func ucxExec(t testing.TB, end *testenv.Endpoint, d *testDaemon, lib string, prog ...string) *benchProc {
 	t.Helper()
-	testutil.RequireCommand(t, prog[0])
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
 	const dev = `set -e
 o=$XRNIC_DEV_DIR
 mount -t tmpfs tmpfs "$o"
@@ -64,10 +69,9 @@ mknod -m 666 "$o/u/infiniband/uverbs0" c 1 3
 mount -t overlay overlay -o "lowerdir=/dev,upperdir=$o/u,workdir=$o/w" /dev
 mount -t tmpfs tmpfs /dev/shm
 exec "$@"`
-	cmd := end.NS.Exec(ctx, "sh", append([]string{"-c", dev, "sh", os.Args[0], "exec", "--attach", d.attach, "--lib", lib, "--"}, prog...)...)
-	cmd.Env = append(os.Environ(), "XRNIC_TEST_MAIN=1", "XRNIC_DEV_DIR="+t.TempDir(), "UCX_TLS=rc_verbs,ud_verbs",
-		"UCX_UD_VERBS_ETH_DGID_CHECK=n", "UCX_LOG_LEVEL=info")
-	return startProc(t, cmd)
+	return xrnicExecUnder(t, end, d, lib, []string{"sh", "-c", dev, "sh"},
+		[]string{"XRNIC_DEV_DIR=" + t.TempDir(), "UCX_TLS=rc_verbs,ud_verbs", "UCX_UD_VERBS_ETH_DGID_CHECK=n", "UCX_LOG_LEVEL=info"},
+		prog...)
 }
 
 // checkUCX waits for both UCX programs to exit 0, the client printing row.
@@ -318,7 +322,7 @@ func TestCLibrary(t *testing.T) {
 	// librdmacm (UCX's sockaddr CM: its QPs on the ID's PD) and checks
 	// every byte of its reads and writes (-q on both sides). What UCX needs
 	// of the host beyond the libraries is docs/ucx.md's: a node in
-	// /dev/infiniband (ucxEnv) and, over IPv4, its UD GRH check off.
+	// /dev/infiniband (ucxExec) and, over IPv4, its UD GRH check off.
 	t.Run("ucx_perftest", func(t *testing.T) {
 		waitDetached(t, a)
 		waitDetached(t, b)
